@@ -1,0 +1,27 @@
+/* Private helpers of the CPU backend.
+ *
+ * Kernels are written once over a real type and instantiated for float and double by including a
+ * *_tmpl.h file twice with R (the type) and FN (the name suffixer) defined; CT_REAL_DISPATCH picks
+ * the instance by the dtype of a tensor. OpenMP loops start only above CT_OMP_MIN elements, where
+ * waking the thread team costs less than it saves. */
+#ifndef CT_CPU_IMPL_H
+#define CT_CPU_IMPL_H
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+#define CT_OMP_MIN 32768
+
+#define CT_REAL_DISPATCH(t, fn, ...)                                                                \
+    do {                                                                                           \
+        if ((t)->dtype == CT_F32)                                                                  \
+            fn##_f32(__VA_ARGS__);                                                                 \
+        else if ((t)->dtype == CT_F64)                                                             \
+            fn##_f64(__VA_ARGS__);                                                                 \
+        else                                                                                       \
+            ct_abort_at(__FILE__, __LINE__, "%s: unsupported dtype %s", #fn, ct_dtype_name((t)->dtype)); \
+    } while (0)
+
+#define CT_CHECK_CPU(t) CT_ASSERT((t)->device.kind == CT_DEVICE_CPU)
+
+#endif

@@ -1,0 +1,7 @@
+/* Ops: conv family (declarations; CPU kernels in core/cpu/). Included by core/ops.h. */
+#ifndef CT_OPS_CONV_H
+#define CT_OPS_CONV_H
+
+#include "core/tensor.h"
+
+#endif

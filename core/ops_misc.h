@@ -1,0 +1,7 @@
+/* Ops: misc family (declarations; CPU kernels in core/cpu/). Included by core/ops.h. */
+#ifndef CT_OPS_MISC_H
+#define CT_OPS_MISC_H
+
+#include "core/tensor.h"
+
+#endif

@@ -1,0 +1,7 @@
+/* Ops: optim family (declarations; CPU kernels in core/cpu/). Included by core/ops.h. */
+#ifndef CT_OPS_OPTIM_H
+#define CT_OPS_OPTIM_H
+
+#include "core/tensor.h"
+
+#endif

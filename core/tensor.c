@@ -1,0 +1,194 @@
+/* Tensor views, allocation and the shape checks that give layers their error messages. */
+#include "core/tensor.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+size_t ct_dtype_size(ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return 4;
+    case CT_F64: return 8;
+    case CT_I32: return 4;
+    case CT_I64: return 8;
+    case CT_BF16: return 2;
+    case CT_U8: return 1;
+    }
+    return 0;
+}
+
+const char *ct_dtype_name(ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return "f32";
+    case CT_F64: return "f64";
+    case CT_I32: return "i32";
+    case CT_I64: return "i64";
+    case CT_BF16: return "bf16";
+    case CT_U8: return "u8";
+    }
+    return "?";
+}
+
+ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape) {
+    CT_ASSERT(ndim >= 0 && ndim <= CT_MAX_DIMS);
+    ct_tensor t = {.data = data, .dtype = dt, .device = dev, .ndim = ndim};
+    for (int i = 0; i < ndim; i++) t.shape[i] = shape[i];
+    return t;
+}
+
+void *ct_host_alloc(size_t bytes) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    void *p = aligned_alloc(64, rounded);
+    if (p) memset(p, 0, rounded);
+    return p;
+}
+
+void ct_host_free(void *p) { free(p); }
+
+ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape) {
+    if (ndim < 0 || ndim > CT_MAX_DIMS)
+        return ct_error(CT_ERR_SHAPE, "tensor: %d dimensions (at most %d)", ndim, CT_MAX_DIMS);
+    for (int i = 0; i < ndim; i++)
+        if (shape[i] < 0) return ct_error(CT_ERR_SHAPE, "tensor: negative dimension %lld", (long long)shape[i]);
+    CT_TRY(ct_device_check(dev));
+    *t = ct_tensor_view(NULL, dt, dev, ndim, shape);
+    size_t bytes = ct_tensor_nbytes(t);
+    t->data = ct_host_alloc(bytes);
+    if (!t->data) return ct_error(CT_ERR_NOMEM, "tensor: cannot allocate %zu bytes", bytes);
+    return CT_OK;
+}
+
+void ct_tensor_free(ct_tensor *t) {
+    if (!t) return;
+    ct_host_free(t->data);
+    t->data = NULL;
+}
+
+int64_t ct_tensor_numel(const ct_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+size_t ct_tensor_nbytes(const ct_tensor *t) { return (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype); }
+
+int64_t ct_tensor_row_numel(const ct_tensor *t) {
+    int64_t n = 1;
+    for (int i = 1; i < t->ndim; i++) n *= t->shape[i];
+    return n;
+}
+
+ct_tensor ct_tensor_rows(const ct_tensor *t, int64_t start, int64_t n) {
+    CT_ASSERT(t->ndim >= 1 && start >= 0 && n >= 0 && start + n <= t->shape[0]);
+    ct_tensor v = *t;
+    v.shape[0] = n;
+    v.data = (char *)t->data + (size_t)(start * ct_tensor_row_numel(t)) * ct_dtype_size(t->dtype);
+    return v;
+}
+
+ct_status ct_tensor_reshape(const ct_tensor *t, int ndim, const int64_t *shape, ct_tensor *out) {
+    ct_tensor v = ct_tensor_view(t->data, t->dtype, t->device, ndim, shape);
+    if (ct_tensor_numel(&v) != ct_tensor_numel(t)) {
+        char a[96], b[96];
+        return ct_error(CT_ERR_SHAPE, "reshape: %s has %lld elements, %s needs %lld",
+                        ct_shape_str(t->ndim, t->shape, a, sizeof a), (long long)ct_tensor_numel(t),
+                        ct_shape_str(ndim, shape, b, sizeof b), (long long)ct_tensor_numel(&v));
+    }
+    *out = v;
+    return CT_OK;
+}
+
+bool ct_shape_eq(const ct_tensor *a, const ct_tensor *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
+const char *ct_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap) {
+    size_t used = 0;
+    used += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
+const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap) {
+    char shape[96], dev[32];
+    snprintf(buf, cap, "%s %s %s", ct_shape_str(t->ndim, t->shape, shape, sizeof shape), ct_dtype_name(t->dtype),
+             ct_device_str(t->device, dev, sizeof dev));
+    return buf;
+}
+
+ct_status ct_expect_dtype(const char *who, const ct_tensor *t, ct_dtype dt) {
+    if (t->dtype == dt) return CT_OK;
+    char s[128];
+    return ct_error(CT_ERR_DTYPE, "%s: expected dtype %s, got tensor %s", who, ct_dtype_name(dt),
+                    ct_tensor_str(t, s, sizeof s));
+}
+
+ct_status ct_expect_device(const char *who, const ct_tensor *t, ct_device dev) {
+    if (ct_device_eq(t->device, dev)) return CT_OK;
+    char s[128], d[32];
+    return ct_error(CT_ERR_DEVICE, "%s: expected a tensor on %s, got %s", who, ct_device_str(dev, d, sizeof d),
+                    ct_tensor_str(t, s, sizeof s));
+}
+
+ct_status ct_expect_same_shape(const char *who, const ct_tensor *a, const ct_tensor *b) {
+    if (ct_shape_eq(a, b)) return CT_OK;
+    char sa[96], sb[96];
+    return ct_error(CT_ERR_SHAPE, "%s: shapes %s and %s differ", who, ct_shape_str(a->ndim, a->shape, sa, sizeof sa),
+                    ct_shape_str(b->ndim, b->shape, sb, sizeof sb));
+}
+
+double ct_tensor_get(const ct_tensor *t, int64_t i) {
+    switch (t->dtype) {
+    case CT_F32: return ((const float *)t->data)[i];
+    case CT_F64: return ((const double *)t->data)[i];
+    case CT_I32: return ((const int32_t *)t->data)[i];
+    case CT_I64: return (double)((const int64_t *)t->data)[i];
+    case CT_U8: return ((const uint8_t *)t->data)[i];
+    case CT_BF16: {
+        uint32_t bits = (uint32_t)((const uint16_t *)t->data)[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    }
+    return 0.0;
+}
+
+void ct_tensor_set(ct_tensor *t, int64_t i, double v) {
+    switch (t->dtype) {
+    case CT_F32: ((float *)t->data)[i] = (float)v; break;
+    case CT_F64: ((double *)t->data)[i] = v; break;
+    case CT_I32: ((int32_t *)t->data)[i] = (int32_t)v; break;
+    case CT_I64: ((int64_t *)t->data)[i] = (int64_t)v; break;
+    case CT_U8: ((uint8_t *)t->data)[i] = (uint8_t)v; break;
+    case CT_BF16: {
+        float f = (float)v;
+        uint32_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        bits += 0x7FFF + ((bits >> 16) & 1); /* round to nearest even */
+        ((uint16_t *)t->data)[i] = (uint16_t)(bits >> 16);
+        break;
+    }
+    }
+}
+
+void ct_tensor_fill(ct_tensor *t, double value) {
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) ct_tensor_set(t, i, value);
+}
+
+void ct_tensor_copy_from_f64(ct_tensor *t, const double *src) {
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) ct_tensor_set(t, i, src[i]);
+}
+
+void ct_tensor_copy_to_f64(const ct_tensor *t, double *dst) {
+    int64_t n = ct_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) dst[i] = ct_tensor_get(t, i);
+}

@@ -1,0 +1,80 @@
+/* Tensors: a typed, shaped, contiguous view of memory on a device.
+ *
+ * A ct_tensor is a small value (pass it by pointer or copy it freely); it does not own its memory
+ * unless it came from ct_tensor_alloc, in which case ct_tensor_free releases it. Layouts are always
+ * row-major and contiguous, which keeps every op simple and lets a batch be sliced by rows
+ * (ct_tensor_rows) without copying. Parameters are views into the model's flat buffers; activations
+ * are views into the model's arena. */
+#ifndef CT_TENSOR_H
+#define CT_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "core/status.h"
+
+typedef enum ct_dtype {
+    CT_F32 = 0,
+    CT_F64 = 1,  /* the reference path: finite-difference gradient checks run in double */
+    CT_I32 = 2,  /* labels */
+    CT_I64 = 3,  /* labels and token ids */
+    CT_BF16 = 4, /* storage type reserved for the CUDA backend's mixed precision */
+    CT_U8 = 5,   /* raw bytes, e.g. image pixels before scaling */
+} ct_dtype;
+
+#define CT_MAX_DIMS 6
+
+typedef struct ct_tensor {
+    void *data;
+    ct_dtype dtype;
+    ct_device device;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+} ct_tensor;
+
+size_t ct_dtype_size(ct_dtype dt);
+const char *ct_dtype_name(ct_dtype dt);
+static inline bool ct_dtype_is_float(ct_dtype dt) { return dt == CT_F32 || dt == CT_F64 || dt == CT_BF16; }
+
+/* A view over existing memory. */
+ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
+
+/* Allocates zeroed, 64-byte aligned memory for a tensor of the given shape. */
+ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
+void ct_tensor_free(ct_tensor *t);
+
+int64_t ct_tensor_numel(const ct_tensor *t);
+size_t ct_tensor_nbytes(const ct_tensor *t);
+/* Elements per index of dimension 0 (the per-sample size for batch-major tensors). */
+int64_t ct_tensor_row_numel(const ct_tensor *t);
+
+/* Rows [start, start+n) of dimension 0, as a view. */
+ct_tensor ct_tensor_rows(const ct_tensor *t, int64_t start, int64_t n);
+/* The same memory with another shape of the same element count; CT_ERR_SHAPE otherwise. */
+ct_status ct_tensor_reshape(const ct_tensor *t, int ndim, const int64_t *shape, ct_tensor *out);
+
+bool ct_shape_eq(const ct_tensor *a, const ct_tensor *b);
+/* "[128, 784] f32 cpu" into buf; returns buf. */
+const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap);
+const char *ct_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
+
+/* Checks used by layers: each returns CT_OK or an error naming `who` and the shapes involved. */
+ct_status ct_expect_dtype(const char *who, const ct_tensor *t, ct_dtype dt);
+ct_status ct_expect_device(const char *who, const ct_tensor *t, ct_device dev);
+ct_status ct_expect_same_shape(const char *who, const ct_tensor *a, const ct_tensor *b);
+
+/* Host memory used for tensors: 64-byte aligned, zeroed. */
+void *ct_host_alloc(size_t bytes);
+void ct_host_free(void *p);
+
+/* Fills a float tensor (F32/F64) from a double array, or copies it out; CPU tensors only. */
+void ct_tensor_fill(ct_tensor *t, double value);
+void ct_tensor_copy_from_f64(ct_tensor *t, const double *src);
+void ct_tensor_copy_to_f64(const ct_tensor *t, double *dst);
+/* Element i of a float or integer CPU tensor as double. */
+double ct_tensor_get(const ct_tensor *t, int64_t i);
+void ct_tensor_set(ct_tensor *t, int64_t i, double v);
+
+#endif

@@ -1,0 +1,72 @@
+/* Built-in layers: constructors for C callers and the JSON registry for configs.
+ *
+ * Every constructor allocates a module the caller owns until it is handed to a container or a
+ * model. Shapes that can be inferred from the input (in_features, in_channels, num_features) may
+ * be given as 0. Parameter names and layouts are PyTorch's, so state dicts map one to one. */
+#ifndef CT_LAYERS_H
+#define CT_LAYERS_H
+
+#include <jansson.h>
+
+#include "core/ops.h"
+#include "model/module.h"
+
+/* --- containers -------------------------------------------------------------------------------- */
+ct_status ct_sequential_create(ct_module **out);
+/* y = x + inner(x); inner's output shape must equal its input shape. Takes ownership of inner. */
+ct_status ct_residual_create(ct_module *inner, ct_module **out);
+
+/* --- dense and shape --------------------------------------------------------------------------- */
+ct_status ct_linear_create(int64_t in_features, int64_t out_features, bool bias, ct_module **out);
+ct_status ct_activation_create(ct_activation act, ct_module **out);
+/* Flattens every dimension after the batch (nn.Flatten()). */
+ct_status ct_flatten_create(ct_module **out);
+ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, ct_module **out);
+
+/* --- convolution and pooling ------------------------------------------------------------------- */
+typedef struct ct_conv2d_config {
+    int64_t in_channels, out_channels;
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+    bool bias;
+} ct_conv2d_config;
+ct_status ct_conv2d_create(const ct_conv2d_config *cfg, ct_module **out);
+
+typedef struct ct_pool2d_config {
+    int64_t kernel[2], stride[2], padding[2];
+    int64_t dilation[2];      /* max pooling only */
+    bool count_include_pad;   /* average pooling only (PyTorch's default: true) */
+} ct_pool2d_config;
+ct_status ct_maxpool2d_create(const ct_pool2d_config *cfg, ct_module **out);
+ct_status ct_avgpool2d_create(const ct_pool2d_config *cfg, ct_module **out);
+
+/* --- normalisation and regularisation ---------------------------------------------------------- */
+ct_status ct_batchnorm2d_create(int64_t num_features, double eps, double momentum, bool affine, ct_module **out);
+/* Normalises over the last dimension (normalized_shape = [features]). */
+ct_status ct_layernorm_create(int64_t features, double eps, bool elementwise_affine, bool bias, ct_module **out);
+ct_status ct_dropout_create(double p, ct_module **out);
+
+/* --- JSON -------------------------------------------------------------------------------------- */
+
+/* Builds a module from its JSON spec ({"type": "linear", "out_features": 10, ...}); errors name
+ * the path, e.g. "model.layers[2]". */
+ct_status ct_module_from_json(const json_t *spec, const char *path, ct_module **out);
+
+typedef ct_status (*ct_module_from_json_fn)(const json_t *spec, const char *path, ct_module **out);
+/* Registers an application's layer type for ct_module_from_json. */
+ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn);
+
+/* Each built-in layer's JSON reader (used by the registry). */
+ct_status ct_sequential_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_residual_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_linear_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_activation_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_flatten_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_embedding_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_conv2d_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_maxpool2d_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_avgpool2d_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_batchnorm2d_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_layernorm_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_dropout_from_json(const json_t *spec, const char *path, ct_module **out);
+
+#endif

@@ -1,0 +1,86 @@
+/* Model construction and the forward/backward entry points (see model.h). */
+#include "model/model.h"
+
+#include <string.h>
+
+static ct_status reserve(ct_model *model) {
+    ct_reserve_ctx ctx = {.arena = &model->arena, .max_batch = model->opts.max_batch};
+    return ct_module_reserve(model->root, &ctx);
+}
+
+ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts) {
+    memset(model, 0, sizeof *model);
+    model->root = root;
+    model->opts = *opts;
+    if (model->opts.dtype != CT_F32 && model->opts.dtype != CT_F64) model->opts.dtype = CT_F32;
+    ct_params_init(&model->params, model->opts.dtype, model->opts.device);
+    ct_arena_init(&model->arena, model->opts.device);
+    model->step.seed = opts->seed;
+    ct_status s = CT_OK;
+    if (opts->max_batch <= 0) {
+        s = ct_error(CT_ERR_INVALID_ARG, "model: max_batch must be positive, got %lld", (long long)opts->max_batch);
+        goto fail;
+    }
+    if ((s = ct_device_check(opts->device)) != CT_OK) goto fail;
+    ct_module_configure(root, model->opts.dtype, model->opts.device, &model->step);
+    ct_module_assign_names(root, "");
+    root->need_input_grad = false;
+    model->in_shape = *in_shape;
+    if ((s = ct_module_infer(root, in_shape, &model->out_shape)) != CT_OK) goto fail;
+    model->in_dtype = root->in_dtype;
+    if ((s = ct_module_declare(root, &model->params)) != CT_OK) goto fail;
+    if ((s = ct_params_finalize(&model->params)) != CT_OK) goto fail;
+    ct_rng rng;
+    ct_rng_init(&rng, opts->seed, 0, CT_RNG_INIT);
+    ct_module_init(root, &rng);
+    if ((s = reserve(model)) != CT_OK) goto fail;
+    return CT_OK;
+fail:
+    ct_model_free(model);
+    return s;
+}
+
+void ct_model_free(ct_model *model) {
+    ct_module_destroy(model->root);
+    model->root = NULL;
+    ct_params_free(&model->params);
+    ct_arena_reset(&model->arena);
+}
+
+ct_status ct_model_forward(ct_model *model, const ct_tensor *x, ct_tensor *y) {
+    return ct_module_forward(model->root, x, y);
+}
+
+ct_status ct_model_backward(ct_model *model, const ct_tensor *dy) {
+    return ct_module_backward(model->root, dy, model->input_grad ? &model->dx : NULL);
+}
+
+ct_status ct_model_enable_input_grad(ct_model *model) {
+    if (model->input_grad) return CT_OK;
+    if (ct_dtype_is_float(model->in_dtype) == false)
+        return ct_error(CT_ERR_DTYPE, "model: input of dtype %s has no gradient", ct_dtype_name(model->in_dtype));
+    model->input_grad = true;
+    model->root->need_input_grad = true;
+    /* Containers pass the flag to their first child during infer; then reserve the dx buffers. */
+    ct_shape out;
+    CT_TRY(ct_module_infer(model->root, &model->in_shape, &out));
+    return ct_model_set_max_batch(model, model->opts.max_batch);
+}
+
+const ct_tensor *ct_model_input_grad(const ct_model *model) { return model->input_grad ? &model->dx : NULL; }
+
+void ct_model_zero_grad(ct_model *model) { ct_params_zero_grad(&model->params); }
+
+void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset) {
+    model->step.step = step;
+    model->step.sample_offset = sample_offset;
+}
+
+void ct_model_train(ct_model *model, bool training) { ct_module_train(model->root, training); }
+
+ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch) {
+    if (max_batch <= 0) return ct_error(CT_ERR_INVALID_ARG, "model: max_batch must be positive");
+    ct_arena_reset(&model->arena);
+    model->opts.max_batch = max_batch;
+    return reserve(model);
+}

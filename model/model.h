@@ -1,0 +1,51 @@
+/* A model: a module tree built for an input shape, with its parameter store and activation arena.
+ *
+ * ct_model_build runs the module lifecycle (infer, declare, finalize the flat buffers, init,
+ * reserve for the largest batch). After that, forward and backward on any batch up to max_batch
+ * allocate nothing. The model owns its root module. */
+#ifndef CT_MODEL_H
+#define CT_MODEL_H
+
+#include "core/arena.h"
+#include "model/module.h"
+#include "model/params.h"
+
+typedef struct ct_model_options {
+    ct_dtype dtype;     /* CT_F32 (default when 0) or CT_F64 */
+    ct_device device;
+    int64_t max_batch;  /* largest batch forward will see */
+    uint64_t seed;      /* parameter initialisation and dropout */
+} ct_model_options;
+
+typedef struct ct_model {
+    ct_module *root;
+    ct_param_store params;
+    ct_arena arena;
+    ct_step_ctx step;
+    ct_shape in_shape, out_shape;
+    ct_dtype in_dtype;
+    ct_model_options opts;
+    bool input_grad;
+    ct_tensor dx; /* gradient of the input after backward, when enabled */
+} ct_model;
+
+/* Takes ownership of root (also on failure, when it is destroyed). */
+ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts);
+void ct_model_free(ct_model *model);
+
+ct_status ct_model_forward(ct_model *model, const ct_tensor *x, ct_tensor *y);
+/* Backpropagates dy (the gradient of the output of the last forward); accumulates gradients. */
+ct_status ct_model_backward(ct_model *model, const ct_tensor *dy);
+void ct_model_zero_grad(ct_model *model);
+/* Sets what counter-based randomness (dropout) is keyed by for the next forward: the global step
+ * and the global position of the batch's first sample. */
+void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset);
+void ct_model_train(ct_model *model, bool training);
+/* Makes backward also produce the gradient of the model's input (tests, input attribution);
+ * call after build, then ct_model_input_grad gives it after each backward. */
+ct_status ct_model_enable_input_grad(ct_model *model);
+const ct_tensor *ct_model_input_grad(const ct_model *model);
+/* Re-reserves activations for a new largest batch (frees the old ones). */
+ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch);
+
+#endif

@@ -1,0 +1,186 @@
+/* The module wrappers: the single place where every layer call is validated and its errors get the
+ * layer's type and name. Containers' errors come from their children, already named, so only
+ * leaves prefix their own. */
+#include "model/module.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/params.h"
+
+void ct_module_base_init(ct_module *m, const ct_module_ops *ops) {
+    memset(m, 0, sizeof *m);
+    m->ops = ops;
+    m->training = true;
+    m->dtype = CT_F32;
+    m->in_dtype = CT_F32;
+    m->device = CT_CPU;
+    m->need_input_grad = true;
+}
+
+ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name) {
+    ct_module **grown = realloc(parent->children, (size_t)(parent->n_children + 1) * sizeof *grown);
+    if (!grown) return ct_error(CT_ERR_NOMEM, "module: out of memory");
+    parent->children = grown;
+    if (local_name)
+        snprintf(child->local_name, sizeof child->local_name, "%s", local_name);
+    else
+        snprintf(child->local_name, sizeof child->local_name, "%d", parent->n_children);
+    parent->children[parent->n_children++] = child;
+    return CT_OK;
+}
+
+static const char *display_name(const ct_module *m) { return m->name[0] ? m->name : "model"; }
+
+static ct_status named(const ct_module *m, ct_status s) {
+    if (s == CT_OK || m->n_children > 0) return s;
+    return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
+}
+
+int64_t ct_shape_numel(const ct_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
+    return n;
+}
+
+const char *ct_sample_shape_str(const ct_shape *s, char *buf, size_t cap) {
+    char inner[96];
+    ct_shape_str(s->ndim, s->dims, inner, sizeof inner);
+    /* "[N, 784]": the batch dimension is free. */
+    if (s->ndim == 0)
+        snprintf(buf, cap, "[N]");
+    else
+        snprintf(buf, cap, "[N, %s", inner + 1);
+    return buf;
+}
+
+void ct_shape_with_batch(const ct_shape *s, int64_t batch, int *ndim, int64_t *shape) {
+    shape[0] = batch;
+    for (int i = 0; i < s->ndim; i++) shape[i + 1] = s->dims[i];
+    *ndim = s->ndim + 1;
+}
+
+ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                ct_tensor *out) {
+    int ndim;
+    int64_t full[CT_MAX_DIMS];
+    ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
+    *out = ct_tensor_view(NULL, dt, dev, ndim, full);
+    return ct_arena_alloc(ctx->arena, ct_tensor_nbytes(out), &out->data);
+}
+
+ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {
+    m->in_shape = *in;
+    ct_shape result = *in;
+    if (m->ops->infer) CT_TRY(named(m, m->ops->infer(m, in, &result)));
+    if (result.ndim + 1 > CT_MAX_DIMS)
+        return named(m, ct_error(CT_ERR_SHAPE, "output has %d dimensions (at most %d)", result.ndim + 1,
+                                 CT_MAX_DIMS));
+    m->out_shape = result;
+    *out = result;
+    return CT_OK;
+}
+
+ct_status ct_module_declare(ct_module *m, ct_param_store *ps) {
+    if (m->ops->declare) CT_TRY(named(m, m->ops->declare(m, ps)));
+    for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_declare(m->children[i], ps));
+    return CT_OK;
+}
+
+void ct_module_init(ct_module *m, ct_rng *rng) {
+    if (m->ops->init) m->ops->init(m, rng);
+    for (int i = 0; i < m->n_children; i++) ct_module_init(m->children[i], rng);
+}
+
+ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
+    m->max_batch = ctx->max_batch;
+    if (m->ops->reserve) CT_TRY(named(m, m->ops->reserve(m, ctx)));
+    for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_reserve(m->children[i], ctx));
+    return CT_OK;
+}
+
+/* Checks that x is [B, in_shape...] with B <= max_batch, of the input dtype, on the module's device. */
+static ct_status check_input(const ct_module *m, const ct_tensor *x) {
+    bool fits = x->dtype == m->in_dtype && ct_device_eq(x->device, m->device) && x->ndim == m->in_shape.ndim + 1 &&
+                x->shape[0] <= m->max_batch;
+    for (int i = 0; fits && i < m->in_shape.ndim; i++) fits = x->shape[i + 1] == m->in_shape.dims[i];
+    if (fits) return CT_OK;
+    char got[128], want[96], dev[32];
+    ct_tensor_str(x, got, sizeof got);
+    ct_sample_shape_str(&m->in_shape, want, sizeof want);
+    if (x->shape[0] > m->max_batch && x->ndim == m->in_shape.ndim + 1)
+        return ct_error(CT_ERR_SHAPE, "input %s has batch %lld, more than the %lld the model was set up for",
+                        got, (long long)x->shape[0], (long long)m->max_batch);
+    ct_status s = x->dtype != m->in_dtype ? CT_ERR_DTYPE
+                  : !ct_device_eq(x->device, m->device) ? CT_ERR_DEVICE
+                                                          : CT_ERR_SHAPE;
+    return ct_error(s, "input %s does not fit: expected %s %s %s", got, want, ct_dtype_name(m->in_dtype),
+                    ct_device_str(m->device, dev, sizeof dev));
+}
+
+ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
+    if (!m->ops->forward)
+        return ct_error(CT_ERR_STATE, "%s '%s': has no forward", m->ops->type, display_name(m));
+    if (m->max_batch == 0)
+        return ct_error(CT_ERR_STATE, "%s '%s': forward before the model was built", m->ops->type,
+                        display_name(m));
+    ct_status s = check_input(m, x);
+    if (s != CT_OK) return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
+    m->batch = x->shape[0];
+    return named(m, m->ops->forward(m, x, y));
+}
+
+ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
+    if (!m->ops->backward)
+        return ct_error(CT_ERR_STATE, "%s '%s': has no backward", m->ops->type, display_name(m));
+    bool fits = dy->dtype == m->dtype && ct_device_eq(dy->device, m->device) && dy->ndim == m->out_shape.ndim + 1 &&
+                dy->shape[0] == m->batch;
+    for (int i = 0; fits && i < m->out_shape.ndim; i++) fits = dy->shape[i + 1] == m->out_shape.dims[i];
+    if (!fits) {
+        char got[128], want[96];
+        ct_tensor_str(dy, got, sizeof got);
+        ct_sample_shape_str(&m->out_shape, want, sizeof want);
+        return ct_error(CT_ERR_SHAPE, "%s '%s': output gradient %s does not match the output %s of the last "
+                        "forward (batch %lld, %s)", m->ops->type, display_name(m), got, want,
+                        (long long)m->batch, ct_dtype_name(m->dtype));
+    }
+    return named(m, m->ops->backward(m, dy, dx));
+}
+
+void ct_module_destroy(ct_module *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_children; i++) ct_module_destroy(m->children[i]);
+    free(m->children);
+    m->children = NULL;
+    if (m->ops->destroy)
+        m->ops->destroy(m);
+    else
+        free(m);
+}
+
+void ct_module_train(ct_module *m, bool training) {
+    m->training = training;
+    for (int i = 0; i < m->n_children; i++) ct_module_train(m->children[i], training);
+}
+
+void ct_module_configure(ct_module *m, ct_dtype dt, ct_device dev, const ct_step_ctx *ctx) {
+    m->dtype = dt;
+    m->in_dtype = dt;
+    m->device = dev;
+    m->step_ctx = ctx;
+    for (int i = 0; i < m->n_children; i++) ct_module_configure(m->children[i], dt, dev, ctx);
+}
+
+void ct_module_assign_names(ct_module *m, const char *prefix) {
+    snprintf(m->name, sizeof m->name, "%s", prefix);
+    for (int i = 0; i < m->n_children; i++) {
+        ct_module *c = m->children[i];
+        char child[sizeof m->name];
+        if (prefix[0])
+            snprintf(child, sizeof child, "%s.%s", prefix, c->local_name);
+        else
+            snprintf(child, sizeof child, "%s", c->local_name);
+        ct_module_assign_names(c, child);
+    }
+}

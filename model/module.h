@@ -1,0 +1,111 @@
+/* Modules: the layer vtable, and the one wrapper through which the core calls every layer.
+ *
+ * A layer is a struct whose first member is a ct_module; its `ops` table says how it behaves. The
+ * lifecycle, driven by ct_model_build (model.h), is:
+ *   infer   - given the per-sample input shape, check it and compute the per-sample output shape;
+ *   declare - name its parameters and buffers (shapes now known); the store lays them out in one
+ *             flat parameter buffer and one flat gradient buffer and binds each declared tensor;
+ *   init    - PyTorch's default initialisation (reset_parameters), from a seeded generator;
+ *   reserve - allocate its output and input-gradient buffers for the largest batch from the arena;
+ *   forward / backward - per batch, no allocation; backward ACCUMULATES parameter gradients.
+ * A NULL member means "nothing to do" (or, for forward/backward of a container, "run the children").
+ *
+ * The table starts with its size and members are only ever appended, so a layer compiled against an
+ * older header keeps working. Applications add layers by writing such a table (see examples/). */
+#ifndef CT_MODULE_H
+#define CT_MODULE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/arena.h"
+#include "core/rng.h"
+#include "core/tensor.h"
+
+typedef struct ct_module ct_module;
+typedef struct ct_param_store ct_param_store;
+
+/* A per-sample shape: the tensor shape without its leading batch dimension. */
+typedef struct ct_shape {
+    int ndim;
+    int64_t dims[CT_MAX_DIMS - 1];
+} ct_shape;
+
+/* Per-step context shared by every module of a model: what counter-based randomness is keyed by. */
+typedef struct ct_step_ctx {
+    uint64_t seed;          /* run seed */
+    uint64_t step;          /* global step (or evaluation call) */
+    int64_t sample_offset;  /* global position of row 0 of this batch in the epoch's order */
+} ct_step_ctx;
+
+/* What `reserve` needs: where to get memory, what type and device, how large a batch. */
+typedef struct ct_reserve_ctx {
+    ct_arena *arena;
+    int64_t max_batch;
+} ct_reserve_ctx;
+
+typedef struct ct_module_ops {
+    size_t size; /* sizeof(ct_module_ops) when the table was written */
+    const char *type;
+    ct_status (*infer)(ct_module *m, const ct_shape *in, ct_shape *out);
+    ct_status (*declare)(ct_module *m, ct_param_store *ps);
+    void (*init)(ct_module *m, ct_rng *rng);
+    ct_status (*reserve)(ct_module *m, const ct_reserve_ctx *ctx);
+    /* y: a view of the module's output for x's batch (the module owns the memory). */
+    ct_status (*forward)(ct_module *m, const ct_tensor *x, ct_tensor *y);
+    /* dy: gradient of the output; dx (NULL when the caller needs none): a view of the gradient of x. */
+    ct_status (*backward)(ct_module *m, const ct_tensor *dy, ct_tensor *dx);
+    void (*destroy)(ct_module *m);
+} ct_module_ops;
+
+struct ct_module {
+    const ct_module_ops *ops;
+    char local_name[48];  /* name inside its parent ("0", "fc1"); "" for a model's root */
+    char name[256];       /* dotted path from the root, set by ct_model_build ("layers.0") */
+    bool training;
+    ct_module **children; /* owned; containers fill them */
+    int n_children;
+    /* Set before infer: */
+    ct_dtype dtype;       /* compute dtype of the model (f32, or f64 for reference checks) */
+    ct_device device;
+    ct_dtype in_dtype;    /* dtype the input must have; infer may change it (embedding takes ids) */
+    const ct_step_ctx *step_ctx;
+    /* Set by ct_module_infer: */
+    ct_shape in_shape, out_shape;
+    int64_t max_batch;
+    bool need_input_grad; /* false for the first layer: skip computing dx */
+    int64_t batch;        /* rows of the last forward, which backward must match */
+};
+
+/* Initialises the base of a new module (call from a layer's constructor). */
+void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
+/* Appends a child (taking ownership) under the given local name (NULL: its index). */
+ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name);
+
+/* The wrappers: validate, call the hook, prefix errors with "<type> '<name>': ". */
+ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out);
+ct_status ct_module_declare(ct_module *m, ct_param_store *ps);
+void ct_module_init(ct_module *m, ct_rng *rng);
+ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx);
+ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y);
+ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx);
+void ct_module_destroy(ct_module *m);
+/* Sets training mode on m and all its descendants. */
+void ct_module_train(ct_module *m, bool training);
+/* Sets dtype, device and step context on m and all its descendants. */
+void ct_module_configure(ct_module *m, ct_dtype dt, ct_device dev, const ct_step_ctx *ctx);
+/* Assigns dotted names from local names, starting at m (whose full name is prefix). */
+void ct_module_assign_names(ct_module *m, const char *prefix);
+
+/* Shape helpers. */
+int64_t ct_shape_numel(const ct_shape *s);
+const char *ct_sample_shape_str(const ct_shape *s, char *buf, size_t cap);
+/* The full tensor shape [batch, dims...]. */
+void ct_shape_with_batch(const ct_shape *s, int64_t batch, int *ndim, int64_t *shape);
+
+/* Reserves an activation tensor of [max_batch, shape...] from the arena. */
+ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                ct_tensor *out);
+
+#endif

@@ -1,0 +1,76 @@
+/* Sequential: children applied in order (nn.Sequential); children are named by index, so the
+ * parameters of a "layers" Sequential read "layers.0.weight" as in PyTorch. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/json.h"
+#include "model/layers.h"
+
+static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
+    ct_shape cur = *in;
+    for (int i = 0; i < m->n_children; i++) {
+        ct_module *c = m->children[i];
+        c->need_input_grad = i > 0 || m->need_input_grad;
+        if (i > 0) c->in_dtype = c->dtype; /* only the first child sees the model's input dtype */
+        CT_TRY(ct_module_infer(c, &cur, &cur));
+    }
+    /* The input dtype of a sequence is that of its first child (token ids for an embedding). */
+    if (m->n_children > 0) m->in_dtype = m->children[0]->in_dtype;
+    *out = cur;
+    return CT_OK;
+}
+
+static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
+    /* Separate input and output structs: a module may set *y before it has read *x. */
+    ct_tensor cur = *x, next;
+    for (int i = 0; i < m->n_children; i++) {
+        CT_TRY(ct_module_forward(m->children[i], &cur, &next));
+        cur = next;
+    }
+    *y = cur;
+    return CT_OK;
+}
+
+static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
+    ct_tensor cur = *dy, next;
+    for (int i = m->n_children - 1; i >= 0; i--) {
+        if (i == 0 && !dx) return ct_module_backward(m->children[i], &cur, NULL);
+        CT_TRY(ct_module_backward(m->children[i], &cur, &next));
+        cur = next;
+    }
+    if (dx) *dx = cur;
+    return CT_OK;
+}
+
+static const ct_module_ops sequential_ops = {
+    .size = sizeof(ct_module_ops), .type = "sequential", .infer = infer, .forward = forward, .backward = backward};
+
+ct_status ct_sequential_create(ct_module **out) {
+    ct_module *m = calloc(1, sizeof *m);
+    if (!m) return ct_error(CT_ERR_NOMEM, "sequential: out of memory");
+    ct_module_base_init(m, &sequential_ops);
+    *out = m;
+    return CT_OK;
+}
+
+ct_status ct_sequential_from_json(const json_t *spec, const char *path, ct_module **out) {
+    static const char *const keys[] = {"type", "layers", NULL};
+    CT_TRY(ct_json_check_keys(spec, path, keys));
+    json_t *layers = json_object_get(spec, "layers");
+    if (!json_is_array(layers)) return ct_error(CT_ERR_CONFIG, "%s.layers: expected a list of layers", path);
+    ct_module *seq;
+    CT_TRY(ct_sequential_create(&seq));
+    for (size_t i = 0; i < json_array_size(layers); i++) {
+        char child_path[512];
+        snprintf(child_path, sizeof child_path, "%s.layers[%zu]", path, i);
+        ct_module *child;
+        ct_status s = ct_module_from_json(json_array_get(layers, i), child_path, &child);
+        if (s == CT_OK) s = ct_module_add_child(seq, child, NULL);
+        if (s != CT_OK) {
+            ct_module_destroy(seq);
+            return s;
+        }
+    }
+    *out = seq;
+    return CT_OK;
+}

@@ -1,0 +1,26 @@
+"""Linear, activations, Flatten and Sequential against PyTorch on fresh random inputs."""
+import torch.nn as nn
+
+from common import RNG, finish
+from layer_check import check_layer
+
+B = int(RNG.integers(1, 9))
+fin, fout = int(RNG.integers(1, 40)), int(RNG.integers(1, 40))
+x = RNG.normal(size=(B, fin))
+for bias in (True, False):
+    check_layer(f"linear bias={bias}", {"type": "linear", "in_features": fin, "out_features": fout, "bias": bias},
+                nn.Linear(fin, fout, bias=bias), x)
+x3 = RNG.normal(size=(B, 5, fin))
+check_layer("linear on [B, T, C]", {"type": "linear", "out_features": fout}, nn.Linear(fin, fout), x3)
+
+acts = [({"type": "relu"}, nn.ReLU()), ({"type": "gelu"}, nn.GELU()),
+        ({"type": "gelu", "approximate": "tanh"}, nn.GELU(approximate="tanh")),
+        ({"type": "tanh"}, nn.Tanh()), ({"type": "sigmoid"}, nn.Sigmoid())]
+for spec, mod in acts:
+    check_layer(spec["type"] + str(spec.get("approximate", "")), spec, mod, 3 * RNG.normal(size=(B, 3, 4)))
+
+img = RNG.normal(size=(B, 2, 3, 4))
+seq = {"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 16},
+                                        {"type": "gelu"}, {"type": "linear", "out_features": 7}]}
+check_layer("sequential mlp", seq, nn.Sequential(nn.Flatten(), nn.Linear(24, 16), nn.GELU(), nn.Linear(16, 7)), img)
+finish()

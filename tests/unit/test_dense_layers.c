@@ -1,0 +1,143 @@
+/* Linear, activations, Flatten and Sequential: finite-difference gradients in float64, PyTorch's
+ * init bounds, and the errors bad inputs get. */
+#include <string.h>
+
+#include "core/ops.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "testlib.h"
+
+static ct_shape shape1(int64_t a) { return (ct_shape){1, {a}}; }
+
+static void gradchecks(void) {
+    ct_module *m;
+    ct_shape in = shape1(7);
+    ct_gradcheck_opts o = ct_gradcheck_defaults(5);
+    CHECK_OK(ct_linear_create(7, 4, true, &m));
+    ct_gradcheck_module("linear", m, &in, &o);
+    CHECK_OK(ct_linear_create(0, 3, false, &m));
+    ct_gradcheck_module("linear (no bias, inferred in_features)", m, &in, &o);
+    ct_shape seq_in = {2, {3, 7}}; /* [B, T, C]: linear over the last dimension */
+    CHECK_OK(ct_linear_create(7, 2, true, &m));
+    ct_gradcheck_module("linear on [B, T, C]", m, &seq_in, &o);
+
+    const ct_activation acts[] = {CT_ACT_RELU, CT_ACT_GELU, CT_ACT_GELU_TANH, CT_ACT_TANH, CT_ACT_SIGMOID};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        CHECK_OK(ct_activation_create(acts[i], &m));
+        ct_gradcheck_opts oa = o;
+        oa.input_scale = 3.0;
+        oa.kink_margin = acts[i] == CT_ACT_RELU ? 1e-3 : 0;
+        ct_gradcheck_module(ct_activation_name(acts[i]), m, &in, &oa);
+    }
+
+    /* linear -> tanh -> flatten -> linear over a [B, 2, 3] input. */
+    ct_module *seq, *c;
+    CHECK_OK(ct_sequential_create(&seq));
+    CHECK_OK(ct_flatten_create(&c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_linear_create(0, 5, true, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_activation_create(CT_ACT_TANH, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_linear_create(0, 3, true, &c));
+    ct_module_add_child(seq, c, NULL);
+    ct_shape img = {2, {2, 3}};
+    ct_gradcheck_module("sequential", seq, &img, &o);
+}
+
+static void init_bounds_and_names(void) {
+    ct_module *seq, *c;
+    ct_sequential_create(&seq);
+    ct_linear_create(784, 256, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_activation_create(CT_ACT_RELU, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_linear_create(256, 10, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_model model;
+    ct_shape in = shape1(784);
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 4, .seed = ct_test_seed};
+    CHECK_OK(ct_model_build(&model, seq, &in, &mo));
+    const ct_param *w = ct_params_find(&model.params, "0.weight");
+    const ct_param *b = ct_params_find(&model.params, "2.bias");
+    CHECK(w && b, "parameters are named like PyTorch's (0.weight, 2.bias)");
+    CHECK(ct_params_count(&model.params) == 784 * 256 + 256 + 256 * 10 + 10, "parameter count %lld",
+          (long long)ct_params_count(&model.params));
+    CHECK(b && (b->flags & CT_PARAM_NO_DECAY), "biases are excluded from weight decay");
+    if (w) {
+        /* U(-1/sqrt(784), 1/sqrt(784)): bounded, mean ~0, variance bound^2/3. */
+        double bound = 1.0 / 28.0, sum = 0, sum2 = 0, maxabs = 0;
+        int64_t n = w->numel;
+        for (int64_t i = 0; i < n; i++) {
+            double v = ct_tensor_get(w->value, i);
+            sum += v;
+            sum2 += v * v;
+            maxabs = fmax(maxabs, fabs(v));
+        }
+        CHECK(maxabs <= bound, "weight %g outside the kaiming-uniform bound %g", maxabs, bound);
+        CHECK(fabs(sum / n) < 6 * bound / sqrt(3.0 * n), "weight mean %g", sum / n);
+        CHECK(fabs(sum2 / n / (bound * bound / 3) - 1) < 0.02, "weight variance ratio %g", sum2 / n / (bound * bound / 3));
+    }
+    /* Views point into one flat buffer, in declaration order. */
+    const ct_param *w0 = ct_params_find(&model.params, "0.weight"), *w2 = ct_params_find(&model.params, "2.weight");
+    CHECK(w0 && w2 && (char *)w2->value->data > (char *)w0->value->data &&
+              (char *)w2->value->data < (char *)model.params.values.data + ct_tensor_nbytes(&model.params.values),
+          "parameters live in the flat buffer");
+    ct_model_free(&model);
+}
+
+static void bad_inputs(void) {
+    ct_module *seq, *c;
+    ct_sequential_create(&seq);
+    ct_linear_create(784, 16, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_model model;
+    ct_shape in = shape1(784);
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 8, .seed = 1};
+    CHECK_OK(ct_model_build(&model, seq, &in, &mo));
+    int64_t bad_shape[2] = {8, 783};
+    ct_tensor x, y;
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, bad_shape);
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_SHAPE, "'model'", "[8, 783]", "[N, 784]");
+    ct_tensor_free(&x);
+    int64_t big[2] = {9, 784};
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, big);
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_SHAPE, "'model'", "batch 9");
+    ct_tensor_free(&x);
+    int64_t ok[2] = {8, 784};
+    ct_tensor_alloc(&x, CT_F64, CT_CPU, 2, ok);
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_DTYPE, "'model'", "f64", "f32");
+    ct_tensor_free(&x);
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, ok);
+    x.device = (ct_device){CT_DEVICE_CUDA, 0};
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_DEVICE, "'model'", "cuda:0", "cpu");
+    x.device = CT_CPU;
+    CHECK_OK(ct_model_forward(&model, &x, &y));
+    ct_tensor dy;
+    int64_t dshape[2] = {8, 15};
+    ct_tensor_alloc(&dy, CT_F32, CT_CPU, 2, dshape);
+    CHECK_ERR(ct_model_backward(&model, &dy), CT_ERR_SHAPE, "'model'", "[8, 15]", "[N, 16]");
+    ct_tensor_free(&dy);
+    ct_tensor_free(&x);
+    ct_model_free(&model);
+
+    /* A layer that cannot take the input shape is rejected at build time, by name. */
+    ct_sequential_create(&seq);
+    ct_linear_create(10, 4, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_linear_create(5, 4, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    ct_shape in10 = shape1(10);
+    CHECK_ERR(ct_model_build(&model, seq, &in10, &mo), CT_ERR_SHAPE, "linear '1'", "in_features=5");
+    CHECK_ERR(ct_linear_create(3, 0, true, &c), CT_ERR_INVALID_ARG, "out_features=0");
+    ct_device d;
+    CHECK_ERR(ct_device_parse("gpu0", &d), CT_ERR_INVALID_ARG, "'gpu0'");
+}
+
+int main(void) {
+    ct_test_begin("test_dense_layers");
+    gradchecks();
+    init_bounds_and_names();
+    bad_inputs();
+    return ct_test_finish();
+}

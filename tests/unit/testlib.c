@@ -1,0 +1,161 @@
+/* Test helpers (see testlib.h). */
+#include "testlib.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/ops.h"
+#include "model/model.h"
+
+int ct_test_passed, ct_test_failed;
+uint64_t ct_test_seed;
+static const char *test_name = "test";
+
+void ct_test_begin(const char *name) {
+    test_name = name;
+    const char *env = getenv("CT_TEST_SEED");
+    if (env)
+        ct_test_seed = strtoull(env, NULL, 0);
+    else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ct_test_seed = (uint64_t)ts.tv_sec * 1000003u ^ (uint64_t)ts.tv_nsec;
+    }
+    printf("%s: seed %llu (rerun with CT_TEST_SEED=%llu)\n", name, (unsigned long long)ct_test_seed,
+           (unsigned long long)ct_test_seed);
+}
+
+void ct_test_fail(const char *file, int line, const char *fmt, ...) {
+    ct_test_failed++;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stdout, "FAIL %s:%d: ", file, line);
+    vfprintf(stdout, fmt, ap);
+    fprintf(stdout, "\n");
+    va_end(ap);
+}
+
+int ct_test_finish(void) {
+    if (ct_test_failed) printf("%s: seed was %llu\n", test_name, (unsigned long long)ct_test_seed);
+    printf("%d passed, %d failed\n", ct_test_passed, ct_test_failed);
+    return ct_test_failed ? 1 : 0;
+}
+
+ct_gradcheck_opts ct_gradcheck_defaults(int64_t batch) {
+    return (ct_gradcheck_opts){.batch = batch, .input_scale = 1.0, .max_probes = 48, .tolerance = 1e-6,
+                               .training = true};
+}
+
+/* L = sum(y * r) for the current parameters and input. */
+static double objective(ct_model *model, const ct_tensor *x, const double *r) {
+    ct_tensor y;
+    ct_status s = ct_model_forward(model, x, &y);
+    if (s != CT_OK) {
+        ct_test_fail(__FILE__, __LINE__, "forward failed: %s", ct_last_error());
+        return NAN;
+    }
+    double acc = 0.0;
+    int64_t n = ct_tensor_numel(&y);
+    for (int64_t i = 0; i < n; i++) acc += ((double *)y.data)[i] * r[i];
+    return acc;
+}
+
+/* Compares analytic[i] with finite differences of `target` elements, on a random subset of probes. */
+static double probe(const char *label, const char *what, ct_model *model, ct_tensor *x, const double *r,
+                    double *target, const double *analytic, int64_t n, const ct_gradcheck_opts *o, ct_rng *rng) {
+    int probes = n < o->max_probes ? (int)n : o->max_probes;
+    double diff2 = 0.0, a2 = 0.0, f2 = 0.0;
+    for (int k = 0; k < probes; k++) {
+        int64_t i = n <= o->max_probes ? k : (int64_t)ct_rng_below(rng, (uint64_t)n);
+        double saved = target[i];
+        double h = 1e-6 * fmax(1.0, fabs(saved));
+        target[i] = saved + h;
+        double lp = objective(model, x, r);
+        target[i] = saved - h;
+        double lm = objective(model, x, r);
+        target[i] = saved;
+        double fd = (lp - lm) / (2 * h);
+        diff2 += (fd - analytic[i]) * (fd - analytic[i]);
+        a2 += analytic[i] * analytic[i];
+        f2 += fd * fd;
+    }
+    double rel = sqrt(diff2) / fmax(sqrt(fmax(a2, f2)), 1e-300);
+    if (a2 == 0.0 && f2 == 0.0) rel = 0.0;
+    CHECK(rel < o->tolerance, "%s: gradient of %s: relative error %.3g (bound %.3g)", label, what, rel, o->tolerance);
+    CHECK(a2 > 0.0 || n == 0, "%s: gradient of %s is all zero: the check would prove nothing", label, what);
+    return rel;
+}
+
+double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, const ct_gradcheck_opts *o) {
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    ct_model model;
+    ct_model_options mo = {.dtype = CT_F64, .device = CT_CPU, .max_batch = o->batch, .seed = ct_test_seed};
+    ct_status s = ct_model_build(&model, m, in, &mo);
+    if (s != CT_OK) {
+        ct_test_fail(__FILE__, __LINE__, "%s: build failed: %s", label, ct_last_error());
+        return INFINITY;
+    }
+    ct_model_train(&model, o->training);
+    bool want_dx = o->integer_input_max == 0;
+    if (want_dx) CHECK_OK(ct_model_enable_input_grad(&model));
+    /* Parameters: the layer's own init is fine, but nudge them off special values (zero bias,
+     * unit norm weights) so a wrongly-indexed gradient cannot hide behind symmetry. */
+    double *pv = model.params.values.data;
+    for (int64_t i = 0; i < ct_tensor_numel(&model.params.values); i++) pv[i] += 0.1 * (ct_rng_uniform(&rng) - 0.5);
+
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    ct_shape_with_batch(in, o->batch, &ndim, shape);
+    ct_tensor x;
+    ct_tensor_alloc(&x, want_dx ? CT_F64 : CT_I64, CT_CPU, ndim, shape);
+    int64_t nx = ct_tensor_numel(&x);
+    for (int64_t i = 0; i < nx; i++) {
+        if (!want_dx) {
+            ((int64_t *)x.data)[i] = (int64_t)ct_rng_below(&rng, (uint64_t)o->integer_input_max);
+            continue;
+        }
+        double v;
+        do v = (2 * ct_rng_uniform(&rng) - 1) * o->input_scale;
+        while (o->kink_margin > 0 && fabs(v) < o->kink_margin);
+        ((double *)x.data)[i] = v;
+    }
+    ct_tensor y;
+    ct_model_forward(&model, &x, &y);
+    int64_t ny = ct_tensor_numel(&y);
+    double *r = malloc((size_t)ny * sizeof *r);
+    for (int64_t i = 0; i < ny; i++) r[i] = 2 * ct_rng_uniform(&rng) - 1;
+    ct_tensor dy = y;
+    ct_tensor_alloc(&dy, CT_F64, CT_CPU, y.ndim, y.shape);
+    memcpy(dy.data, r, (size_t)ny * sizeof *r);
+
+    ct_model_zero_grad(&model);
+    s = ct_model_backward(&model, &dy);
+    ct_tensor dx = model.dx;
+    CHECK(s == CT_OK, "%s: backward failed: %s", label, ct_last_error());
+    double worst = 0.0;
+    if (s == CT_OK) {
+        if (want_dx) {
+            double *dxc = malloc((size_t)nx * sizeof *dxc);
+            memcpy(dxc, dx.data, (size_t)nx * sizeof *dxc);
+            worst = fmax(worst, probe(label, "input", &model, &x, r, x.data, dxc, nx, o, &rng));
+            free(dxc);
+        }
+        for (int i = 0; i < model.params.count; i++) {
+            ct_param *p = &model.params.items[i];
+            if (p->flags & CT_PARAM_BUFFER) continue;
+            double *grad = malloc((size_t)p->numel * sizeof *grad);
+            memcpy(grad, p->grad->data, (size_t)p->numel * sizeof *grad);
+            worst = fmax(worst, probe(label, p->name, &model, &x, r, p->value->data, grad, p->numel, o, &rng));
+            free(grad);
+        }
+    }
+    free(r);
+    ct_tensor_free(&x);
+    ct_tensor_free(&dy);
+    ct_model_free(&model);
+    printf("%s: worst relative gradient error %.3g\n", label, worst);
+    return worst;
+}

@@ -1,0 +1,75 @@
+/* A small test library for the C unit tests: checks that count and report with file:line, a fresh
+ * seed each run (printed on failure, fixed by CT_TEST_SEED=...), and a finite-difference gradient
+ * checker for modules in float64. Each test program ends with ct_test_finish(), which prints
+ * "N passed, N failed" and returns the exit code. */
+#ifndef CT_TESTLIB_H
+#define CT_TESTLIB_H
+
+#include <math.h>
+#include <stdio.h>
+
+#include "core/rng.h"
+#include "core/status.h"
+#include "model/module.h"
+
+extern int ct_test_passed, ct_test_failed;
+extern uint64_t ct_test_seed;
+
+/* Seeds the test run from CT_TEST_SEED or the clock, and prints the seed. */
+void ct_test_begin(const char *name);
+int ct_test_finish(void);
+void ct_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond)                                                                                  \
+            ct_test_passed++;                                                                      \
+        else                                                                                       \
+            ct_test_fail(__FILE__, __LINE__, __VA_ARGS__);                                         \
+    } while (0)
+
+#define CHECK_OK(expr)                                                                             \
+    do {                                                                                           \
+        ct_status s_ = (expr);                                                                     \
+        CHECK(s_ == CT_OK, "%s -> %s: %s", #expr, ct_status_str(s_), ct_last_error());             \
+    } while (0)
+
+/* Expects status `want` and a message containing every one of the given substrings. */
+#define CHECK_ERR(expr, want, ...)                                                                 \
+    do {                                                                                           \
+        ct_status s_ = (expr);                                                                     \
+        const char *subs_[] = {__VA_ARGS__, NULL};                                                 \
+        CHECK(s_ == (want), "%s -> %s (wanted %s): %s", #expr, ct_status_str(s_), ct_status_str(want), \
+              ct_last_error());                                                                    \
+        for (const char **p_ = subs_; *p_; p_++)                                                   \
+            CHECK(strstr(ct_last_error(), *p_) != NULL, "message of %s lacks '%s': %s", #expr, *p_,  \
+                  ct_last_error());                                                                \
+    } while (0)
+
+#define CHECK_NEAR(a, b, rel)                                                                      \
+    do {                                                                                           \
+        double a_ = (a), b_ = (b);                                                                 \
+        double scale_ = fmax(fmax(fabs(a_), fabs(b_)), 1e-30);                                     \
+        CHECK(fabs(a_ - b_) <= (rel)*scale_, "%s = %.17g vs %s = %.17g (rel %.3g > %.3g)", #a, a_, #b, b_, \
+              fabs(a_ - b_) / scale_, (double)(rel));                                              \
+    } while (0)
+
+/* Options for the gradient checker. */
+typedef struct ct_gradcheck_opts {
+    int64_t batch;
+    double input_scale;     /* inputs ~ U(-scale, scale) (default 1) */
+    double kink_margin;     /* resample inputs closer than this to 0 (ReLU-like kinks); 0 = off */
+    int max_probes;         /* elements probed per tensor (default 48) */
+    double tolerance;       /* relative error bound (default 1e-6) */
+    int integer_input_max;  /* > 0: inputs are integer ids in [0, max) (embedding); no input gradient */
+    bool training;          /* module in training mode (default true via ct_gradcheck_defaults) */
+} ct_gradcheck_opts;
+
+ct_gradcheck_opts ct_gradcheck_defaults(int64_t batch);
+
+/* Builds `m` (taking ownership) in float64 for the per-sample input shape, then compares the
+ * analytic gradients of L = sum(forward(x) * r), for random r, w.r.t. the input and every parameter
+ * against central finite differences. Records checks; returns the worst relative error seen. */
+double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, const ct_gradcheck_opts *opts);
+
+#endif
