@@ -1,10 +1,27 @@
-/* The `ctrainer` program. */
+/* The `ctrainer` program: dispatches to a subcommand. */
 #include <stdio.h>
 #include <string.h>
 
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: ctrainer <command> [options]\n\n"
+               "commands:\n"
+               "  demo      train a model on Fashion-MNIST with ctrainer's layers (demo --help)\n"
+               "  version   print the version\n");
+}
+
 int main(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    puts("ctrainer");
-    return 0;
+    if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
+    if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+        printf("ctrainer %s\n", CT_VERSION);
+        return 0;
+    }
+    fprintf(stderr, "ctrainer: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
 }

@@ -1,0 +1,8 @@
+/* Subcommands of the ctrainer program. Each returns the process exit code: 0 success, 1 runtime
+ * failure, 2 usage or configuration error. */
+#ifndef CT_CLI_H
+#define CT_CLI_H
+
+int ct_cli_demo(int argc, char **argv);
+
+#endif
