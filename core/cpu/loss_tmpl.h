@@ -1,0 +1,185 @@
+/* Loss kernels over one real type R; included by loss.c for float and double. Everything is
+ * computed and accumulated in double and only the gradients are stored as R. Sums go through
+ * CT_LOSS_CHUNKS fixed partial sums (see loss.c), so they do not depend on the thread count. */
+#include <math.h>
+#include <stdint.h>
+
+/* --- softmax cross-entropy ---------------------------------------------------------------------- */
+
+/* max and log-sum-exp of one row. A NaN anywhere makes lse NaN (exp(NaN - m) is NaN whatever m is),
+ * which is how NaN logits reach the sum instead of being skipped by the comparison. */
+static double FN(row_lse)(const R *z, int64_t c) {
+    double m = z[0];
+    for (int64_t j = 1; j < c; j++)
+        if (z[j] > m) m = z[j];
+    double se = 0.0;
+    for (int64_t j = 0; j < c; j++) se += exp((double)z[j] - m);
+    return m + log(se);
+}
+
+static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
+                            double eps, int64_t ignore, double *sum, double *count) {
+    double psum[CT_LOSS_CHUNKS], pcount[CT_LOSS_CHUNKS];
+    int64_t pbad[CT_LOSS_CHUNKS];
+#pragma omp parallel for if (rows * c > CT_OMP_MIN)
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        double s = 0.0, n = 0.0;
+        int64_t bad = -1;
+        for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
+            int64_t y = target_at(tgt, t64, r);
+            if (y == ignore) continue;
+            if (y < 0 || y >= c) {
+                if (bad < 0) bad = r;
+                continue;
+            }
+            const R *zr = z + r * c;
+            double lse = FN(row_lse)(zr, c);
+            double wy = w ? w[y] : 1.0;
+            double loss = (1.0 - eps) * wy * (lse - (double)zr[y]);
+            if (eps != 0.0) {
+                /* sum_c w_c (lse - z_c), the smoothing term over all classes */
+                double smooth = 0.0;
+                if (w)
+                    for (int64_t j = 0; j < c; j++) smooth += w[j] * (lse - (double)zr[j]);
+                else
+                    for (int64_t j = 0; j < c; j++) smooth += lse - (double)zr[j];
+                loss += eps / (double)c * smooth;
+            }
+            s += loss;
+            n += wy;
+        }
+        psum[k] = s;
+        pcount[k] = n;
+        pbad[k] = bad;
+    }
+    double s = 0.0, n = 0.0;
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        if (pbad[k] >= 0) return pbad[k]; /* chunks are in row order: the first one found is the first */
+        s += psum[k];
+        n += pcount[k];
+    }
+    *sum = s;
+    *count = n;
+    return -1;
+}
+
+/* d loss / d z_j = (1-eps) w_y (p_j - [j == y]) + eps/C (W p_j - w_j), W = sum_c w_c; so
+ * dz_j = scale * (a p_j - eps/C w_j - [j == y] (1-eps) w_y) with a = (1-eps) w_y + eps/C W. */
+static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
+                            double eps, int64_t ignore, double scale, R *dz) {
+    double wsum = (double)c;
+    if (w) {
+        wsum = 0.0;
+        for (int64_t j = 0; j < c; j++) wsum += w[j];
+    }
+    double es = eps / (double)c;
+    int64_t pbad[CT_LOSS_CHUNKS];
+#pragma omp parallel for if (rows * c > CT_OMP_MIN)
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        int64_t bad = -1;
+        for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
+            int64_t y = target_at(tgt, t64, r);
+            const R *zr = z + r * c;
+            R *dr = dz + r * c;
+            if (y == ignore || y < 0 || y >= c) {
+                if (y != ignore && bad < 0) bad = r;
+                for (int64_t j = 0; j < c; j++) dr[j] = 0;
+                continue;
+            }
+            double lse = FN(row_lse)(zr, c);
+            double zy = zr[y]; /* read before the row is written: dz may alias z */
+            double wy = w ? w[y] : 1.0;
+            double a = scale * ((1.0 - eps) * wy + es * wsum);
+            double b = scale * es;
+            if (w)
+                for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b * w[j]);
+            else
+                for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b);
+            /* the target's own term, added to what was computed in double */
+            double py = a * exp(zy - lse) - b * (w ? w[y] : 1.0);
+            dr[y] = (R)(py - scale * (1.0 - eps) * wy);
+        }
+        pbad[k] = bad;
+    }
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++)
+        if (pbad[k] >= 0) return pbad[k];
+    return -1;
+}
+
+/* --- elementwise losses -------------------------------------------------------------------------- */
+
+static double FN(pointwise_fwd)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
+                                const R *y, int64_t n) {
+    double part[CT_LOSS_CHUNKS];
+#pragma omp parallel for if (n > CT_OMP_MIN)
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        double acc = 0.0;
+        int64_t lo = chunk_lo(n, k), hi = chunk_lo(n, k + 1);
+        switch (kind) {
+        case CT_LOSS_MSE:
+            for (int64_t i = lo; i < hi; i++) {
+                double d = (double)x[i] - (double)y[i];
+                acc += d * d;
+            }
+            break;
+        case CT_LOSS_L1:
+            for (int64_t i = lo; i < hi; i++) acc += fabs((double)x[i] - (double)y[i]);
+            break;
+        case CT_LOSS_HUBER:
+            for (int64_t i = lo; i < hi; i++) {
+                double d = (double)x[i] - (double)y[i], ad = fabs(d);
+                acc += ad <= delta ? 0.5 * d * d : delta * (ad - 0.5 * delta);
+            }
+            break;
+        case CT_LOSS_BCE_LOGITS:
+            for (int64_t i = lo; i < hi; i++) {
+                double v = x[i], t = y[i];
+                double lw = pw ? 1.0 + (pw[i % npw] - 1.0) * t : 1.0;
+                /* softplus(-v) = log(1 + exp(-v)) without overflow for either sign of v */
+                double sp = fmax(-v, 0.0) + log1p(exp(-fabs(v)));
+                acc += (1.0 - t) * v + lw * sp;
+            }
+            break;
+        }
+        part[k] = acc;
+    }
+    double s = 0.0;
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) s += part[k];
+    return s;
+}
+
+static void FN(pointwise_bwd)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
+                              const R *y, int64_t n, double scale, R *dx) {
+    switch (kind) {
+    case CT_LOSS_MSE:
+#pragma omp parallel for if (n > CT_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) dx[i] = (R)(2.0 * scale * ((double)x[i] - (double)y[i]));
+        break;
+    case CT_LOSS_L1:
+#pragma omp parallel for if (n > CT_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)x[i] - (double)y[i];
+            /* torch.sign: 0 at 0, NaN for NaN */
+            dx[i] = (R)(scale * (d > 0 ? 1.0 : d < 0 ? -1.0 : d == 0 ? 0.0 : d));
+        }
+        break;
+    case CT_LOSS_HUBER:
+#pragma omp parallel for if (n > CT_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            double d = (double)x[i] - (double)y[i];
+            dx[i] = (R)(scale * (d < -delta ? -delta : d > delta ? delta : d));
+        }
+        break;
+    case CT_LOSS_BCE_LOGITS:
+#pragma omp parallel for if (n > CT_OMP_MIN)
+        for (int64_t i = 0; i < n; i++) {
+            double v = x[i], t = y[i];
+            double lw = pw ? 1.0 + (pw[i % npw] - 1.0) * t : 1.0;
+            /* sigmoid(-v), split by sign so exp never overflows */
+            double e = exp(-fabs(v));
+            double sig_neg = v >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+            dx[i] = (R)(scale * ((1.0 - t) - lw * sig_neg));
+        }
+        break;
+    }
+}

@@ -1,0 +1,143 @@
+/* The loss wrappers (the single place every loss call is validated and its errors get the loss's
+ * name) and ct_loss_from_json, which dispatches to the per-family readers in loss_xent.c and
+ * loss_pointwise.c. */
+#include "model/loss.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "core/util.h"
+#include "model/loss_impl.h"
+
+/* A member is usable when the table is recent enough to have it and it is set. */
+#define HAS_OP(ops, member) ((ops)->size > offsetof(ct_loss_ops, member) && (ops)->member)
+
+void ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops) {
+    CT_ASSERT(l && ops);
+    l->ops = ops;
+}
+
+const char *ct_loss_name(const ct_loss *l) {
+    return HAS_OP(l->ops, name) ? l->ops->name : "custom";
+}
+
+static ct_status named(const ct_loss *l, ct_status s) {
+    if (s == CT_OK) return s;
+    return ct_error_prefix(s, "%s loss: ", ct_loss_name(l));
+}
+
+/* What every loss needs of its tensors; the loss checks target dtype and shape itself. */
+static ct_status check_common(const ct_tensor *pred, const ct_tensor *target) {
+    char a[128], b[128];
+    if (pred->dtype != CT_F32 && pred->dtype != CT_F64)
+        return ct_error(CT_ERR_DTYPE, "predictions %s must be f32 or f64", ct_tensor_str(pred, a, sizeof a));
+    if (pred->device.kind != CT_DEVICE_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "predictions %s: losses have no kernels for this device yet",
+                        ct_tensor_str(pred, a, sizeof a));
+    if (!ct_device_eq(pred->device, target->device))
+        return ct_error(CT_ERR_DEVICE, "target %s is not on the device of the predictions %s",
+                        ct_tensor_str(target, b, sizeof b), ct_tensor_str(pred, a, sizeof a));
+    return CT_OK;
+}
+
+ct_status ct_loss_forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out) {
+    CT_ASSERT(l && pred && target && out);
+    *out = (ct_loss_value){0.0, 0.0};
+    if (!HAS_OP(l->ops, forward)) return named(l, ct_error(CT_ERR_UNSUPPORTED, "has no forward"));
+    CT_TRY(named(l, check_common(pred, target)));
+    return named(l, l->ops->forward(l, pred, target, out));
+}
+
+ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                           ct_tensor *dpred) {
+    CT_ASSERT(l && pred && target && dpred);
+    if (!HAS_OP(l->ops, backward)) return named(l, ct_error(CT_ERR_UNSUPPORTED, "has no backward"));
+    CT_TRY(named(l, check_common(pred, target)));
+    if (!ct_shape_eq(pred, dpred) || pred->dtype != dpred->dtype || !ct_device_eq(pred->device, dpred->device)) {
+        char a[128], b[128];
+        return named(l, ct_error(CT_ERR_SHAPE, "gradient %s does not match the predictions %s",
+                                 ct_tensor_str(dpred, b, sizeof b), ct_tensor_str(pred, a, sizeof a)));
+    }
+    if (!isfinite(scale)) return named(l, ct_error(CT_ERR_INVALID_ARG, "gradient scale %g is not finite", scale));
+    return named(l, l->ops->backward(l, pred, target, scale, dpred));
+}
+
+void ct_loss_default_destroy(ct_loss *l) { free(l); }
+
+void ct_loss_free(ct_loss *l) {
+    if (!l) return;
+    if (HAS_OP(l->ops, destroy))
+        l->ops->destroy(l);
+    else
+        ct_loss_default_destroy(l);
+}
+
+ct_status ct_loss_json_reals(const json_t *spec, const char *path, const char *key, bool allow_scalar,
+                             double min_value, double **vals, int64_t *n) {
+    *vals = NULL;
+    *n = 0;
+    json_t *v = json_object_get(spec, key);
+    if (!v) return CT_OK;
+    bool scalar = json_is_number(v);
+    if (!json_is_array(v) && !(allow_scalar && scalar))
+        return ct_error(CT_ERR_CONFIG, "%s.%s: expected %s", path, key,
+                        allow_scalar ? "a number or a list of numbers" : "a list of numbers");
+    size_t len = scalar ? 1 : json_array_size(v);
+    if (len == 0) return ct_error(CT_ERR_CONFIG, "%s.%s: expected at least one number", path, key);
+    double *out = malloc(len * sizeof *out);
+    if (!out) return ct_error(CT_ERR_NOMEM, "%s.%s: out of memory", path, key);
+    for (size_t i = 0; i < len; i++) {
+        json_t *e = scalar ? v : json_array_get(v, i);
+        char where[64] = "";
+        if (!scalar) snprintf(where, sizeof where, "[%zu]", i);
+        if (!json_is_number(e)) {
+            free(out);
+            return ct_error(CT_ERR_CONFIG, "%s.%s%s: expected a number", path, key, where);
+        }
+        out[i] = json_number_value(e);
+        if (!isfinite(out[i]) || out[i] < min_value) {
+            double bad = out[i];
+            free(out);
+            return ct_error(CT_ERR_CONFIG, "%s.%s%s: %g must be a finite number >= %g", path, key, where, bad,
+                            min_value);
+        }
+    }
+    *vals = out;
+    *n = (int64_t)len;
+    return CT_OK;
+}
+
+ct_status ct_loss_copy_reals(const char *who, const double *vals, int64_t n, ct_tensor *out) {
+    int64_t shape[1] = {n};
+    ct_status s = ct_tensor_alloc(out, CT_F64, CT_CPU, 1, shape);
+    if (s != CT_OK) return ct_error_prefix(s, "%s: ", who);
+    memcpy(out->data, vals, (size_t)n * sizeof *vals);
+    return CT_OK;
+}
+
+static const char *const loss_types[] = {"cross_entropy", "mse", "l1", "huber", "bce_with_logits", NULL};
+
+ct_status ct_loss_from_json(const json_t *spec, const char *path, ct_loss **out) {
+    *out = NULL;
+    if (json_is_string(spec)) {
+        /* "mse" is short for {"type": "mse"} */
+        json_t *obj = json_pack("{s:O}", "type", (json_t *)spec);
+        if (!obj) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+        ct_status s = ct_loss_from_json(obj, path, out);
+        json_decref(obj);
+        return s;
+    }
+    if (!json_is_object(spec))
+        return ct_error(CT_ERR_CONFIG, "%s: expected a loss name or an object with a \"type\"", path);
+    const char *type;
+    CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
+    if (strcmp(type, "cross_entropy") == 0) return ct_cross_entropy_loss_from_json(spec, path, out);
+    for (const char *const *t = loss_types; *t; t++)
+        if (strcmp(type, *t) == 0) return ct_pointwise_loss_from_json(spec, path, out);
+    const char *hint = ct_closest_word(type, loss_types);
+    if (hint) return ct_error(CT_ERR_CONFIG, "%s.type: unknown loss '%s', did you mean '%s'?", path, type, hint);
+    return ct_error(CT_ERR_CONFIG,
+                    "%s.type: unknown loss '%s' (known: cross_entropy, mse, l1, huber, bce_with_logits)", path, type);
+}

@@ -1,0 +1,110 @@
+/* Losses: a small vtable, the built-in losses (PyTorch semantics) and their JSON readers.
+ *
+ * A loss returns the SUM of its per-sample (or per-element) losses and the COUNT they are over, never
+ * a mean: the Trainer adds (sum, count) over all micro-batches and ranks of an optimizer step and
+ * divides once by the global count, so N ranks x B == 1 rank x N*B == B x N accumulation steps (see
+ * DESIGN.md, "Weighting is exact by construction"). For every built-in loss sum / count equals
+ * PyTorch's reduction='mean' and sum equals reduction='sum':
+ *   cross_entropy   logits [N, C] or [N, T, C] (classes last: per-position token losses), integer
+ *                   targets [N] or [N, T] (int64 or int32). Class weights, label_smoothing and
+ *                   ignore_index (default -100) as torch.nn.functional.cross_entropy; count = sum of
+ *                   the weights of the non-ignored targets (their number when unweighted), which is
+ *                   PyTorch's denominator for 'mean' with weights, with and without smoothing.
+ *   mse, l1, huber (delta, default 1), bce_with_logits (optional pos_weight, one value or one per
+ *                   entry of the last dimension): float targets of the prediction's shape and dtype;
+ *                   count = number of elements.
+ * Predictions are float32 or float64; sums are accumulated in float64.
+ *
+ * NaN: a NaN in a prediction or a float target propagates into the sum (and the gradient) as it
+ * does in PyTorch; it is not an error here, because the Trainer's non-finite-loss check is the one
+ * place that decides what to do with it. An all-ignored batch gives (0, 0).
+ *
+ * The vtable follows model/module.h: a loss is a struct whose first member is a ct_loss; its const
+ * ops table starts with its size, members are only appended, and NULL means the default
+ * (ct_loss_default_*). Calls go through the ct_loss_* wrappers, which validate the tensors both
+ * calls share and prefix errors with "<name> loss: ". Neither call allocates. */
+#ifndef CT_LOSS_H
+#define CT_LOSS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+typedef struct ct_loss ct_loss;
+
+/* What a forward returns: divide sums by counts only after adding them up. */
+typedef struct ct_loss_value {
+    double sum;
+    double count;
+} ct_loss_value;
+
+static inline ct_loss_value ct_loss_value_add(ct_loss_value a, ct_loss_value b) {
+    return (ct_loss_value){a.sum + b.sum, a.count + b.count};
+}
+/* sum / count (NaN for an empty count, as PyTorch's mean of nothing). */
+static inline double ct_loss_value_mean(ct_loss_value v) { return v.sum / v.count; }
+
+typedef struct ct_loss_ops {
+    size_t size;      /* sizeof(ct_loss_ops) when the table was written */
+    const char *name; /* "cross_entropy"; NULL: "custom" */
+    /* Required. *out = (sum, count) of the losses of pred against target. */
+    ct_status (*forward)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out);
+    /* Required for training. dpred = scale * d(sum)/d(pred), overwritten (dpred may alias pred).
+     * Must not depend on a previous forward: callers may evaluate and differentiate separately.
+     * The wrapper rejects a non-finite scale: a step whose global count is 0 (every target
+     * ignored) has nothing to differentiate, and 1/0 would silently fill dpred with NaN. */
+    ct_status (*backward)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                          ct_tensor *dpred);
+    /* Releases the loss. NULL: ct_loss_default_destroy (free of the enclosing allocation). */
+    void (*destroy)(ct_loss *l);
+} ct_loss_ops;
+
+struct ct_loss {
+    const ct_loss_ops *ops;
+};
+
+/* Initialises the base of a new loss (call from a loss's constructor). */
+void ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops);
+const char *ct_loss_name(const ct_loss *l);
+
+/* The wrappers. Both check that pred is a float32/float64 tensor with target on its device (and, for
+ * backward, that dpred has pred's shape, dtype and device); the loss checks the rest. */
+ct_status ct_loss_forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out);
+ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                           ct_tensor *dpred);
+/* Destroys l (NULL is fine). */
+void ct_loss_free(ct_loss *l);
+/* The default destroy: free(l). */
+void ct_loss_default_destroy(ct_loss *l);
+
+/* --- built-in losses ------------------------------------------------------------------------------ */
+
+typedef struct ct_cross_entropy_opts {
+    const double *weight; /* n_weight class weights (copied; finite, >= 0), NULL for none */
+    int64_t n_weight;
+    double label_smoothing; /* in [0, 1] */
+    int64_t ignore_index;
+} ct_cross_entropy_opts;
+
+/* No weights, no smoothing, ignore_index -100: PyTorch's defaults. */
+ct_cross_entropy_opts ct_cross_entropy_defaults(void);
+ct_status ct_cross_entropy_loss_create(const ct_cross_entropy_opts *o, ct_loss **out);
+ct_status ct_mse_loss_create(ct_loss **out);
+ct_status ct_l1_loss_create(ct_loss **out);
+/* delta > 0 (PyTorch's HuberLoss; default 1). */
+ct_status ct_huber_loss_create(double delta, ct_loss **out);
+/* pos_weight: n values (copied; 1 = broadcast, or one per entry of pred's last dimension), or NULL. */
+ct_status ct_bce_with_logits_loss_create(const double *pos_weight, int64_t n, ct_loss **out);
+
+/* A loss from its JSON spec: {"type": "cross_entropy", "label_smoothing": 0.1, "ignore_index": -100,
+ * "weight": [...]}, {"type": "mse"}, {"type": "l1"}, {"type": "huber", "delta": 1.0},
+ * {"type": "bce_with_logits", "pos_weight": 2.0 or [...]}; a bare string "mse" names a loss with its
+ * defaults. Errors name the JSON path ("loss.label_smoothing: ..."). */
+ct_status ct_loss_from_json(const json_t *spec, const char *path, ct_loss **out);
+/* The per-family readers ct_loss_from_json dispatches to (spec is an object with "type"). */
+ct_status ct_cross_entropy_loss_from_json(const json_t *spec, const char *path, ct_loss **out);
+ct_status ct_pointwise_loss_from_json(const json_t *spec, const char *path, ct_loss **out);
+
+#endif

@@ -1,0 +1,636 @@
+/* Losses: finite-difference gradients of the sum in float64 for every loss and option combination,
+ * values against naive reimplementations, count semantics, the split-batch property the Trainer
+ * relies on, thread-count independence, NaN propagation, the vtable defaults, and the errors bad
+ * tensors and bad JSON get. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "core/util.h"
+#include "model/loss.h"
+#include "testlib.h"
+
+static ct_rng rng;
+
+static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
+static int64_t below(int64_t n) { return (int64_t)ct_rng_below(&rng, (uint64_t)n); }
+
+static ct_tensor alloc(ct_dtype dt, int ndim, const int64_t *shape) {
+    ct_tensor t;
+    ct_status s = ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape);
+    CT_ASSERT(s == CT_OK);
+    return t;
+}
+
+static void fill_uniform(ct_tensor *t, double lo, double hi) {
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++) ct_tensor_set(t, i, unif(lo, hi));
+}
+
+static double sum_of(ct_loss *l, const ct_tensor *pred, const ct_tensor *target) {
+    ct_loss_value v = {NAN, NAN};
+    ct_status s = ct_loss_forward(l, pred, target, &v);
+    if (s != CT_OK) ct_test_fail(__FILE__, __LINE__, "forward failed: %s", ct_last_error());
+    return v.sum;
+}
+
+/* Central differences of the sum against backward (scale 1), on every element of small tensors and
+ * 64 random ones otherwise; relative error of the probed vectors as in testlib's gradcheck. Then
+ * backward with a random scale must be that scale times the first (dpred overwritten, not added). */
+static void gradcheck(const char *label, ct_loss *l, ct_tensor *pred, const ct_tensor *target) {
+    int64_t n = ct_tensor_numel(pred);
+    ct_tensor g = alloc(CT_F64, pred->ndim, pred->shape), g2 = alloc(CT_F64, pred->ndim, pred->shape);
+    ct_tensor_fill(&g, 123.0);
+    CHECK_OK(ct_loss_backward(l, pred, target, 1.0, &g));
+    double *x = pred->data, *a = g.data;
+    int probes = n <= 64 ? (int)n : 64;
+    double diff2 = 0, a2 = 0, f2 = 0;
+    for (int k = 0; k < probes; k++) {
+        int64_t i = n <= 64 ? k : below(n);
+        double saved = x[i], h = 1e-6 * fmax(1.0, fabs(saved));
+        x[i] = saved + h;
+        double lp = sum_of(l, pred, target);
+        x[i] = saved - h;
+        double lm = sum_of(l, pred, target);
+        x[i] = saved;
+        double fd = (lp - lm) / (2 * h);
+        diff2 += (fd - a[i]) * (fd - a[i]);
+        a2 += a[i] * a[i];
+        f2 += fd * fd;
+    }
+    double rel = a2 == 0 && f2 == 0 ? 0.0 : sqrt(diff2) / sqrt(fmax(a2, f2));
+    CHECK(rel < 1e-6, "%s: gradient relative error %.3g (bound 1e-6)", label, rel);
+    CHECK(a2 > 0, "%s: gradient is all zero, the check proves nothing", label);
+    printf("%s: relative gradient error %.3g over %d probes\n", label, rel, probes);
+
+    double scale = unif(0.01, 3.0), worst = 0, gmax = 0;
+    ct_tensor_fill(&g2, -7.0);
+    CHECK_OK(ct_loss_backward(l, pred, target, scale, &g2));
+    for (int64_t i = 0; i < n; i++) {
+        worst = fmax(worst, fabs(((double *)g2.data)[i] - scale * a[i]));
+        gmax = fmax(gmax, fabs(a[i]));
+    }
+    CHECK(worst <= 1e-14 * fmax(gmax, 1e-300) * scale, "%s: backward(scale %g) is not scale * backward(1): %.3g",
+          label, scale, worst);
+    ct_tensor_free(&g);
+    ct_tensor_free(&g2);
+}
+
+/* --- cross-entropy -------------------------------------------------------------------------------- */
+
+typedef struct xent_case {
+    const char *label;
+    bool tokens;     /* [N, T, C] instead of [N, C] */
+    bool i32;        /* int32 targets */
+    bool weighted;
+    double smoothing;
+    bool ignore;     /* some targets set to ignore_index */
+    int64_t ignore_index;
+} xent_case;
+
+/* Fills logits and targets for a case; returns the class count. */
+static void xent_data(const xent_case *c, int64_t n, int64_t t, int64_t classes, ct_tensor *logits,
+                      ct_tensor *target) {
+    int64_t ls[3] = {n, t, classes}, ls2[2] = {n, classes};
+    *logits = c->tokens ? alloc(CT_F64, 3, ls) : alloc(CT_F64, 2, ls2);
+    *target = alloc(c->i32 ? CT_I32 : CT_I64, c->tokens ? 2 : 1, ls);
+    fill_uniform(logits, -3, 3);
+    int64_t rows = ct_tensor_numel(target);
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = below(classes);
+        /* roughly a third ignored, but never all: row 0 keeps a class that is not ignore_index */
+        if (c->ignore && r > 0 && below(3) == 0) y = c->ignore_index;
+        if (r == 0 && y == c->ignore_index) y = (y + 1) % classes;
+        ct_tensor_set(target, r, (double)y);
+    }
+}
+
+static ct_loss *xent_make(const xent_case *c, int64_t classes, double *w) {
+    ct_cross_entropy_opts o = ct_cross_entropy_defaults();
+    if (c->weighted) {
+        for (int64_t j = 0; j < classes; j++) w[j] = unif(0.2, 2.0);
+        o.weight = w;
+        o.n_weight = classes;
+    }
+    o.label_smoothing = c->smoothing;
+    o.ignore_index = c->ignore_index;
+    ct_loss *l = NULL;
+    CHECK_OK(ct_cross_entropy_loss_create(&o, &l));
+    return l;
+}
+
+/* Naive reference: PyTorch's formula written out with an explicit softmax, per row. */
+static ct_loss_value xent_naive(const xent_case *c, const ct_tensor *logits, const ct_tensor *target,
+                                const double *w) {
+    int64_t classes = logits->shape[logits->ndim - 1], rows = ct_tensor_numel(target);
+    const double *z = logits->data;
+    ct_loss_value v = {0, 0};
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = (int64_t)ct_tensor_get(target, r);
+        if (y == c->ignore_index) continue;
+        double denom = 0;
+        for (int64_t j = 0; j < classes; j++) denom += exp(z[r * classes + j]);
+        double wy = w ? w[y] : 1.0, smooth = 0;
+        for (int64_t j = 0; j < classes; j++) smooth -= (w ? w[j] : 1.0) * log(exp(z[r * classes + j]) / denom);
+        double nll = -wy * log(exp(z[r * classes + y]) / denom);
+        v.sum += (1 - c->smoothing) * nll + c->smoothing / (double)classes * smooth;
+        v.count += wy;
+    }
+    return v;
+}
+
+static void xent_cases(void) {
+    const xent_case cases[] = {
+        {"cross_entropy", false, false, false, 0.0, false, -100},
+        {"cross_entropy int32 targets", false, true, false, 0.0, false, -100},
+        {"cross_entropy tokens [N, T, C]", true, false, false, 0.0, false, -100},
+        {"cross_entropy weighted", false, false, true, 0.0, false, -100},
+        {"cross_entropy label_smoothing", false, false, false, 0.3, false, -100},
+        {"cross_entropy ignore_index", true, false, false, 0.0, true, -100},
+        {"cross_entropy weight+smoothing", false, true, true, 0.15, false, -100},
+        {"cross_entropy weight+smoothing+ignore_index", true, false, true, 0.2, true, -100},
+        {"cross_entropy ignore_index = class 0", false, false, true, 0.1, true, 0},
+        {"cross_entropy smoothing 1", false, false, true, 1.0, true, -1},
+    };
+    for (size_t k = 0; k < CT_ARRAY_LEN(cases); k++) {
+        const xent_case *c = &cases[k];
+        int64_t n = 1 + below(6), t = 1 + below(4), classes = 2 + below(8);
+        double w[16];
+        ct_loss *l = xent_make(c, classes, w);
+        ct_tensor logits, target;
+        xent_data(c, n, t, classes, &logits, &target);
+        ct_loss_value v, ref = xent_naive(c, &logits, &target, c->weighted ? w : NULL);
+        CHECK_OK(ct_loss_forward(l, &logits, &target, &v));
+        CHECK_NEAR(v.sum, ref.sum, 1e-12);
+        CHECK_NEAR(v.count, ref.count, 1e-14);
+        if (!c->weighted) {
+            int64_t kept = 0;
+            for (int64_t r = 0; r < ct_tensor_numel(&target); r++) kept += ct_tensor_get(&target, r) != c->ignore_index;
+            CHECK(v.count == (double)kept, "%s: count %g, expected the %lld non-ignored targets", c->label, v.count,
+                  (long long)kept);
+        }
+        gradcheck(c->label, l, &logits, &target);
+
+        /* ignored rows get exactly zero gradient */
+        ct_tensor g = alloc(CT_F64, logits.ndim, logits.shape);
+        ct_tensor_fill(&g, 5.0);
+        CHECK_OK(ct_loss_backward(l, &logits, &target, 1.0, &g));
+        for (int64_t r = 0; r < ct_tensor_numel(&target); r++) {
+            if (ct_tensor_get(&target, r) != c->ignore_index) continue;
+            bool zero = true;
+            for (int64_t j = 0; j < classes; j++) zero &= ((double *)g.data)[r * classes + j] == 0.0;
+            CHECK(zero, "%s: ignored row %lld has a nonzero gradient", c->label, (long long)r);
+        }
+        ct_tensor_free(&g);
+        ct_tensor_free(&logits);
+        ct_tensor_free(&target);
+        ct_loss_free(l);
+    }
+
+    /* All targets ignored: (0, 0), as PyTorch's sum (its mean is NaN). */
+    ct_loss *l;
+    CHECK_OK(ct_cross_entropy_loss_create(NULL, &l));
+    int64_t ls[2] = {3, 4};
+    ct_tensor z = alloc(CT_F64, 2, ls), y = alloc(CT_I64, 1, ls);
+    fill_uniform(&z, -1, 1);
+    ct_tensor_fill(&y, -100);
+    ct_loss_value v;
+    CHECK_OK(ct_loss_forward(l, &z, &y, &v));
+    CHECK(v.sum == 0 && v.count == 0, "all ignored: (%g, %g), expected (0, 0)", v.sum, v.count);
+    CHECK(isnan(ct_loss_value_mean(v)), "all ignored: mean of nothing is NaN");
+
+    /* An empty batch: (0, 0) and an empty gradient, not an error. */
+    ct_tensor z0 = ct_tensor_rows(&z, 0, 0), y0 = ct_tensor_rows(&y, 0, 0);
+    ct_tensor g0 = alloc(CT_F64, 2, ls);
+    ct_tensor g0v = ct_tensor_rows(&g0, 0, 0);
+    CHECK_OK(ct_loss_forward(l, &z0, &y0, &v));
+    CHECK(v.sum == 0 && v.count == 0, "empty batch: (%g, %g)", v.sum, v.count);
+    CHECK_OK(ct_loss_backward(l, &z0, &y0, 1.0, &g0v));
+    ct_tensor_free(&g0);
+
+    /* Huge logits stay finite (log-sum-exp subtracts the row max). */
+    ct_tensor_fill(&y, 1);
+    for (int64_t i = 0; i < 12; i++) ct_tensor_set(&z, i, (i % 4) * 400.0 - 600.0);
+    CHECK_OK(ct_loss_forward(l, &z, &y, &v));
+    CHECK_NEAR(v.sum, 3 * 800.0, 1e-12); /* target logit -200, max 600: -log p = 800 (+ e^-400 terms) */
+    ct_tensor_free(&z);
+    ct_tensor_free(&y);
+    ct_loss_free(l);
+}
+
+/* --- elementwise losses ---------------------------------------------------------------------------- */
+
+typedef struct pw_case {
+    const char *label;
+    const char *json;
+    double target_lo, target_hi; /* target range */
+    double kink;                 /* |pred - target| values to stay away from, besides 0 (l1) */
+} pw_case;
+
+static double pw_naive(const char *type, double x, double y, double delta, double pw) {
+    double d = x - y;
+    if (strcmp(type, "mse") == 0) return d * d;
+    if (strcmp(type, "l1") == 0) return fabs(d);
+    if (strcmp(type, "huber") == 0) return fabs(d) < delta ? 0.5 * d * d : delta * (fabs(d) - 0.5 * delta);
+    /* -[pw y log s(x) + (1 - y) log(1 - s(x))], fine for moderate x */
+    double s = 1 / (1 + exp(-x));
+    return -(pw * y * log(s) + (1 - y) * log(1 - s));
+}
+
+static void pointwise_cases(void) {
+    double delta = unif(0.3, 2.0);
+    char huber[64], pw_vec[256];
+    snprintf(huber, sizeof huber, "{\"type\": \"huber\", \"delta\": %.17g}", delta);
+    int64_t last = 1 + below(5);
+    double pwv[8];
+    int len = snprintf(pw_vec, sizeof pw_vec, "{\"type\": \"bce_with_logits\", \"pos_weight\": [");
+    for (int64_t j = 0; j < last; j++) {
+        pwv[j] = unif(0.1, 4.0);
+        len += snprintf(pw_vec + len, sizeof pw_vec - (size_t)len, "%s%.17g", j ? ", " : "", pwv[j]);
+    }
+    snprintf(pw_vec + len, sizeof pw_vec - (size_t)len, "]}");
+    const pw_case cases[] = {
+        {"mse", "\"mse\"", -2, 2, 0},
+        {"l1", "{\"type\": \"l1\"}", -2, 2, 0},
+        {"huber default delta", "{\"type\": \"huber\"}", -3, 3, 1.0},
+        {"huber", huber, -3, 3, delta},
+        {"bce_with_logits", "{\"type\": \"bce_with_logits\"}", 0, 1, 0},
+        {"bce_with_logits pos_weight scalar", "{\"type\": \"bce_with_logits\", \"pos_weight\": 2.5}", 0, 1, 0},
+        {"bce_with_logits pos_weight per class", pw_vec, 0, 1, 0},
+    };
+    for (size_t k = 0; k < CT_ARRAY_LEN(cases); k++) {
+        const pw_case *c = &cases[k];
+        json_error_t err;
+        json_t *spec = json_loads(c->json, JSON_DECODE_ANY, &err);
+        CT_ASSERT(spec);
+        ct_loss *l = NULL;
+        CHECK_OK(ct_loss_from_json(spec, "loss", &l));
+        json_decref(spec);
+        if (!l) continue;
+        int64_t shape[3] = {2 + below(6), 1 + below(3), last};
+        ct_tensor x = alloc(CT_F64, 3, shape), y = alloc(CT_F64, 3, shape);
+        fill_uniform(&y, c->target_lo, c->target_hi);
+        for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
+            double v, t = ct_tensor_get(&y, i);
+            do v = unif(-4, 4);
+            while (fabs(v - t) < 1e-3 || (c->kink > 0 && fabs(fabs(v - t) - c->kink) < 1e-3));
+            ct_tensor_set(&x, i, v);
+        }
+        ct_loss_value v;
+        CHECK_OK(ct_loss_forward(l, &x, &y, &v));
+        CHECK(v.count == (double)ct_tensor_numel(&x), "%s: count %g, expected %lld elements", c->label, v.count,
+              (long long)ct_tensor_numel(&x));
+        const char *type = ct_loss_name(l);
+        double ref = 0;
+        for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
+            double pw = k == 5 ? 2.5 : k == 6 ? pwv[i % last] : 1.0;
+            ref += pw_naive(type, ct_tensor_get(&x, i), ct_tensor_get(&y, i), c->kink > 0 ? c->kink : 1.0, pw);
+        }
+        CHECK_NEAR(v.sum, ref, 1e-12);
+        gradcheck(c->label, l, &x, &y);
+        ct_tensor_free(&x);
+        ct_tensor_free(&y);
+        ct_loss_free(l);
+    }
+
+    /* bce_with_logits is stable where the naive formula overflows: log(1 + e^800) = 800. */
+    ct_loss *l;
+    CHECK_OK(ct_bce_with_logits_loss_create(NULL, 0, &l));
+    int64_t two[1] = {2};
+    ct_tensor x = alloc(CT_F64, 1, two), y = alloc(CT_F64, 1, two), g = alloc(CT_F64, 1, two);
+    ct_tensor_set(&x, 0, 800.0);
+    ct_tensor_set(&x, 1, -800.0);
+    ct_tensor_set(&y, 0, 0.0);
+    ct_tensor_set(&y, 1, 1.0);
+    ct_loss_value v;
+    CHECK_OK(ct_loss_forward(l, &x, &y, &v));
+    CHECK_NEAR(v.sum, 1600.0, 1e-15);
+    CHECK_OK(ct_loss_backward(l, &x, &y, 1.0, &g));
+    CHECK(ct_tensor_get(&g, 0) == 1.0 && ct_tensor_get(&g, 1) == -1.0, "bce saturated gradients %g %g",
+          ct_tensor_get(&g, 0), ct_tensor_get(&g, 1));
+    ct_loss_free(l);
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+    ct_tensor_free(&g);
+}
+
+/* --- the Trainer's property: adding (sum, count) over parts gives the whole batch's mean ------------- */
+
+static void split_batch(void) {
+    double w[16];
+    const xent_case xc = {"cross_entropy weight+smoothing+ignore_index", true, false, true, 0.1, true, -100};
+    const xent_case xu = {"cross_entropy ignore_index", false, false, false, 0.0, true, -100};
+    const char *pw_specs[] = {"\"mse\"", "\"l1\"", "{\"type\": \"huber\", \"delta\": 0.7}",
+                              "{\"type\": \"bce_with_logits\", \"pos_weight\": 3}"};
+    for (int k = 0; k < 2 + (int)CT_ARRAY_LEN(pw_specs); k++) {
+        int64_t n = 4 + below(12), classes = 2 + below(8), t = 1 + below(4);
+        ct_loss *l = NULL;
+        ct_tensor pred, target;
+        const char *label;
+        if (k < 2) {
+            const xent_case *c = k == 0 ? &xc : &xu;
+            label = c->label;
+            l = xent_make(c, classes, w);
+            xent_data(c, n, t, classes, &pred, &target);
+        } else {
+            json_t *spec = json_loads(pw_specs[k - 2], JSON_DECODE_ANY, NULL);
+            CHECK_OK(ct_loss_from_json(spec, "loss", &l));
+            json_decref(spec);
+            label = ct_loss_name(l);
+            int64_t shape[2] = {n, classes};
+            pred = alloc(CT_F64, 2, shape);
+            target = alloc(CT_F64, 2, shape);
+            fill_uniform(&pred, -2, 2);
+            fill_uniform(&target, 0, 1);
+        }
+        int64_t cut = 1 + below(n - 1); /* uneven halves */
+        ct_tensor pa = ct_tensor_rows(&pred, 0, cut), pb = ct_tensor_rows(&pred, cut, n - cut);
+        ct_tensor ta = ct_tensor_rows(&target, 0, cut), tb = ct_tensor_rows(&target, cut, n - cut);
+        ct_loss_value whole, a, b;
+        CHECK_OK(ct_loss_forward(l, &pred, &target, &whole));
+        CHECK_OK(ct_loss_forward(l, &pa, &ta, &a));
+        CHECK_OK(ct_loss_forward(l, &pb, &tb, &b));
+        ct_loss_value both = ct_loss_value_add(a, b);
+        if (k == 0)
+            CHECK_NEAR(both.count, whole.count, 1e-15); /* sums of real weights: equal up to rounding */
+        else
+            CHECK(both.count == whole.count, "%s: counts %g + %g != %g", label, a.count, b.count, whole.count);
+        CHECK_NEAR(ct_loss_value_mean(both), ct_loss_value_mean(whole), 1e-14);
+        /* Averaging the halves' means would be wrong whenever their counts differ. */
+        double naive = 0.5 * (ct_loss_value_mean(a) + ct_loss_value_mean(b));
+        if (a.count != b.count && a.count > 0 && b.count > 0)
+            CHECK(fabs(naive - ct_loss_value_mean(whole)) > 1e-9 * fabs(ct_loss_value_mean(whole)),
+                  "%s: the mean of means equals the mean, the check proves nothing", label);
+
+        /* Gradients with the global 1/count are the same rows, bit for bit. */
+        ct_tensor g = alloc(CT_F64, pred.ndim, pred.shape), gs = alloc(CT_F64, pred.ndim, pred.shape);
+        ct_tensor ga = ct_tensor_rows(&gs, 0, cut), gb = ct_tensor_rows(&gs, cut, n - cut);
+        double scale = 1.0 / whole.count;
+        CHECK_OK(ct_loss_backward(l, &pred, &target, scale, &g));
+        CHECK_OK(ct_loss_backward(l, &pa, &ta, scale, &ga));
+        CHECK_OK(ct_loss_backward(l, &pb, &tb, scale, &gb));
+        CHECK(memcmp(g.data, gs.data, ct_tensor_nbytes(&g)) == 0, "%s: split gradients differ from the whole's",
+              label);
+        ct_tensor_free(&g);
+        ct_tensor_free(&gs);
+        ct_tensor_free(&pred);
+        ct_tensor_free(&target);
+        ct_loss_free(l);
+    }
+}
+
+/* --- float32, threads, NaN -------------------------------------------------------------------------- */
+
+static void f32_and_threads(void) {
+    /* Big enough for the OpenMP path: [N, T, C] with N*T*C > CT_OMP_MIN. */
+    int64_t shape[3] = {16, 64, 100};
+    ct_tensor z64 = alloc(CT_F64, 3, shape), z32 = alloc(CT_F32, 3, shape), y = alloc(CT_I64, 2, shape);
+    fill_uniform(&z64, -5, 5);
+    for (int64_t i = 0; i < ct_tensor_numel(&z64); i++) ct_tensor_set(&z32, i, ct_tensor_get(&z64, i));
+    for (int64_t i = 0; i < ct_tensor_numel(&y); i++) ct_tensor_set(&y, i, i % 7 == 0 ? -100 : (double)below(100));
+    ct_cross_entropy_opts o = ct_cross_entropy_defaults();
+    o.label_smoothing = 0.1;
+    ct_loss *l;
+    CHECK_OK(ct_cross_entropy_loss_create(&o, &l));
+    int threads = ct_get_num_threads();
+    ct_loss_value v1, v2, v32;
+    ct_set_num_threads(1);
+    CHECK_OK(ct_loss_forward(l, &z64, &y, &v1));
+    ct_set_num_threads(2);
+    CHECK_OK(ct_loss_forward(l, &z64, &y, &v2));
+    ct_set_num_threads(threads);
+    CHECK(v1.sum == v2.sum && v1.count == v2.count, "sum with 1 thread %.17g != with 2 threads %.17g", v1.sum,
+          v2.sum);
+    /* float32 logits: the same numbers rounded, accumulated in double. */
+    CHECK_OK(ct_loss_forward(l, &z32, &y, &v32));
+    double ref = 0;
+    {
+        ct_tensor zr = alloc(CT_F64, 3, shape);
+        for (int64_t i = 0; i < ct_tensor_numel(&zr); i++) ct_tensor_set(&zr, i, ct_tensor_get(&z32, i));
+        ct_loss_value vr;
+        CHECK_OK(ct_loss_forward(l, &zr, &y, &vr));
+        ref = vr.sum;
+        ct_tensor_free(&zr);
+    }
+    CHECK_NEAR(v32.sum, ref, 1e-12);
+    ct_tensor g32 = alloc(CT_F32, 3, shape), g64 = alloc(CT_F64, 3, shape);
+    CHECK_OK(ct_loss_backward(l, &z32, &y, 1.0 / v32.count, &g32));
+    CHECK_OK(ct_loss_backward(l, &z64, &y, 1.0 / v1.count, &g64));
+    double worst = 0, gmax = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(&g32); i++) {
+        worst = fmax(worst, fabs(ct_tensor_get(&g32, i) - ct_tensor_get(&g64, i)));
+        gmax = fmax(gmax, fabs(ct_tensor_get(&g64, i)));
+    }
+    CHECK(worst < 1e-5 * gmax, "float32 gradient off by %.3g (max %.3g)", worst, gmax);
+    ct_tensor_free(&g32);
+    ct_tensor_free(&g64);
+    ct_loss_free(l);
+
+    /* Elementwise on the OpenMP path, f32. */
+    ct_tensor t32 = alloc(CT_F32, 3, shape);
+    fill_uniform(&t32, 0, 1);
+    CHECK_OK(ct_bce_with_logits_loss_create(NULL, 0, &l));
+    ct_set_num_threads(1);
+    CHECK_OK(ct_loss_forward(l, &z32, &t32, &v1));
+    ct_set_num_threads(2);
+    CHECK_OK(ct_loss_forward(l, &z32, &t32, &v2));
+    ct_set_num_threads(threads);
+    CHECK(v1.sum == v2.sum, "bce sum with 1 thread %.17g != with 2 threads %.17g", v1.sum, v2.sum);
+    ct_loss_free(l);
+    ct_tensor_free(&t32);
+    ct_tensor_free(&z64);
+    ct_tensor_free(&z32);
+    ct_tensor_free(&y);
+}
+
+static void nan_propagates(void) {
+    const char *specs[] = {"\"cross_entropy\"", "\"mse\"", "\"l1\"", "\"huber\"", "\"bce_with_logits\""};
+    for (size_t k = 0; k < CT_ARRAY_LEN(specs); k++) {
+        json_t *spec = json_loads(specs[k], JSON_DECODE_ANY, NULL);
+        ct_loss *l;
+        CHECK_OK(ct_loss_from_json(spec, "loss", &l));
+        json_decref(spec);
+        int64_t shape[2] = {3, 4};
+        ct_tensor x = alloc(CT_F32, 2, shape), g = alloc(CT_F32, 2, shape);
+        ct_tensor y = k == 0 ? alloc(CT_I64, 1, shape) : alloc(CT_F32, 2, shape);
+        fill_uniform(&x, -1, 1);
+        if (k > 0) fill_uniform(&y, 0, 1);
+        /* first element of a row: the case a max-by-comparison would skip */
+        ct_tensor_set(&x, 4, NAN);
+        ct_loss_value v;
+        CHECK_OK(ct_loss_forward(l, &x, &y, &v));
+        CHECK(isnan(v.sum), "%s: a NaN prediction gives sum %g, expected NaN", ct_loss_name(l), v.sum);
+        CHECK_OK(ct_loss_backward(l, &x, &y, 1.0, &g));
+        CHECK(isnan(ct_tensor_get(&g, 4)), "%s: NaN prediction, gradient %g", ct_loss_name(l), ct_tensor_get(&g, 4));
+        if (k > 0) {
+            ct_tensor_set(&x, 4, 0.5);
+            ct_tensor_set(&y, 7, NAN);
+            CHECK_OK(ct_loss_forward(l, &x, &y, &v));
+            CHECK(isnan(v.sum), "%s: a NaN target gives sum %g, expected NaN", ct_loss_name(l), v.sum);
+        }
+        ct_tensor_free(&x);
+        ct_tensor_free(&y);
+        ct_tensor_free(&g);
+        ct_loss_free(l);
+    }
+}
+
+/* --- the vtable ------------------------------------------------------------------------------------- */
+
+typedef struct const_loss {
+    ct_loss base;
+    double value;
+} const_loss;
+
+static ct_status const_forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out) {
+    const_loss *c = ct_container_of(l, const_loss, base);
+    *out = (ct_loss_value){c->value * (double)pred->shape[0], (double)pred->shape[0]};
+    return CT_OK;
+}
+
+static ct_status failing_backward(ct_loss *l, const ct_tensor *p, const ct_tensor *t, double s, ct_tensor *d) {
+    return ct_error(CT_ERR_NUMERIC, "backward blew up");
+}
+
+static void vtable(void) {
+    /* name and destroy NULL: "custom" and free(); a table written before `backward` existed. */
+    static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL};
+    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL};
+    const_loss *c = calloc(1, sizeof *c);
+    ct_loss_base_init(&c->base, &old);
+    c->value = 2.5;
+    int64_t shape[2] = {3, 2};
+    ct_tensor x = alloc(CT_F32, 2, shape), g = alloc(CT_F32, 2, shape);
+    ct_loss_value v;
+    CHECK(strcmp(ct_loss_name(&c->base), "custom") == 0, "NULL name reads 'custom'");
+    CHECK_OK(ct_loss_forward(&c->base, &x, &x, &v));
+    CHECK(v.sum == 7.5 && v.count == 3, "custom forward (%g, %g)", v.sum, v.count);
+    CHECK_ERR(ct_loss_backward(&c->base, &x, &x, 1.0, &g), CT_ERR_UNSUPPORTED, "custom loss: has no backward");
+    c->base.ops = &full;
+    CHECK_ERR(ct_loss_backward(&c->base, &x, &x, 1.0, &g), CT_ERR_NUMERIC, "const loss: backward blew up");
+    ct_loss_free(&c->base); /* the default destroy frees it; ASan would see a leak or a bad free */
+    ct_loss_free(NULL);
+    ct_tensor_free(&x);
+    ct_tensor_free(&g);
+}
+
+/* --- errors ----------------------------------------------------------------------------------------- */
+
+static ct_status from_json_text(const char *text, ct_loss **out) {
+    json_error_t err;
+    json_t *spec = json_loads(text, JSON_DECODE_ANY, &err);
+    CT_ASSERT(spec);
+    ct_status s = ct_loss_from_json(spec, "trainer.loss", out);
+    json_decref(spec);
+    return s;
+}
+
+static void errors(void) {
+    ct_loss *l = NULL;
+    int64_t s84[2] = {8, 4}, s8[1] = {8}, s9[1] = {9}, s85[3] = {8, 5, 4};
+    ct_tensor z = alloc(CT_F32, 2, s84), y = alloc(CT_I64, 1, s8), y9 = alloc(CT_I64, 1, s9);
+    ct_tensor yf = alloc(CT_F32, 1, s8), zt = alloc(CT_F32, 3, s85), yt = alloc(CT_I32, 2, s85);
+    ct_tensor zi = alloc(CT_I64, 2, s84), g = alloc(CT_F32, 2, s84), g64 = alloc(CT_F64, 2, s84);
+    fill_uniform(&z, -1, 1);
+    fill_uniform(&zt, -1, 1);
+    ct_loss_value v;
+    CHECK_OK(ct_cross_entropy_loss_create(NULL, &l));
+    CHECK_ERR(ct_loss_forward(l, &z, &y9, &v), CT_ERR_SHAPE, "cross_entropy loss", "[9]", "[8, 4]", "expected targets [8]");
+    CHECK_ERR(ct_loss_forward(l, &z, &yf, &v), CT_ERR_DTYPE, "cross_entropy loss", "class indices", "[8] f32");
+    CHECK_ERR(ct_loss_forward(l, &zi, &y, &v), CT_ERR_DTYPE, "cross_entropy loss", "[8, 4] i64", "f32 or f64");
+    CHECK_ERR(ct_loss_forward(l, &y, &y, &v), CT_ERR_DTYPE, "cross_entropy loss");
+    ct_tensor_set(&y, 5, 4);
+    CHECK_ERR(ct_loss_forward(l, &z, &y, &v), CT_ERR_INVALID_ARG, "cross_entropy loss", "target 4 at [5]",
+              "outside [0, 4)", "ignore_index -100");
+    CHECK_ERR(ct_loss_backward(l, &z, &y, 1.0, &g), CT_ERR_INVALID_ARG, "target 4 at [5]");
+    ct_tensor_set(&y, 5, 0);
+    ct_tensor_set(&y, 2, -3);
+    CHECK_ERR(ct_loss_forward(l, &z, &y, &v), CT_ERR_INVALID_ARG, "target -3 at [2]");
+    ct_tensor_set(&y, 2, 1);
+    CHECK_OK(ct_loss_forward(l, &z, &y, &v));
+    ct_tensor_set(&yt, 3 * 5 + 2, 77);
+    CHECK_ERR(ct_loss_forward(l, &zt, &yt, &v), CT_ERR_INVALID_ARG, "target 77 at [3, 2]", "[8, 5] i32");
+    CHECK_ERR(ct_loss_backward(l, &z, &y, 1.0, &g64), CT_ERR_SHAPE, "cross_entropy loss", "gradient [8, 4] f64",
+              "[8, 4] f32");
+    CHECK_ERR(ct_loss_backward(l, &z, &y, NAN, &g), CT_ERR_INVALID_ARG, "scale");
+    ct_loss_free(l);
+
+    double w3[3] = {1, 2, 3};
+    ct_cross_entropy_opts o = ct_cross_entropy_defaults();
+    o.weight = w3;
+    o.n_weight = 3;
+    CHECK_OK(ct_cross_entropy_loss_create(&o, &l));
+    CHECK_ERR(ct_loss_forward(l, &z, &y, &v), CT_ERR_SHAPE, "3 class weights", "[8, 4] f32", "4 classes");
+    ct_loss_free(l);
+    o.label_smoothing = 1.5;
+    CHECK_ERR(ct_cross_entropy_loss_create(&o, &l), CT_ERR_INVALID_ARG, "label_smoothing 1.5");
+    o.label_smoothing = 0;
+    w3[1] = -1;
+    CHECK_ERR(ct_cross_entropy_loss_create(&o, &l), CT_ERR_INVALID_ARG, "weight[1] = -1");
+    CHECK_ERR(ct_huber_loss_create(0.0, &l), CT_ERR_INVALID_ARG, "huber loss", "delta 0");
+
+    CHECK_OK(ct_mse_loss_create(&l));
+    CHECK_ERR(ct_loss_forward(l, &z, &g64, &v), CT_ERR_DTYPE, "mse loss", "[8, 4] f64", "[8, 4] f32");
+    CHECK_ERR(ct_loss_forward(l, &z, &zt, &v), CT_ERR_SHAPE, "mse loss", "[8, 5, 4]", "[8, 4]");
+    CHECK_ERR(ct_loss_forward(l, &z, &y, &v), CT_ERR_DTYPE, "mse loss", "[8] i64");
+    ct_loss_free(l);
+    double pw3[3] = {1, 2, 3};
+    CHECK_OK(ct_bce_with_logits_loss_create(pw3, 3, &l));
+    CHECK_ERR(ct_loss_forward(l, &z, &g, &v), CT_ERR_SHAPE, "bce_with_logits loss", "3 pos_weight", "(4)", "[8, 4]");
+    ct_loss_free(l);
+
+    /* JSON */
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropi\"}", &l), CT_ERR_CONFIG, "trainer.loss.type",
+              "'cross_entropi'", "did you mean 'cross_entropy'");
+    CHECK_ERR(from_json_text("{\"type\": \"focal\"}", &l), CT_ERR_CONFIG, "unknown loss 'focal'", "known:");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"label_smothing\": 0.1}", &l), CT_ERR_CONFIG,
+              "trainer.loss", "'label_smothing'", "did you mean 'label_smoothing'");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"label_smoothing\": 2}", &l), CT_ERR_CONFIG,
+              "trainer.loss.label_smoothing", "outside [0, 1]");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"weight\": [1, \"2\"]}", &l), CT_ERR_CONFIG,
+              "trainer.loss.weight[1]: expected a number");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"weight\": [1, -2]}", &l), CT_ERR_CONFIG,
+              "trainer.loss.weight[1]", "-2");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"weight\": 3}", &l), CT_ERR_CONFIG,
+              "trainer.loss.weight: expected a list of numbers");
+    CHECK_ERR(from_json_text("{\"type\": \"cross_entropy\", \"ignore_index\": 1.5}", &l), CT_ERR_CONFIG,
+              "trainer.loss.ignore_index");
+    CHECK_ERR(from_json_text("{\"type\": \"huber\", \"delta\": -1}", &l), CT_ERR_CONFIG, "trainer.loss.delta");
+    CHECK_ERR(from_json_text("{\"type\": \"mse\", \"delta\": 1}", &l), CT_ERR_CONFIG, "trainer.loss",
+              "unknown key 'delta'");
+    CHECK_ERR(from_json_text("{\"type\": \"bce_with_logits\", \"pos_weight\": []}", &l), CT_ERR_CONFIG,
+              "trainer.loss.pos_weight");
+    CHECK_ERR(from_json_text("{\"label_smoothing\": 0.1}", &l), CT_ERR_CONFIG, "trainer.loss", "'type'");
+    CHECK_ERR(from_json_text("42", &l), CT_ERR_CONFIG, "trainer.loss: expected a loss name");
+    CHECK(l == NULL, "a failed from_json leaves *out NULL");
+
+    CHECK_OK(from_json_text("{\"type\": \"cross_entropy\", \"weight\": [1, 2, 0.5, 1], \"label_smoothing\": 0.1, "
+                            "\"ignore_index\": 3}", &l));
+    if (l) {
+        ct_tensor_set(&y, 0, 3);
+        CHECK_OK(ct_loss_forward(l, &z, &y, &v));
+        double want = 0;
+        for (int64_t r = 0; r < 8; r++) {
+            int64_t c = (int64_t)ct_tensor_get(&y, r);
+            want += c == 3 ? 0 : c == 1 ? 2 : c == 2 ? 0.5 : 1;
+        }
+        CHECK(v.count == want, "JSON weights and ignore_index reach the loss: count %g, expected %g", v.count, want);
+        CHECK(strcmp(ct_loss_name(l), "cross_entropy") == 0, "name");
+        ct_loss_free(l);
+    }
+    ct_tensor *all[] = {&z, &y, &y9, &yf, &zt, &yt, &zi, &g, &g64};
+    for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+}
+
+int main(void) {
+    ct_test_begin("test_losses");
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    xent_cases();
+    pointwise_cases();
+    split_batch();
+    f32_and_threads();
+    nan_propagates();
+    vtable();
+    errors();
+    return ct_test_finish();
+}
