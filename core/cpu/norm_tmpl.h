@@ -1,0 +1,157 @@
+/* Normalisation kernels over one real type R; included by norm.c for float and double. Every sum
+ * is a float64 accumulator, so float32 statistics carry no more error than their final rounding. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Batch norm forward over x as [n, c, inner]; one channel per iteration, so threads never share
+ * an output. */
+static void FN(bn_fwd)(const R *x, const R *w, const R *b, R *rm, R *rv, bool training, double momentum,
+                       double eps, R *y, double *smean, double *srstd, int64_t n, int64_t c, int64_t inner) {
+    double count = (double)(n * inner);
+#pragma omp parallel for schedule(static) if (n * c * inner > CT_OMP_MIN)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean, rstd;
+        if (training) {
+            /* Two passes (mean, then squared deviations): no cancellation when |mean| >> std. */
+            double sum = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                const R *p = x + (i * c + ch) * inner;
+                for (int64_t s = 0; s < inner; s++) sum += p[s];
+            }
+            mean = sum / count;
+            double sq = 0.0;
+            for (int64_t i = 0; i < n; i++) {
+                const R *p = x + (i * c + ch) * inner;
+                for (int64_t s = 0; s < inner; s++) {
+                    double d = p[s] - mean;
+                    sq += d * d;
+                }
+            }
+            double var = sq / count;
+            rstd = 1.0 / sqrt(var + eps);
+            /* PyTorch updates running_var with the unbiased estimate (count > 1 is the caller's check). */
+            rm[ch] = (R)((1.0 - momentum) * (double)rm[ch] + momentum * mean);
+            rv[ch] = (R)((1.0 - momentum) * (double)rv[ch] + momentum * sq / (count - 1.0));
+        } else {
+            mean = rm[ch];
+            rstd = 1.0 / sqrt((double)rv[ch] + eps);
+        }
+        smean[ch] = mean;
+        srstd[ch] = rstd;
+        double scale = w ? (double)w[ch] * rstd : rstd;
+        double shift = b ? (double)b[ch] : 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const R *p = x + (i * c + ch) * inner;
+            R *q = y + (i * c + ch) * inner;
+            for (int64_t s = 0; s < inner; s++) q[s] = (R)((p[s] - mean) * scale + shift);
+        }
+    }
+}
+
+static void FN(bn_bwd)(const R *x, const R *dy, const R *w, const double *smean, const double *srstd,
+                       bool training, R *dx, R *dw, R *db, int64_t n, int64_t c, int64_t inner) {
+    double count = (double)(n * inner);
+#pragma omp parallel for schedule(static) if (n * c * inner > CT_OMP_MIN)
+    for (int64_t ch = 0; ch < c; ch++) {
+        double mean = smean[ch], rstd = srstd[ch];
+        double sum_dy = 0.0, sum_dy_xhat = 0.0;
+        if (training || dw || db)
+            for (int64_t i = 0; i < n; i++) {
+                const R *p = x + (i * c + ch) * inner;
+                const R *g = dy + (i * c + ch) * inner;
+                for (int64_t s = 0; s < inner; s++) {
+                    sum_dy += g[s];
+                    sum_dy_xhat += g[s] * ((p[s] - mean) * rstd);
+                }
+            }
+        if (dw) dw[ch] += (R)sum_dy_xhat;
+        if (db) db[ch] += (R)sum_dy;
+        if (!dx) continue;
+        double k = (w ? (double)w[ch] : 1.0) * rstd;
+        /* Training: the batch mean and variance depend on every x, hence the two mean terms. */
+        double a = training ? sum_dy / count : 0.0;
+        double bcoef = training ? sum_dy_xhat / count : 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            const R *p = x + (i * c + ch) * inner;
+            const R *g = dy + (i * c + ch) * inner;
+            R *q = dx + (i * c + ch) * inner;
+            for (int64_t s = 0; s < inner; s++) q[s] = (R)(k * (g[s] - a - (p[s] - mean) * rstd * bcoef));
+        }
+    }
+}
+
+static void FN(ln_fwd)(const R *x, const R *w, const R *b, double eps, R *y, double *smean, double *srstd,
+                       int64_t rows, int64_t f) {
+#pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const R *p = x + r * f;
+        R *q = y + r * f;
+        double sum = 0.0;
+        for (int64_t j = 0; j < f; j++) sum += p[j];
+        double mean = sum / (double)f;
+        double sq = 0.0;
+        for (int64_t j = 0; j < f; j++) {
+            double d = p[j] - mean;
+            sq += d * d;
+        }
+        double rstd = 1.0 / sqrt(sq / (double)f + eps);
+        smean[r] = mean;
+        srstd[r] = rstd;
+        for (int64_t j = 0; j < f; j++) {
+            double v = (p[j] - mean) * rstd;
+            if (w) v *= w[j];
+            if (b) v += b[j];
+            q[j] = (R)v;
+        }
+    }
+}
+
+/* Columns per block of the parameter-gradient pass: a block's float64 sums live on the stack. */
+#define CT_LN_COLS 64
+
+static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean, const double *srstd, R *dx,
+                       R *dw, R *db, int64_t rows, int64_t f) {
+    if (dx) {
+#pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            const R *p = x + r * f;
+            const R *g = dy + r * f;
+            R *q = dx + r * f;
+            double mean = smean[r], rstd = srstd[r];
+            double sum_g = 0.0, sum_g_xhat = 0.0;
+            for (int64_t j = 0; j < f; j++) {
+                double gj = w ? (double)g[j] * w[j] : (double)g[j];
+                sum_g += gj;
+                sum_g_xhat += gj * ((p[j] - mean) * rstd);
+            }
+            double a = sum_g / (double)f, bcoef = sum_g_xhat / (double)f;
+            for (int64_t j = 0; j < f; j++) {
+                double gj = w ? (double)g[j] * w[j] : (double)g[j];
+                q[j] = (R)(rstd * (gj - a - (p[j] - mean) * rstd * bcoef));
+            }
+        }
+    }
+    if (!dw && !db) return;
+    /* Parameter gradients sum over rows: each thread owns a block of columns, so no two threads
+     * write the same element and the summation order does not depend on the thread count. */
+    int64_t blocks = (f + CT_LN_COLS - 1) / CT_LN_COLS;
+#pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
+    for (int64_t blk = 0; blk < blocks; blk++) {
+        int64_t j0 = blk * CT_LN_COLS, j1 = j0 + CT_LN_COLS < f ? j0 + CT_LN_COLS : f;
+        double accw[CT_LN_COLS] = {0}, accb[CT_LN_COLS] = {0};
+        for (int64_t r = 0; r < rows; r++) {
+            const R *p = x + r * f;
+            const R *g = dy + r * f;
+            double mean = smean[r], rstd = srstd[r];
+            for (int64_t j = j0; j < j1; j++) {
+                accw[j - j0] += g[j] * ((p[j] - mean) * rstd);
+                accb[j - j0] += g[j];
+            }
+        }
+        for (int64_t j = j0; j < j1; j++) {
+            if (dw) dw[j] += (R)accw[j - j0];
+            if (db) db[j] += (R)accb[j - j0];
+        }
+    }
+}
