@@ -1,7 +1,71 @@
-/* Ops: conv family (declarations; CPU kernels in core/cpu/). Included by core/ops.h. */
+/* Ops: 2-D convolution and pooling over NCHW tensors (declarations; CPU kernels in core/cpu/conv.c
+ * and core/cpu/pool.c). Included by core/ops.h.
+ *
+ * Convolution is im2col + GEMM. The column matrix covers a chunk of whole samples at once,
+ * laid out [C*kh*kw, chunk*OH*OW], so each forward/backward is three large GEMMs rather than one
+ * small GEMM per sample; the chunk is as many samples as the caller's workspace holds (see
+ * ct_conv2d_workspace_numel), which bounds memory for large batches without shrinking the GEMMs
+ * much. Backward recomputes the columns instead of keeping them from forward, so backward may be
+ * repeated and the workspace can stay small.
+ *
+ * Like every op, these trust their callers: the layers (model/conv2d.c, model/pool2d.c) validate
+ * shapes and hyperparameters and give users the error messages. */
 #ifndef CT_OPS_CONV_H
 #define CT_OPS_CONV_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "core/tensor.h"
+
+/* PyTorch's output length along one dimension (ceil_mode=False):
+ * floor((in + 2*padding - dilation*(kernel-1) - 1) / stride) + 1; may be <= 0 for inputs that are
+ * too small, which callers must reject. */
+int64_t ct_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation);
+
+/* --- convolution (nn.Conv2d, groups=1, zero padding) ------------------------------------------- */
+
+/* Per-sample geometry; index [0] is height, [1] width. out_h/out_w from ct_conv_out_size. */
+typedef struct ct_conv2d_geom {
+    int64_t in_channels, in_h, in_w;
+    int64_t out_channels, out_h, out_w;
+    int64_t kernel[2], stride[2], padding[2], dilation[2];
+} ct_conv2d_geom;
+
+/* Elements (of the compute dtype) of the workspace that lets the conv ops process up to max_batch
+ * samples in as few chunks as a fixed memory budget allows (at least one whole sample). */
+int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch);
+
+/* y[B, out, OH, OW] = conv(x[B, in, H, W], weight[out, in, kh, kw]) + bias[out] (bias may be NULL).
+ * ws: a 1-D scratch tensor of the same dtype with at least one sample's worth of elements. */
+void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                          const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);
+
+/* dweight += dL/dweight, dbias += dL/dbias, dx = dL/dx (overwritten); any of the three may be NULL
+ * to skip it. x is the forward's input, dy the gradient of its output. */
+void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                           const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
+
+/* --- pooling (nn.MaxPool2d / nn.AvgPool2d, ceil_mode=False) ------------------------------------ */
+
+typedef struct ct_pool2d_geom {
+    int64_t channels, in_h, in_w, out_h, out_w;
+    int64_t kernel[2], stride[2], padding[2];
+    int64_t dilation[2];    /* max pooling only (1 for average pooling) */
+    bool count_include_pad; /* average pooling only */
+} ct_pool2d_geom;
+
+/* y = max over each window (padding never wins: it is -inf, as in PyTorch); indices (CT_I32, y's
+ * shape) receive the flat position ih*W + iw of the first maximum in the input plane, or -1 for
+ * a window that lies wholly in the padding (possible only with dilation; its output is -inf). A
+ * NaN in a window wins, as in PyTorch. */
+void ct_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices);
+/* dx = scatter-add of dy at the recorded indices (dx overwritten). */
+void ct_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices, ct_tensor *dx);
+
+/* y = mean over each window; the divisor is the window size clipped to the padded input
+ * (count_include_pad) or the number of real input elements in it (PyTorch's rule). */
+void ct_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
+void ct_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
 
 #endif

@@ -1,8 +1,7 @@
 """Linear, activations, Flatten and Sequential against PyTorch on fresh random inputs."""
-import torch.nn as nn
-
-from common import RNG, finish
+from common import RNG, finish  # first: skips the test when torch is missing
 from layer_check import check_layer
+import torch.nn as nn
 
 B = int(RNG.integers(1, 9))
 fin, fout = int(RNG.integers(1, 40)), int(RNG.integers(1, 40))
