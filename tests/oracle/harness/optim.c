@@ -127,8 +127,10 @@ static ct_status restart(ct_optimizer **opt, const json_t *settings, ct_param_st
         s = ct_optimizer_state_get(*opt, i, &name, &src);
         if (s == CT_OK) {
             dst = ct_optimizer_state_find(fresh, name);
-            if (!dst) s = ct_error(CT_ERR_STATE, "restart: the fresh optimizer lacks state '%s'", name);
-            else memcpy(dst->data, src->data, ct_tensor_nbytes(src));
+            if (!dst)
+                s = ct_error(CT_ERR_STATE, "restart: the fresh optimizer lacks state '%s'", name);
+            else
+                memcpy(dst->data, src->data, ct_tensor_nbytes(src));
         }
     }
     if (s == CT_OK) s = ct_optimizer_set_step_count(fresh, ct_optimizer_step_count(*opt));
