@@ -37,8 +37,6 @@ void ct_op_add(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);
 /* y += alpha * x */
 void ct_op_axpy(double alpha, const ct_tensor *x, ct_tensor *y);
 void ct_op_scale(ct_tensor *t, double s);
-/* Sum of squares accumulated in float64. */
-double ct_op_sum_squares(const ct_tensor *t);
 /* CT_OK-free check: true when every element is finite. */
 bool ct_op_all_finite(const ct_tensor *t);
 

@@ -68,13 +68,6 @@ void ct_op_scale(ct_tensor *t, double s) {
     CT_REAL_DISPATCH(t, scale, t->data, ct_tensor_numel(t), s);
 }
 
-double ct_op_sum_squares(const ct_tensor *t) {
-    CT_CHECK_CPU(t);
-    if (t->dtype == CT_F32) return sum_squares_f32(t->data, ct_tensor_numel(t));
-    CT_ASSERT(t->dtype == CT_F64);
-    return sum_squares_f64(t->data, ct_tensor_numel(t));
-}
-
 bool ct_op_all_finite(const ct_tensor *t) {
     CT_CHECK_CPU(t);
     bool ok = true;

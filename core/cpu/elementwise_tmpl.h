@@ -22,13 +22,6 @@ static void FN(scale)(R *t, int64_t n, R s) {
     for (int64_t i = 0; i < n; i++) t[i] *= s;
 }
 
-static double FN(sum_squares)(const R *t, int64_t n) {
-    double acc = 0.0;
-#pragma omp parallel for reduction(+ : acc) if (n > CT_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) acc += (double)t[i] * (double)t[i];
-    return acc;
-}
-
 static void FN(all_finite)(const R *t, int64_t n, bool *ok) {
     bool finite = true;
     for (int64_t i = 0; i < n; i++) finite &= isfinite(t[i]) != 0;
