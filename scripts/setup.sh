@@ -12,6 +12,7 @@ packages=(
   zlib1g-dev                                # gzip'd IDX files
   dataset-fashion-mnist                     # the examples' data, in /usr/share/datasets/fashion-mnist
   python3 python3-numpy python3-torch python3-sklearn python3-h5py python3-venv python3-pip  # test oracles
+  python3-yaml python3-requests python3-packaging python3-typing-extensions  # transformers (oracle venv)
 )
 
 missing=()
