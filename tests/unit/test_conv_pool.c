@@ -1,0 +1,535 @@
+/* Conv2d, MaxPool2d and AvgPool2d: finite-difference gradients in float64 (fixed and random
+ * hyperparameters, and a small CNN), forward values against direct loops, chunked vs whole-batch
+ * workspaces, PyTorch's tie and padding rules for max pooling, init bounds, and the errors bad
+ * shapes and configs get. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "core/util.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "testlib.h"
+
+static ct_rng rng;
+
+static ct_shape chw(int64_t c, int64_t h, int64_t w) { return (ct_shape){3, {c, h, w}}; }
+
+static int64_t rnd(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
+
+static ct_conv2d_config conv_cfg(int64_t in, int64_t out, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph,
+                                 int64_t pw, int64_t dh, int64_t dw, bool bias) {
+    return (ct_conv2d_config){.in_channels = in, .out_channels = out, .kernel = {kh, kw}, .stride = {sh, sw},
+                              .padding = {ph, pw}, .dilation = {dh, dw}, .bias = bias};
+}
+
+static ct_pool2d_config pool_cfg(int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh,
+                                 int64_t dw, bool count_include_pad) {
+    return (ct_pool2d_config){.kernel = {kh, kw}, .stride = {sh, sw}, .padding = {ph, pw}, .dilation = {dh, dw},
+                              .count_include_pad = count_include_pad};
+}
+
+/* Whether some kernel tap of some output lands on a real input element along one dimension. */
+static bool reads_input(int64_t n, int64_t k, int64_t s, int64_t p, int64_t d) {
+    int64_t out = ct_conv_out_size(n, k, s, p, d);
+    for (int64_t o = 0; o < out; o++)
+        for (int64_t j = 0; j < k; j++)
+            if (o * s - p + j * d >= 0 && o * s - p + j * d < n) return true;
+    return false;
+}
+
+static void conv_gradchecks(void) {
+    struct {
+        const char *label;
+        ct_conv2d_config cfg;
+        ct_shape in;
+    } cases[] = {
+        {"conv 3x3 pad 1", conv_cfg(3, 4, 3, 3, 1, 1, 1, 1, 1, 1, true), chw(3, 7, 6)},
+        {"conv stride 2", conv_cfg(2, 3, 3, 3, 2, 2, 0, 0, 1, 1, true), chw(2, 9, 8)},
+        {"conv dilation 2 pad 2", conv_cfg(2, 3, 3, 3, 1, 1, 2, 2, 2, 2, true), chw(2, 6, 7)},
+        {"conv rectangular, no bias", conv_cfg(3, 2, 2, 3, 2, 1, 1, 0, 1, 2, false), chw(3, 7, 8)},
+        {"conv 1x1 (in_channels inferred)", conv_cfg(0, 5, 1, 1, 0, 0, 0, 0, 0, 0, true), chw(4, 3, 5)},
+        {"conv stride 3 pad 2 (kernel 2)", conv_cfg(2, 2, 2, 2, 3, 3, 2, 2, 1, 1, true), chw(2, 5, 6)},
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(cases); i++) {
+        ct_module *m;
+        CHECK_OK(ct_conv2d_create(&cases[i].cfg, &m));
+        ct_gradcheck_opts o = ct_gradcheck_defaults(3);
+        ct_gradcheck_module(cases[i].label, m, &cases[i].in, &o);
+    }
+    /* Random hyperparameters: the input is sized so the dilated kernel always fits, and configurations
+     * whose outputs see only padding (all-zero gradients, nothing to check) are drawn again. */
+    for (int t = 0; t < 4; t++) {
+        ct_conv2d_config c;
+        int64_t h, w;
+        do {
+            c = conv_cfg(rnd(1, 3), rnd(1, 4), rnd(1, 4), rnd(1, 4), rnd(1, 3), rnd(1, 3), rnd(0, 2), rnd(0, 2),
+                         rnd(1, 2), rnd(1, 2), rnd(0, 1));
+            h = c.dilation[0] * (c.kernel[0] - 1) + 1 + rnd(0, 5);
+            w = c.dilation[1] * (c.kernel[1] - 1) + 1 + rnd(0, 5);
+        } while (!reads_input(h, c.kernel[0], c.stride[0], c.padding[0], c.dilation[0]) ||
+                 !reads_input(w, c.kernel[1], c.stride[1], c.padding[1], c.dilation[1]));
+        char label[200];
+        snprintf(label, sizeof label,
+                 "conv random in=%lld out=%lld k=(%lld,%lld) s=(%lld,%lld) p=(%lld,%lld) d=(%lld,%lld) bias=%d on %lldx%lld",
+                 (long long)c.in_channels, (long long)c.out_channels, (long long)c.kernel[0], (long long)c.kernel[1],
+                 (long long)c.stride[0], (long long)c.stride[1], (long long)c.padding[0], (long long)c.padding[1],
+                 (long long)c.dilation[0], (long long)c.dilation[1], c.bias, (long long)h, (long long)w);
+        ct_module *m;
+        CHECK_OK(ct_conv2d_create(&c, &m));
+        ct_shape in = chw(c.in_channels, h, w);
+        ct_gradcheck_opts o = ct_gradcheck_defaults(rnd(1, 3));
+        ct_gradcheck_module(label, m, &in, &o);
+    }
+}
+
+/* L = sum(y * r) for the model's current parameters and input x. */
+static double objective(ct_model *model, const ct_tensor *x, const double *r) {
+    ct_tensor y;
+    if (ct_model_forward(model, x, &y) != CT_OK) return NAN;
+    double acc = 0.0;
+    for (int64_t i = 0; i < ct_tensor_numel(&y); i++) acc += ((const double *)y.data)[i] * r[i];
+    return acc;
+}
+
+/* Central differences of L against `analytic` on elements of `target` (all of a small tensor, else
+ * 48 random ones), like ct_gradcheck_module, except at kinks: a max-pool choice or a ReLU that flips
+ * inside the +-h step makes L non-differentiable there. Max pooling picks its outputs among its
+ * inputs and a CNN of conv, ReLU and max pooling is piecewise linear in any single scalar, so away
+ * from kinks the two one-sided differences agree up to rounding; a probe where they disagree
+ * straddles a kink and is skipped (at most 8 per tensor, so a broken forward cannot hide there). */
+static void probe_piecewise(const char *label, const char *what, ct_model *model, const ct_tensor *x, const double *r,
+                            double *target, const double *analytic, int64_t n) {
+    double diff2 = 0, a2 = 0, f2 = 0;
+    int probes = 0, skipped = 0;
+    for (int64_t k = 0; probes < 48 && k < (n <= 48 ? n : 48 + 8) && skipped <= 8; k++) {
+        int64_t i = n <= 48 ? k : (int64_t)ct_rng_below(&rng, (uint64_t)n);
+        double saved = target[i], h = 1e-6 * fmax(1.0, fabs(saved));
+        double l0 = objective(model, x, r);
+        target[i] = saved + h;
+        double lp = objective(model, x, r);
+        target[i] = saved - h;
+        double lm = objective(model, x, r);
+        target[i] = saved;
+        double fp = (lp - l0) / h, fm = (l0 - lm) / h;
+        if (fabs(fp - fm) > 1e-6 * (fabs(fp) + fabs(fm)) + 1e-7) {
+            skipped++;
+            continue;
+        }
+        double fd = (lp - lm) / (2 * h);
+        diff2 += (fd - analytic[i]) * (fd - analytic[i]);
+        a2 += analytic[i] * analytic[i];
+        f2 += fd * fd;
+        probes++;
+    }
+    double rel = a2 == 0 && f2 == 0 ? 0 : sqrt(diff2) / sqrt(fmax(a2, f2));
+    CHECK(skipped <= 8, "%s: %s: %d probes straddled a kink; the forward is not piecewise linear", label, what, skipped);
+    CHECK(rel < 1e-6, "%s: gradient of %s: relative error %.3g over %d probes (%d at kinks skipped)", label, what, rel,
+          probes, skipped);
+    CHECK(a2 > 0, "%s: gradient of %s is all zero: the check would prove nothing", label, what);
+    printf("%s: %s: relative gradient error %.3g (%d probes, %d at kinks skipped)\n", label, what, rel, probes, skipped);
+}
+
+/* ct_gradcheck_module for piecewise-linear modules (max pooling, and CNNs of conv, ReLU and max
+ * pooling), in float64 on inputs ~ U(-1, 1), with probe_piecewise's handling of kinks. */
+static void gradcheck_piecewise(const char *label, ct_module *m, const ct_shape *in, int64_t batch) {
+    ct_model model;
+    ct_model_options mo = {.dtype = CT_F64, .max_batch = batch, .seed = ct_test_seed};
+    ct_status s = ct_model_build(&model, m, in, &mo);
+    CHECK(s == CT_OK, "%s: build failed: %s", label, ct_last_error());
+    if (s != CT_OK) return;
+    CHECK_OK(ct_model_enable_input_grad(&model));
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+    ct_shape_with_batch(in, batch, &ndim, shape);
+    ct_tensor x, dy, y;
+    ct_tensor_alloc(&x, CT_F64, CT_CPU, ndim, shape);
+    int64_t nx = ct_tensor_numel(&x);
+    for (int64_t i = 0; i < nx; i++) ((double *)x.data)[i] = 2 * ct_rng_uniform(&rng) - 1;
+    CHECK_OK(ct_model_forward(&model, &x, &y));
+    ct_tensor_alloc(&dy, CT_F64, CT_CPU, y.ndim, y.shape);
+    double *r = dy.data;
+    for (int64_t i = 0; i < ct_tensor_numel(&dy); i++) r[i] = 2 * ct_rng_uniform(&rng) - 1;
+    ct_model_zero_grad(&model);
+    CHECK_OK(ct_model_backward(&model, &dy));
+    double *dx = malloc((size_t)nx * sizeof *dx);
+    memcpy(dx, ct_model_input_grad(&model)->data, (size_t)nx * sizeof *dx);
+    int64_t np = ct_tensor_numel(&model.params.grads);
+    double *grads = malloc((size_t)(np > 0 ? np : 1) * sizeof *grads);
+    if (np > 0) memcpy(grads, model.params.grads.data, (size_t)np * sizeof *grads);
+    probe_piecewise(label, "input", &model, &x, r, x.data, dx, nx);
+    for (int i = 0; i < model.params.count; i++) {
+        ct_param *pa = &model.params.items[i];
+        probe_piecewise(label, pa->name, &model, &x, r, pa->value->data, grads + pa->offset, pa->numel);
+    }
+    free(dx);
+    free(grads);
+    ct_tensor_free(&x);
+    ct_tensor_free(&dy);
+    ct_model_free(&model);
+}
+
+static void pool_gradchecks(void) {
+    struct {
+        const char *label;
+        bool is_max;
+        ct_pool2d_config cfg;
+        ct_shape in;
+    } cases[] = {
+        {"maxpool 2x2", true, pool_cfg(2, 2, 0, 0, 0, 0, 0, 0, false), chw(2, 6, 6)},
+        {"maxpool 3x3 stride 2 pad 1", true, pool_cfg(3, 3, 2, 2, 1, 1, 1, 1, false), chw(2, 7, 6)},
+        {"maxpool rectangular dilated", true, pool_cfg(3, 2, 1, 2, 1, 1, 2, 1, false), chw(3, 7, 7)},
+        {"maxpool overlapping stride 1", true, pool_cfg(2, 3, 1, 1, 0, 1, 1, 1, false), chw(1, 5, 6)},
+        {"avgpool 3x3 stride 2 pad 1 count_include_pad", false, pool_cfg(3, 3, 2, 2, 1, 1, 0, 0, true), chw(2, 7, 6)},
+        {"avgpool 3x3 stride 2 pad 1 exclude pad", false, pool_cfg(3, 3, 2, 2, 1, 1, 0, 0, false), chw(2, 7, 6)},
+        {"avgpool 2x3 stride (1,2) pad 1 count_include_pad", false, pool_cfg(2, 3, 1, 2, 1, 1, 0, 0, true), chw(2, 5, 7)},
+        {"avgpool 2x3 stride (1,2) pad 1 exclude pad", false, pool_cfg(2, 3, 1, 2, 1, 1, 0, 0, false), chw(2, 5, 7)},
+        {"avgpool 2x2 default stride", false, pool_cfg(2, 2, 0, 0, 0, 0, 0, 0, true), chw(3, 4, 5)},
+    };
+    for (size_t i = 0; i < CT_ARRAY_LEN(cases); i++) {
+        ct_module *m;
+        if (cases[i].is_max) {
+            /* Two window values within the 1e-6 step of each other make a kink (about one run in 500). */
+            CHECK_OK(ct_maxpool2d_create(&cases[i].cfg, &m));
+            gradcheck_piecewise(cases[i].label, m, &cases[i].in, 2);
+        } else {
+            CHECK_OK(ct_avgpool2d_create(&cases[i].cfg, &m));
+            ct_gradcheck_opts o = ct_gradcheck_defaults(2);
+            ct_gradcheck_module(cases[i].label, m, &cases[i].in, &o);
+        }
+    }
+}
+
+/* conv(0 -> 4, 3x3, p1) relu maxpool(2) conv(4 -> 6, 3x3, p1) relu maxpool(2) flatten linear(5). */
+static void cnn_gradcheck(void) {
+    ct_module *seq, *c;
+    CHECK_OK(ct_sequential_create(&seq));
+    ct_conv2d_config c1 = conv_cfg(0, 4, 3, 3, 1, 1, 1, 1, 1, 1, true), c2 = conv_cfg(4, 6, 3, 3, 1, 1, 1, 1, 1, 1, true);
+    ct_pool2d_config p = pool_cfg(2, 2, 0, 0, 0, 0, 0, 0, false);
+    CHECK_OK(ct_conv2d_create(&c1, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_activation_create(CT_ACT_RELU, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_maxpool2d_create(&p, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_conv2d_create(&c2, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_activation_create(CT_ACT_RELU, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_maxpool2d_create(&p, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_flatten_create(&c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_linear_create(0, 5, true, &c));
+    ct_module_add_child(seq, c, NULL);
+    ct_shape in = chw(2, 8, 8);
+    gradcheck_piecewise("cnn sequential", seq, &in, 2);
+}
+
+static void fill_random(ct_tensor *t) {
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++) ct_tensor_set(t, i, ct_rng_normal(&rng));
+}
+
+static double max_rel_diff(const ct_tensor *a, const ct_tensor *b) {
+    double diff = 0, scale = 1e-300;
+    for (int64_t i = 0; i < ct_tensor_numel(a); i++) {
+        diff = fmax(diff, fabs(ct_tensor_get(a, i) - ct_tensor_get(b, i)));
+        scale = fmax(scale, fabs(ct_tensor_get(b, i)));
+    }
+    return diff / scale;
+}
+
+/* Forward against direct loops, and every chunking of the batch against the whole batch at once. */
+static void conv_op_values(void) {
+    for (int t = 0; t < 3; t++) {
+        ct_conv2d_geom g = {.in_channels = rnd(1, 3), .in_h = rnd(5, 9), .in_w = rnd(5, 9), .out_channels = rnd(1, 4),
+                            .kernel = {rnd(1, 3), rnd(1, 3)}, .stride = {rnd(1, 2), rnd(1, 2)},
+                            .padding = {rnd(0, 2), rnd(0, 2)}, .dilation = {rnd(1, 2), rnd(1, 2)}};
+        g.out_h = ct_conv_out_size(g.in_h, g.kernel[0], g.stride[0], g.padding[0], g.dilation[0]);
+        g.out_w = ct_conv_out_size(g.in_w, g.kernel[1], g.stride[1], g.padding[1], g.dilation[1]);
+        int64_t B = 5, C = g.in_channels, O = g.out_channels, H = g.in_h, W = g.in_w, OH = g.out_h, OW = g.out_w;
+        int64_t xs[4] = {B, C, H, W}, ys[4] = {B, O, OH, OW}, wsh[4] = {O, C, g.kernel[0], g.kernel[1]};
+        ct_tensor x, y, yref, w, bias, dy, dx, dw, db, dx1, dw1, db1;
+        ct_tensor_alloc(&x, CT_F64, CT_CPU, 4, xs);
+        ct_tensor_alloc(&dx, CT_F64, CT_CPU, 4, xs);
+        ct_tensor_alloc(&dx1, CT_F64, CT_CPU, 4, xs);
+        ct_tensor_alloc(&y, CT_F64, CT_CPU, 4, ys);
+        ct_tensor_alloc(&yref, CT_F64, CT_CPU, 4, ys);
+        ct_tensor_alloc(&dy, CT_F64, CT_CPU, 4, ys);
+        ct_tensor_alloc(&w, CT_F64, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&dw, CT_F64, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&dw1, CT_F64, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&bias, CT_F64, CT_CPU, 1, &O);
+        ct_tensor_alloc(&db, CT_F64, CT_CPU, 1, &O);
+        ct_tensor_alloc(&db1, CT_F64, CT_CPU, 1, &O);
+        fill_random(&x);
+        fill_random(&w);
+        fill_random(&bias);
+        fill_random(&dy);
+        const double *xd = x.data, *wd = w.data, *bd = bias.data;
+        double *yr = yref.data;
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t oh = 0; oh < OH; oh++)
+                    for (int64_t ow = 0; ow < OW; ow++) {
+                        double acc = bd[o];
+                        for (int64_t c = 0; c < C; c++)
+                            for (int64_t ki = 0; ki < g.kernel[0]; ki++)
+                                for (int64_t kj = 0; kj < g.kernel[1]; kj++) {
+                                    int64_t ih = oh * g.stride[0] - g.padding[0] + ki * g.dilation[0];
+                                    int64_t iw = ow * g.stride[1] - g.padding[1] + kj * g.dilation[1];
+                                    if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                                    acc += xd[((b * C + c) * H + ih) * W + iw] *
+                                           wd[((o * C + c) * g.kernel[0] + ki) * g.kernel[1] + kj];
+                                }
+                        yr[((b * O + o) * OH + oh) * OW + ow] = acc;
+                    }
+        /* Workspaces for the whole batch, then for 1 and 2 samples per chunk (5 = 2 + 2 + 1). */
+        int64_t full = ct_conv2d_workspace_numel(&g, B), one = ct_conv2d_workspace_numel(&g, 1);
+        CHECK(full == B * one, "workspace for %lld samples: %lld elements, one sample %lld", (long long)B,
+              (long long)full, (long long)one);
+        ct_tensor ws;
+        ct_tensor_alloc(&ws, CT_F64, CT_CPU, 1, &full);
+        ct_op_conv2d_forward(&g, &x, &w, &bias, &y, &ws);
+        CHECK(max_rel_diff(&y, &yref) < 1e-10, "conv forward vs direct loops: %.3g", max_rel_diff(&y, &yref));
+        ct_op_conv2d_backward(&g, &x, &w, &dy, &dw, &db, &dx, &ws);
+        for (int64_t per = 1; per <= 2; per++) {
+            ct_tensor small = ct_tensor_view(ws.data, CT_F64, CT_CPU, 1, (int64_t[]){per * one});
+            ct_op_fill(&y, 7.0);
+            ct_op_conv2d_forward(&g, &x, &w, &bias, &y, &small);
+            CHECK(max_rel_diff(&y, &yref) < 1e-10, "conv forward in chunks of %lld: %.3g", (long long)per,
+                  max_rel_diff(&y, &yref));
+            ct_op_fill(&dw1, 0.0);
+            ct_op_fill(&db1, 0.0);
+            ct_op_fill(&dx1, 7.0);
+            ct_op_conv2d_backward(&g, &x, &w, &dy, &dw1, &db1, &dx1, &small);
+            CHECK(max_rel_diff(&dw1, &dw) < 1e-10 && max_rel_diff(&db1, &db) < 1e-10 && max_rel_diff(&dx1, &dx) < 1e-10,
+                  "conv backward in chunks of %lld: dw %.3g db %.3g dx %.3g", (long long)per, max_rel_diff(&dw1, &dw),
+                  max_rel_diff(&db1, &db), max_rel_diff(&dx1, &dx));
+        }
+        /* Gradients accumulate into dw and db; dx is overwritten. */
+        ct_op_conv2d_backward(&g, &x, &w, &dy, &dw1, &db1, &dx1, &ws);
+        ct_op_scale(&dw1, 0.5);
+        ct_op_scale(&db1, 0.5);
+        CHECK(max_rel_diff(&dw1, &dw) < 1e-10 && max_rel_diff(&db1, &db) < 1e-10 && max_rel_diff(&dx1, &dx) < 1e-10,
+              "conv backward accumulates dw/db and overwrites dx");
+        ct_tensor *all[] = {&x, &y, &yref, &w, &bias, &dy, &dx, &dw, &db, &dx1, &dw1, &db1, &ws};
+        for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+    }
+}
+
+/* Ties go to the first maximum in row-major order; padding never wins; avg pooling's divisors. */
+static void pool_op_values(void) {
+    ct_pool2d_geom g = {.channels = 1, .in_h = 4, .in_w = 4, .kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1},
+                        .dilation = {1, 1}, .count_include_pad = true};
+    g.out_h = g.out_w = ct_conv_out_size(4, 3, 2, 1, 1);
+    CHECK(g.out_h == 2, "maxpool out size %lld", (long long)g.out_h);
+    int64_t xs[4] = {1, 1, 4, 4}, ys[4] = {1, 1, 2, 2};
+    ct_tensor x, y, idx, dy, dx;
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 4, xs);
+    ct_tensor_alloc(&dx, CT_F32, CT_CPU, 4, xs);
+    ct_tensor_alloc(&y, CT_F32, CT_CPU, 4, ys);
+    ct_tensor_alloc(&dy, CT_F32, CT_CPU, 4, ys);
+    ct_tensor_alloc(&idx, CT_I32, CT_CPU, 4, ys);
+    ct_op_fill(&x, -2.0); /* all equal and negative: the padding (-inf) must not win, the first real one must */
+    ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+    const int32_t *ip = idx.data;
+    /* Windows start at (-1,-1), (-1,1), (1,-1), (1,1): first real elements 0, 1, 4, 5. */
+    CHECK(ip[0] == 0 && ip[1] == 1 && ip[2] == 4 && ip[3] == 5, "tie indices %d %d %d %d (want 0 1 4 5)", ip[0],
+          ip[1], ip[2], ip[3]);
+    CHECK(ct_tensor_get(&y, 0) == -2.0, "maxpool of a constant plane: %g", ct_tensor_get(&y, 0));
+    ct_tensor_set(&x, 5, 3.0);
+    ct_tensor_set(&x, 6, 3.0); /* a tie inside window (1,1) at 5 and 6: 5 wins; window (-1,1) sees 5 and 6 */
+    ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+    CHECK(ip[0] == 5 && ip[1] == 5 && ip[2] == 5 && ip[3] == 5, "tie indices %d %d %d %d (want 5 5 5 5)", ip[0],
+          ip[1], ip[2], ip[3]);
+    ct_op_fill(&dy, 1.0);
+    ct_op_maxpool2d_backward(&g, &dy, &idx, &dx);
+    CHECK(ct_tensor_get(&dx, 5) == 4.0 && ct_tensor_get(&dx, 6) == 0.0, "maxpool backward sums at the argmax: %g %g",
+          ct_tensor_get(&dx, 5), ct_tensor_get(&dx, 6));
+    /* All -inf: the index still starts at each window's first real element (PyTorch's). */
+    ct_op_fill(&x, -INFINITY);
+    ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+    CHECK(ip[0] == 0 && ip[1] == 1 && ip[2] == 4 && ip[3] == 5 && isinf(ct_tensor_get(&y, 3)),
+          "-inf indices %d %d %d %d (want 0 1 4 5)", ip[0], ip[1], ip[2], ip[3]);
+    /* NaN wins, and of two NaNs in a window the last one (PyTorch's `v > max || isnan(v)`). */
+    ct_op_fill(&x, -2.0);
+    ct_tensor_set(&x, 6, NAN);
+    ct_tensor_set(&x, 9, NAN);
+    ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+    CHECK(ip[0] == 0 && ip[1] == 6 && ip[2] == 9 && ip[3] == 9 && ct_tensor_get(&y, 0) == -2.0 &&
+              isnan(ct_tensor_get(&y, 1)) && isnan(ct_tensor_get(&y, 3)),
+          "NaN indices %d %d %d %d (want 0 6 9 9)", ip[0], ip[1], ip[2], ip[3]);
+
+    /* The same rules on the 2x2 / stride 2 path. */
+    ct_pool2d_geom g2 = {.channels = 1, .in_h = 4, .in_w = 4, .out_h = 2, .out_w = 2, .kernel = {2, 2},
+                         .stride = {2, 2}, .dilation = {1, 1}};
+    ct_op_fill(&x, 1.0);
+    ct_op_maxpool2d_forward(&g2, &x, &y, &idx);
+    CHECK(ip[0] == 0 && ip[1] == 2 && ip[2] == 8 && ip[3] == 10, "2x2 tie indices %d %d %d %d (want 0 2 8 10)", ip[0],
+          ip[1], ip[2], ip[3]);
+    ct_tensor_set(&x, 11, 3.0);
+    ct_tensor_set(&x, 14, 3.0);
+    ct_tensor_set(&x, 15, 3.0);
+    ct_tensor_set(&x, 1, NAN);
+    ct_tensor_set(&x, 5, NAN);
+    ct_op_maxpool2d_forward(&g2, &x, &y, &idx);
+    CHECK(ip[0] == 5 && ip[1] == 2 && ip[2] == 8 && ip[3] == 11 && isnan(ct_tensor_get(&y, 0)) &&
+              ct_tensor_get(&y, 3) == 3.0,
+          "2x2 NaN and tie indices %d %d %d %d (want 5 2 8 11)", ip[0], ip[1], ip[2], ip[3]);
+    ct_op_fill(&x, -INFINITY);
+    ct_op_maxpool2d_forward(&g2, &x, &y, &idx);
+    CHECK(ip[0] == 0 && ip[1] == 2 && ip[2] == 8 && ip[3] == 10, "2x2 -inf indices %d %d %d %d (want 0 2 8 10)",
+          ip[0], ip[1], ip[2], ip[3]);
+
+    /* Avg pooling on a plane of ones: window (0,0) covers 2x2 real elements of a 3x3 window. */
+    ct_op_fill(&x, 1.0);
+    ct_op_avgpool2d_forward(&g, &x, &y);
+    CHECK_NEAR(ct_tensor_get(&y, 0), 4.0 / 9.0, 1e-7);
+    CHECK_NEAR(ct_tensor_get(&y, 3), 1.0, 1e-7); /* window (1,1) covers rows 1..3, columns 1..3: all real */
+    g.count_include_pad = false;
+    ct_op_avgpool2d_forward(&g, &x, &y);
+    CHECK_NEAR(ct_tensor_get(&y, 0), 1.0, 1e-7);
+    ct_op_avgpool2d_backward(&g, &dy, &dx);
+    /* Element 0 lies only in window (0,0), which divides by its 4 real elements. */
+    CHECK_NEAR(ct_tensor_get(&dx, 0), 0.25, 1e-7);
+    ct_tensor *all[] = {&x, &y, &idx, &dy, &dx};
+    for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+}
+
+static void init_bounds(void) {
+    ct_conv2d_config c = conv_cfg(16, 32, 3, 5, 1, 1, 0, 0, 1, 1, true);
+    ct_module *m;
+    CHECK_OK(ct_conv2d_create(&c, &m));
+    ct_model model;
+    ct_shape in = chw(16, 10, 10);
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 2, .seed = ct_test_seed};
+    CHECK_OK(ct_model_build(&model, m, &in, &mo));
+    const ct_param *w = ct_params_find(&model.params, "weight"), *b = ct_params_find(&model.params, "bias");
+    CHECK(w && b && w->ndim == 4 && w->shape[0] == 32 && w->shape[1] == 16 && w->shape[2] == 3 && w->shape[3] == 5,
+          "conv weight is [out, in, kh, kw]");
+    CHECK(b && (b->flags & CT_PARAM_NO_DECAY), "conv bias is excluded from weight decay");
+    if (w && b) {
+        double bound = 1.0 / sqrt(16.0 * 3 * 5), sum2 = 0, maxabs = 0, bmax = 0;
+        for (int64_t i = 0; i < w->numel; i++) {
+            double v = ct_tensor_get(w->value, i);
+            sum2 += v * v;
+            maxabs = fmax(maxabs, fabs(v));
+        }
+        for (int64_t i = 0; i < b->numel; i++) bmax = fmax(bmax, fabs(ct_tensor_get(b->value, i)));
+        CHECK(maxabs <= bound && maxabs > 0.95 * bound, "weight max %g vs bound 1/sqrt(fan_in) = %g", maxabs, bound);
+        CHECK(fabs(sum2 / w->numel / (bound * bound / 3) - 1) < 0.05, "weight variance ratio %g",
+              sum2 / w->numel / (bound * bound / 3));
+        CHECK(bmax <= bound && bmax > 0, "bias max %g vs bound %g", bmax, bound);
+    }
+    ct_model_free(&model);
+}
+
+/* Builds a one-layer model from JSON text for the given input; returns the build status. */
+static ct_status build_json(const char *text, ct_shape in, ct_shape *out_shape) {
+    json_error_t err;
+    json_t *spec = json_loads(text, 0, &err);
+    CT_ASSERT(spec);
+    ct_module *m;
+    ct_status s = ct_module_from_json(spec, "model", &m);
+    json_decref(spec);
+    if (s != CT_OK) return s;
+    ct_model model;
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 2, .seed = 1};
+    s = ct_model_build(&model, m, &in, &mo);
+    if (s == CT_OK) {
+        if (out_shape) *out_shape = model.out_shape;
+        ct_model_free(&model);
+    }
+    return s;
+}
+
+static void json_and_errors(void) {
+    ct_shape out;
+    CHECK_OK(build_json("{\"type\": \"conv2d\", \"in_channels\": 3, \"out_channels\": 8, \"kernel_size\": [3, 5], "
+                        "\"stride\": 2, \"padding\": [1, 2], \"dilation\": 1, \"bias\": false}",
+                        chw(3, 11, 12), &out));
+    CHECK(out.ndim == 3 && out.dims[0] == 8 && out.dims[1] == 6 && out.dims[2] == 6, "conv JSON output [%lld, %lld, %lld]",
+          (long long)out.dims[0], (long long)out.dims[1], (long long)out.dims[2]);
+    CHECK_OK(build_json("{\"type\": \"maxpool2d\", \"kernel_size\": 3, \"stride\": null, \"padding\": 1}", chw(2, 9, 7),
+                        &out));
+    CHECK(out.dims[0] == 2 && out.dims[1] == 3 && out.dims[2] == 3, "maxpool JSON output [%lld, %lld, %lld]",
+          (long long)out.dims[0], (long long)out.dims[1], (long long)out.dims[2]);
+    CHECK_OK(build_json("{\"type\": \"avgpool2d\", \"kernel_size\": 2, \"count_include_pad\": false}", chw(1, 5, 5), &out));
+    CHECK(out.dims[1] == 2 && out.dims[2] == 2, "avgpool JSON output [%lld, %lld]", (long long)out.dims[1],
+          (long long)out.dims[2]);
+
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_sise\": 3}", chw(1, 5, 5), NULL),
+              CT_ERR_CONFIG, "model", "kernel_sise", "did you mean 'kernel_size'");
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4}", chw(1, 5, 5), NULL), CT_ERR_CONFIG,
+              "kernel_size");
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_size\": 3, \"stride\": 0}", chw(1, 5, 5),
+                         NULL),
+              CT_ERR_CONFIG, "model.stride");
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_size\": [3, 3, 3]}", chw(1, 5, 5), NULL),
+              CT_ERR_CONFIG, "model.kernel_size");
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_size\": 3, \"groups\": 2}", chw(2, 5, 5),
+                         NULL),
+              CT_ERR_UNSUPPORTED, "model.groups");
+    CHECK_ERR(build_json("{\"type\": \"avgpool2d\", \"kernel_size\": 3, \"dilation\": 2}", chw(1, 5, 5), NULL),
+              CT_ERR_CONFIG, "unknown key 'dilation'");
+    CHECK_ERR(build_json("{\"type\": \"maxpool2d\", \"kernel_size\": 2, \"ceil_mode\": true}", chw(1, 5, 5), NULL),
+              CT_ERR_UNSUPPORTED, "ceil_mode");
+    CHECK_ERR(build_json("{\"type\": \"maxpool2d\", \"kernel_size\": 3, \"padding\": 2}", chw(1, 9, 9), NULL),
+              CT_ERR_CONFIG, "model", "maxpool2d", "padding=(2, 2)", "kernel_size=(3, 3)");
+
+    /* Shapes that do not fit: errors name the layer, the input shape and the offending setting. */
+    CHECK_ERR(build_json("{\"type\": \"sequential\", \"layers\": [{\"type\": \"conv2d\", \"in_channels\": 3, "
+                         "\"out_channels\": 4, \"kernel_size\": 3}]}",
+                         chw(1, 28, 28), NULL),
+              CT_ERR_SHAPE, "conv2d '0'", "in_channels=3", "[N, 1, 28, 28]");
+    ct_shape flat = {1, {784}};
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_size\": 3}", flat, NULL), CT_ERR_SHAPE,
+              "conv2d", "[N, 784]", "[N, C, H, W]");
+    CHECK_ERR(build_json("{\"type\": \"sequential\", \"layers\": [{\"type\": \"conv2d\", \"out_channels\": 4, "
+                         "\"kernel_size\": 5, \"padding\": 1}]}",
+                         chw(2, 2, 9), NULL),
+              CT_ERR_SHAPE, "conv2d '0'", "[N, 2, 2, 9]", "padded to 4x11", "kernel 5x5");
+    CHECK_ERR(build_json("{\"type\": \"conv2d\", \"out_channels\": 4, \"kernel_size\": 3, \"dilation\": 3}", chw(1, 6, 9),
+                         NULL),
+              CT_ERR_SHAPE, "kernel 7x7", "dilation=(3, 3)");
+    CHECK_ERR(build_json("{\"type\": \"sequential\", \"layers\": [{\"type\": \"maxpool2d\", \"kernel_size\": 3}]}",
+                         chw(4, 2, 5), NULL),
+              CT_ERR_SHAPE, "maxpool2d '0'", "[N, 4, 2, 5]", "too small");
+    CHECK_ERR(build_json("{\"type\": \"avgpool2d\", \"kernel_size\": 2}", (ct_shape){2, {5, 5}}, NULL), CT_ERR_SHAPE,
+              "avgpool2d", "[N, 5, 5]");
+
+    ct_module *m;
+    ct_conv2d_config bad = conv_cfg(1, 0, 3, 3, 1, 1, 0, 0, 1, 1, true);
+    CHECK_ERR(ct_conv2d_create(&bad, &m), CT_ERR_INVALID_ARG, "conv2d", "out_channels=0");
+    bad = conv_cfg(1, 2, 3, 3, 1, 1, -1, 0, 1, 1, true);
+    CHECK_ERR(ct_conv2d_create(&bad, &m), CT_ERR_INVALID_ARG, "conv2d", "padding=(-1, 0)");
+    ct_pool2d_config pbad = pool_cfg(2, 2, 0, 0, 0, 2, 1, 1, true);
+    CHECK_ERR(ct_avgpool2d_create(&pbad, &m), CT_ERR_CONFIG, "avgpool2d", "padding=(0, 2)");
+
+    /* A wrong input at forward time is caught by the module wrapper, naming the layer. */
+    ct_conv2d_config ok = conv_cfg(3, 4, 3, 3, 1, 1, 1, 1, 1, 1, true);
+    CHECK_OK(ct_conv2d_create(&ok, &m));
+    ct_model model;
+    ct_shape in = chw(3, 8, 8);
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 2, .seed = 1};
+    CHECK_OK(ct_model_build(&model, m, &in, &mo));
+    ct_tensor x, y;
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 4, (int64_t[]){2, 1, 8, 8});
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_SHAPE, "conv2d", "[2, 1, 8, 8]", "[N, 3, 8, 8]");
+    ct_tensor_free(&x);
+    ct_model_free(&model);
+}
+
+int main(void) {
+    ct_test_begin("test_conv_pool");
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER + 1);
+    conv_gradchecks();
+    pool_gradchecks();
+    cnn_gradcheck();
+    conv_op_values();
+    pool_op_values();
+    init_bounds();
+    json_and_errors();
+    return ct_test_finish();
+}
