@@ -29,6 +29,14 @@ static void FN(all_finite)(const R *t, int64_t n, bool *ok) {
 }
 
 static void FN(bias_add)(R *y, const R *bias, int64_t rows, int64_t c, int64_t inner) {
+    if (inner == 1) { /* the linear layer's case: a contiguous row add that vectorises */
+#pragma omp parallel for if (rows * c > CT_OMP_MIN)
+        for (int64_t r = 0; r < rows; r++) {
+            R *restrict p = y + r * c;
+            for (int64_t j = 0; j < c; j++) p[j] += bias[j];
+        }
+        return;
+    }
 #pragma omp parallel for if (rows * c * inner > CT_OMP_MIN)
     for (int64_t r = 0; r < rows; r++)
         for (int64_t j = 0; j < c; j++) {

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""Side-by-side benchmark on Fashion-MNIST: ctrainer (`ctrainer demo --json`) and the PyTorch peer
+(shared/bench/peer_torch_fmnist.py) train the same model with the same batch size, optimizer and
+thread count in the same run; prints both, their ratio, and for the MLP the fraction of the GEMM-bound
+limit (the model's FLOPs per sample against OpenBLAS sgemm GFLOP/s measured in this run).
+
+Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+ap = argparse.ArgumentParser()
+ap.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+ap.add_argument("--epochs", type=int, default=1)
+ap.add_argument("--batch", type=int, default=128)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "bench", "peer_torch_fmnist.py"))
+a = ap.parse_args()
+
+
+def run_json(cmd, env=None):
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+if not os.path.exists(a.peer):
+    sys.exit(f"PyTorch peer not found at {a.peer} (pass --peer)")
+sgemm = run_json([os.path.join(a.build, "bench", "bench_sgemm"), str(a.threads)], env)
+ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model", a.model, "--epochs", str(a.epochs),
+                 "--batch", str(a.batch), "--threads", str(a.threads)], env)
+peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
+
+print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW")
+print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
+for key in ("train_samples_per_s", "eval_samples_per_s"):
+    print(f"{key:24}{ours[key]:>12.0f}{peer[key]:>12.0f}{ours[key] / peer[key]:>8.2f}")
+print(f"{'test_accuracy':24}{ours['test_accuracy']:>12.4f}{peer['test_accuracy']:>12.4f}")
+result = {"model": a.model, "batch": a.batch, "threads": a.threads, "ctrainer": ours, "pytorch": peer,
+          "train_ratio": round(ours["train_samples_per_s"] / peer["train_samples_per_s"], 2),
+          "eval_ratio": round(ours["eval_samples_per_s"] / peer["eval_samples_per_s"], 2), "sgemm": sgemm}
+if a.model == "mlp":
+    dims = [(784, 256), (256, 128), (128, 10)]
+    # forward, weight gradient, and input gradient for every layer but the first
+    flops = sum(2 * i * o * (2 if k == 0 else 3) for k, (i, o) in enumerate(dims))
+    for name in ("sgemm_gflops_mlp_shapes", "sgemm_gflops_1024"):
+        limit = sgemm[name] * 1e9 / flops
+        frac = ours["train_samples_per_s"] / limit
+        result[f"fraction_of_limit_{name}"] = round(frac, 3)
+        print(f"GEMM-bound limit at {name} ({sgemm[name]:.1f} GFLOP/s): {limit:.0f} samples/s, reached {frac:.0%}")
+print(json.dumps(result))
