@@ -83,90 +83,13 @@ static void conv_gradchecks(void) {
     }
 }
 
-/* L = sum(y * r) for the model's current parameters and input x. */
-static double objective(ct_model *model, const ct_tensor *x, const double *r) {
-    ct_tensor y;
-    if (ct_model_forward(model, x, &y) != CT_OK) return NAN;
-    double acc = 0.0;
-    for (int64_t i = 0; i < ct_tensor_numel(&y); i++) acc += ((const double *)y.data)[i] * r[i];
-    return acc;
-}
-
-/* Central differences of L against `analytic` on elements of `target` (all of a small tensor, else
- * 48 random ones), like ct_gradcheck_module, except at kinks: a max-pool choice or a ReLU that flips
- * inside the +-h step makes L non-differentiable there. Max pooling picks its outputs among its
- * inputs and a CNN of conv, ReLU and max pooling is piecewise linear in any single scalar, so away
- * from kinks the two one-sided differences agree up to rounding; a probe where they disagree
- * straddles a kink and is skipped (at most 8 per tensor, so a broken forward cannot hide there). */
-static void probe_piecewise(const char *label, const char *what, ct_model *model, const ct_tensor *x, const double *r,
-                            double *target, const double *analytic, int64_t n) {
-    double diff2 = 0, a2 = 0, f2 = 0;
-    int probes = 0, skipped = 0;
-    for (int64_t k = 0; probes < 48 && k < (n <= 48 ? n : 48 + 8) && skipped <= 8; k++) {
-        int64_t i = n <= 48 ? k : (int64_t)ct_rng_below(&rng, (uint64_t)n);
-        double saved = target[i], h = 1e-6 * fmax(1.0, fabs(saved));
-        double l0 = objective(model, x, r);
-        target[i] = saved + h;
-        double lp = objective(model, x, r);
-        target[i] = saved - h;
-        double lm = objective(model, x, r);
-        target[i] = saved;
-        double fp = (lp - l0) / h, fm = (l0 - lm) / h;
-        if (fabs(fp - fm) > 1e-6 * (fabs(fp) + fabs(fm)) + 1e-7) {
-            skipped++;
-            continue;
-        }
-        double fd = (lp - lm) / (2 * h);
-        diff2 += (fd - analytic[i]) * (fd - analytic[i]);
-        a2 += analytic[i] * analytic[i];
-        f2 += fd * fd;
-        probes++;
-    }
-    double rel = a2 == 0 && f2 == 0 ? 0 : sqrt(diff2) / sqrt(fmax(a2, f2));
-    CHECK(skipped <= 8, "%s: %s: %d probes straddled a kink; the forward is not piecewise linear", label, what, skipped);
-    CHECK(rel < 1e-6, "%s: gradient of %s: relative error %.3g over %d probes (%d at kinks skipped)", label, what, rel,
-          probes, skipped);
-    CHECK(a2 > 0, "%s: gradient of %s is all zero: the check would prove nothing", label, what);
-    printf("%s: %s: relative gradient error %.3g (%d probes, %d at kinks skipped)\n", label, what, rel, probes, skipped);
-}
-
 /* ct_gradcheck_module for piecewise-linear modules (max pooling, and CNNs of conv, ReLU and max
- * pooling), in float64 on inputs ~ U(-1, 1), with probe_piecewise's handling of kinks. */
+ * pooling): a max-pool choice or a ReLU that flips inside the +-h step is a kink, which the checker
+ * skips (two window values within 1e-6 of each other happen about one run in 500). */
 static void gradcheck_piecewise(const char *label, ct_module *m, const ct_shape *in, int64_t batch) {
-    ct_model model;
-    ct_model_options mo = {.dtype = CT_F64, .max_batch = batch, .seed = ct_test_seed};
-    ct_status s = ct_model_build(&model, m, in, &mo);
-    CHECK(s == CT_OK, "%s: build failed: %s", label, ct_last_error());
-    if (s != CT_OK) return;
-    CHECK_OK(ct_model_enable_input_grad(&model));
-    int ndim;
-    int64_t shape[CT_MAX_DIMS];
-    ct_shape_with_batch(in, batch, &ndim, shape);
-    ct_tensor x, dy, y;
-    ct_tensor_alloc(&x, CT_F64, CT_CPU, ndim, shape);
-    int64_t nx = ct_tensor_numel(&x);
-    for (int64_t i = 0; i < nx; i++) ((double *)x.data)[i] = 2 * ct_rng_uniform(&rng) - 1;
-    CHECK_OK(ct_model_forward(&model, &x, &y));
-    ct_tensor_alloc(&dy, CT_F64, CT_CPU, y.ndim, y.shape);
-    double *r = dy.data;
-    for (int64_t i = 0; i < ct_tensor_numel(&dy); i++) r[i] = 2 * ct_rng_uniform(&rng) - 1;
-    ct_model_zero_grad(&model);
-    CHECK_OK(ct_model_backward(&model, &dy));
-    double *dx = malloc((size_t)nx * sizeof *dx);
-    memcpy(dx, ct_model_input_grad(&model)->data, (size_t)nx * sizeof *dx);
-    int64_t np = ct_tensor_numel(&model.params.grads);
-    double *grads = malloc((size_t)(np > 0 ? np : 1) * sizeof *grads);
-    if (np > 0) memcpy(grads, model.params.grads.data, (size_t)np * sizeof *grads);
-    probe_piecewise(label, "input", &model, &x, r, x.data, dx, nx);
-    for (int i = 0; i < model.params.count; i++) {
-        ct_param *pa = &model.params.items[i];
-        probe_piecewise(label, pa->name, &model, &x, r, pa->value->data, grads + pa->offset, pa->numel);
-    }
-    free(dx);
-    free(grads);
-    ct_tensor_free(&x);
-    ct_tensor_free(&dy);
-    ct_model_free(&model);
+    ct_gradcheck_opts o = ct_gradcheck_defaults(batch);
+    o.piecewise = true;
+    ct_gradcheck_module(label, m, in, &o);
 }
 
 static void pool_gradchecks(void) {
@@ -189,7 +112,6 @@ static void pool_gradchecks(void) {
     for (size_t i = 0; i < CT_ARRAY_LEN(cases); i++) {
         ct_module *m;
         if (cases[i].is_max) {
-            /* Two window values within the 1e-6 step of each other make a kink (about one run in 500). */
             CHECK_OK(ct_maxpool2d_create(&cases[i].cfg, &m));
             gradcheck_piecewise(cases[i].label, m, &cases[i].in, 2);
         } else {

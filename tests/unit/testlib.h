@@ -63,6 +63,10 @@ typedef struct ct_gradcheck_opts {
     double tolerance;       /* relative error bound (default 1e-6) */
     int integer_input_max;  /* > 0: inputs are integer ids in [0, max) (embedding); no input gradient */
     bool training;          /* module in training mode (default true via ct_gradcheck_defaults) */
+    /* Piecewise-linear modules (max pooling, ReLU networks): a probe whose two one-sided differences
+     * disagree straddles a kink, where no derivative exists; skip it (at most 8 per tensor, so a
+     * broken forward cannot hide there). */
+    bool piecewise;
 } ct_gradcheck_opts;
 
 ct_gradcheck_opts ct_gradcheck_defaults(int64_t batch);
