@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/device.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"
@@ -19,6 +20,11 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("ctrainer %s\n", CT_VERSION);
+#ifdef CT_HAVE_CUDA
+        printf("CUDA: compiled in, %d device(s) visible\n", ct_cuda_device_count());
+#else
+        printf("CUDA: not compiled in\n");
+#endif
         return 0;
     }
     fprintf(stderr, "ctrainer: unknown command '%s'\n", argv[1]);

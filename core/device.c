@@ -37,8 +37,21 @@ const char *ct_device_str(ct_device d, char *buf, size_t cap) {
     return buf;
 }
 
+#ifndef CT_HAVE_CUDA
+int ct_cuda_device_count(void) { return 0; }
+#endif
+
 ct_status ct_device_check(ct_device d) {
     if (d.kind == CT_DEVICE_CPU) return CT_OK;
     char name[32];
-    return ct_error(CT_ERR_DEVICE, "device %s: this build has no CUDA backend", ct_device_str(d, name, sizeof name));
+    ct_device_str(d, name, sizeof name);
+#ifdef CT_HAVE_CUDA
+    int n = ct_cuda_device_count();
+    if (d.index >= n) return ct_error(CT_ERR_DEVICE, "device %s: %d CUDA device(s) visible", name, n);
+    /* The toolkit is linked and the GPU is there, but the ops still run on the CPU only. */
+    return ct_error(CT_ERR_UNSUPPORTED, "device %s: this version runs its ops on the CPU only", name);
+#else
+    return ct_error(CT_ERR_DEVICE, "device %s: this build has no CUDA backend (configure with -DCTRAINER_CUDA=ON)",
+                    name);
+#endif
 }

@@ -30,6 +30,9 @@ static inline bool ct_device_eq(ct_device a, ct_device b) {
     return a.kind == b.kind && (a.kind == CT_DEVICE_CPU || a.index == b.index);
 }
 
+/* Number of CUDA devices visible to this process (0 in builds without CUDA). */
+int ct_cuda_device_count(void);
+
 /* CT_OK when the device can run ops in this build on this machine. */
 ct_status ct_device_check(ct_device d);
 

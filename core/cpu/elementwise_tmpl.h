@@ -47,6 +47,22 @@ static void FN(bias_add)(R *y, const R *bias, int64_t rows, int64_t c, int64_t i
 }
 
 static void FN(bias_grad)(const R *dy, R *db, int64_t rows, int64_t c, int64_t inner) {
+    if (inner == 1) {
+        /* The linear layer's case: walk rows contiguously into a block of float64 accumulators
+         * (vectorises; a per-channel walk would stride through memory). */
+        enum { BLOCK = 256 };
+#pragma omp parallel for if (rows * c > CT_OMP_MIN)
+        for (int64_t j0 = 0; j0 < c; j0 += BLOCK) {
+            int64_t w = c - j0 < BLOCK ? c - j0 : BLOCK;
+            double acc[BLOCK] = {0};
+            for (int64_t r = 0; r < rows; r++) {
+                const R *restrict p = dy + r * c + j0;
+                for (int64_t j = 0; j < w; j++) acc[j] += p[j];
+            }
+            for (int64_t j = 0; j < w; j++) db[j0 + j] += (R)acc[j];
+        }
+        return;
+    }
     /* Parallel over channels: each thread owns its db[j], so no reduction races. */
 #pragma omp parallel for if (rows * c * inner > CT_OMP_MIN)
     for (int64_t j = 0; j < c; j++) {
