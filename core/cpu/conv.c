@@ -17,17 +17,6 @@ int64_t ct_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
     return span / stride + 1;
 }
 
-/* Outputs o in [*lo, *hi) of [0, out) read the input position o*s + off inside [0, n); the rest
- * fall in the padding. Always 0 <= *lo <= *hi <= out. */
-static inline void conv_span(int64_t off, int64_t s, int64_t n, int64_t out, int64_t *lo, int64_t *hi) {
-    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
-    int64_t h = n - off <= 0 ? 0 : (n - off + s - 1) / s;
-    if (l > out) l = out;
-    if (h > out) h = out;
-    if (h < l) h = l;
-    *lo = l;
-    *hi = h;
-}
 
 /* Workspace elements per sample: its columns plus its slice of the GEMM output. */
 static int64_t conv_sample_ws(const ct_conv2d_geom *g) {

@@ -19,8 +19,8 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, int64_t nb, R *col) 
             const int64_t c = r / (KH * KW), ki = (r / KW) % KH, kj = r % KW;
             const int64_t ih_off = ki * g->dilation[0] - g->padding[0], iw_off = kj * g->dilation[1] - g->padding[1];
             int64_t oh_lo, oh_hi, ow_lo, ow_hi;
-            conv_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
-            conv_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
+            ct_cpu_out_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
+            ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
             const R *plane = x + (b * C + c) * H * W;
             R *dst = col + r * n + b * ohw;
             memset(dst, 0, (size_t)(oh_lo * OW) * sizeof(R));
@@ -54,8 +54,8 @@ static void FN(col2im)(const ct_conv2d_geom *g, const R *col, int64_t nb, R *dx)
                     const int64_t ih_off = ki * g->dilation[0] - g->padding[0];
                     const int64_t iw_off = kj * g->dilation[1] - g->padding[1];
                     int64_t oh_lo, oh_hi, ow_lo, ow_hi;
-                    conv_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
-                    conv_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
+                    ct_cpu_out_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
+                    ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
                     const R *src = col + ((c * KH + ki) * KW + kj) * n + b * ohw;
                     for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
                         R *d = plane + (oh * SH + ih_off) * W + iw_off;

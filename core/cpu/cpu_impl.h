@@ -24,4 +24,17 @@
 
 #define CT_CHECK_CPU(t) CT_ASSERT((t)->device.kind == CT_DEVICE_CPU)
 
+/* Sliding windows (convolution, pooling): outputs o in [*lo, *hi) of [0, out) read the input
+ * position o*stride + off inside [0, n); the rest fall in the padding. Always 0 <= *lo <= *hi <= out.
+ * Computing the span once keeps bounds checks out of the innermost loops. */
+static inline void ct_cpu_out_span(int64_t off, int64_t stride, int64_t n, int64_t out, int64_t *lo, int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
+    int64_t h = n - off <= 0 ? 0 : (n - off + stride - 1) / stride;
+    if (l > out) l = out;
+    if (h > out) h = out;
+    if (h < l) h = l;
+    *lo = l;
+    *hi = h;
+}
+
 #endif

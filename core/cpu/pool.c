@@ -26,17 +26,6 @@ static inline void pool_span(int64_t start, int64_t dilation, int64_t n, int64_t
 /* Kernel widths up to this keep their per-column output spans in a table (see maxpool_fwd). */
 #define POOL_SPAN_CACHE 32
 
-/* Outputs o in [*lo, *hi) of [0, out) read the input position o*stride + off inside [0, n).
- * Always 0 <= *lo <= *hi <= out. */
-static inline void out_span(int64_t off, int64_t stride, int64_t n, int64_t out, int64_t *lo, int64_t *hi) {
-    int64_t l = off >= 0 ? 0 : (-off + stride - 1) / stride;
-    int64_t h = n - off <= 0 ? 0 : (n - off + stride - 1) / stride;
-    if (l > out) l = out;
-    if (h > out) h = out;
-    if (h < l) h = l;
-    *lo = l;
-    *hi = h;
-}
 
 /* PyTorch's average-pooling window along one dimension: [*lo, *hi) clipped to the input, and *pool,
  * its length clipped to the padded input (the count_include_pad divisor). */

@@ -1,7 +1,7 @@
 /* Pooling kernels over one real type R; included by pool.c for float and double. Every loop is
  * parallel over (sample, channel) planes: a task reads and writes only its own plane, so the
  * scatter-adds of backward never race. Window bounds are clipped to the input before the loops over
- * a window (pool_span, out_span), which keeps bounds checks out of the innermost loops. */
+ * a window (pool_span, ct_cpu_out_span), which keeps bounds checks out of the innermost loops. */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -66,10 +66,10 @@ static void FN(maxpool_fwd)(const ct_pool2d_geom *g, const R *x, R *y, int32_t *
     const bool is_2x2 = KH == 2 && KW == 2 && SH == 2 && SW == 2 && DH == 1 && DW == 1 && g->padding[0] == 0 &&
                         g->padding[1] == 0;
     /* The outputs each kernel column reaches depend on kj alone: computed once, not per row, since
-     * the divisions in out_span would otherwise cost more than a small window's comparisons. */
+     * the divisions in ct_cpu_out_span would otherwise cost more than a small window's comparisons. */
     int64_t span_lo[POOL_SPAN_CACHE], span_hi[POOL_SPAN_CACHE];
     for (int64_t kj = 0; kj < KW && kj < POOL_SPAN_CACHE; kj++)
-        out_span(kj * DW - g->padding[1], SW, W, OW, &span_lo[kj], &span_hi[kj]);
+        ct_cpu_out_span(kj * DW - g->padding[1], SW, W, OW, &span_lo[kj], &span_hi[kj]);
 #pragma omp parallel for schedule(static) if (planes * OH * OW * KH * KW > CT_OMP_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const R *xp = x + p * H * W;
@@ -99,7 +99,7 @@ static void FN(maxpool_fwd)(const ct_pool2d_geom *g, const R *x, R *y, int32_t *
                         ow_lo = span_lo[kj];
                         ow_hi = span_hi[kj];
                     } else {
-                        out_span(off, SW, W, OW, &ow_lo, &ow_hi);
+                        ct_cpu_out_span(off, SW, W, OW, &ow_lo, &ow_hi);
                     }
                     const int32_t base = (int32_t)(ih * W + off), step = (int32_t)SW;
                     for (int64_t ow = ow_lo; ow < ow_hi; ow++) {
