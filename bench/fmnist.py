@@ -18,6 +18,9 @@ ap.add_argument("--epochs", type=int, default=1)
 ap.add_argument("--batch", type=int, default=128)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+ap.add_argument("--wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE", "default"],
+                help="OMP_WAIT_POLICY for both sides; on shared 2-vCPU machines spinning OpenMP threads "
+                     "steal the core from the working one and slow both frameworks several-fold")
 ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "bench", "peer_torch_fmnist.py"))
 a = ap.parse_args()
 
@@ -30,6 +33,8 @@ def run_json(cmd, env=None):
 
 
 env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+if a.wait_policy != "default":
+    env["OMP_WAIT_POLICY"] = a.wait_policy
 if not os.path.exists(a.peer):
     sys.exit(f"PyTorch peer not found at {a.peer} (pass --peer)")
 sgemm = run_json([os.path.join(a.build, "bench", "bench_sgemm"), str(a.threads)], env)
@@ -37,12 +42,13 @@ ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model",
                  "--batch", str(a.batch), "--threads", str(a.threads)], env)
 peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
 
-print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW")
+print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW, "
+      f"OMP_WAIT_POLICY={a.wait_policy}")
 print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
 for key in ("train_samples_per_s", "eval_samples_per_s"):
     print(f"{key:24}{ours[key]:>12.0f}{peer[key]:>12.0f}{ours[key] / peer[key]:>8.2f}")
 print(f"{'test_accuracy':24}{ours['test_accuracy']:>12.4f}{peer['test_accuracy']:>12.4f}")
-result = {"model": a.model, "batch": a.batch, "threads": a.threads, "ctrainer": ours, "pytorch": peer,
+result = {"model": a.model, "batch": a.batch, "threads": a.threads, "wait_policy": a.wait_policy, "ctrainer": ours, "pytorch": peer,
           "train_ratio": round(ours["train_samples_per_s"] / peer["train_samples_per_s"], 2),
           "eval_ratio": round(ours["eval_samples_per_s"] / peer["eval_samples_per_s"], 2), "sgemm": sgemm}
 if a.model == "mlp":
