@@ -254,6 +254,7 @@ int ct_cli_demo(int argc, char **argv) {
         return 2;
     }
     if (o.threads) ct_set_num_threads(o.threads);
+    ct_set_flush_denormal(true);
     ct_status s = run(&o);
     if (s != CT_OK) {
         fprintf(stderr, "ctrainer demo: %s\n", ct_last_error());

@@ -22,6 +22,12 @@
 void ct_set_num_threads(int n);
 int ct_get_num_threads(void);
 
+/* Flushes denormal floats to zero in this thread and every OpenMP worker (torch.set_flush_denormal).
+ * Training wants it: optimizer moments of rarely-active units decay into the denormal range, where
+ * every operation on them costs a hundred cycles and slows the update several-fold. Returns false
+ * where the CPU has no such mode (nothing changes then). Call after ct_set_num_threads. */
+bool ct_set_flush_denormal(bool on);
+
 /* --- dense linear algebra ---------------------------------------------------------------------- */
 
 /* C = alpha * op(A) @ op(B) + beta * C on 2-D row-major tensors; op transposes when asked. */

@@ -3,6 +3,10 @@
  * use one thread team instead of two pools spinning against each other. */
 #include <cblas.h>
 #include <omp.h>
+#if defined(__SSE3__)
+#include <pmmintrin.h>
+#include <xmmintrin.h>
+#endif
 
 #include "core/cpu/cpu_impl.h"
 #include "core/ops.h"
@@ -14,6 +18,24 @@ void ct_set_num_threads(int n) {
 }
 
 int ct_get_num_threads(void) { return omp_get_max_threads(); }
+
+bool ct_set_flush_denormal(bool on) {
+#if defined(__SSE3__)
+    /* MXCSR is per thread: set it in the calling thread and in each member of the OpenMP team,
+     * which OpenBLAS's OpenMP build also runs on. */
+    _MM_SET_FLUSH_ZERO_MODE(on ? _MM_FLUSH_ZERO_ON : _MM_FLUSH_ZERO_OFF);
+    _MM_SET_DENORMALS_ZERO_MODE(on ? _MM_DENORMALS_ZERO_ON : _MM_DENORMALS_ZERO_OFF);
+#pragma omp parallel
+    {
+        _MM_SET_FLUSH_ZERO_MODE(on ? _MM_FLUSH_ZERO_ON : _MM_FLUSH_ZERO_OFF);
+        _MM_SET_DENORMALS_ZERO_MODE(on ? _MM_DENORMALS_ZERO_ON : _MM_DENORMALS_ZERO_OFF);
+    }
+    return true;
+#else
+    (void)on;
+    return false;
+#endif
+}
 
 void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                 ct_tensor *c) {
