@@ -51,7 +51,8 @@ typedef struct ct_loss_ops {
     const char *name; /* "cross_entropy"; NULL: "custom" */
     /* Required. *out = (sum, count) of the losses of pred against target. */
     ct_status (*forward)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out);
-    /* Required for training. dpred = scale * d(sum)/d(pred), overwritten (dpred may alias pred).
+    /* Required for training. dpred = scale * d(sum)/d(pred), overwritten (dpred may alias pred,
+     * but not a model's output buffer: the model's backward still reads it, see model.h).
      * Must not depend on a previous forward: callers may evaluate and differentiate separately.
      * The wrapper rejects a non-finite scale: a step whose global count is 0 (every target
      * ignored) has nothing to differentiate, and 1/0 would silently fill dpred with NaN. */

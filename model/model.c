@@ -8,6 +8,18 @@ static ct_status reserve(ct_model *model) {
     return ct_module_reserve(model->root, &ctx);
 }
 
+/* The input shape must be a real per-sample shape: positive sizes, room for the batch dimension. */
+static ct_status check_in_shape(const ct_shape *in) {
+    bool ok = in->ndim >= 0 && in->ndim <= CT_MAX_DIMS - 1;
+    for (int i = 0; ok && i < in->ndim; i++) ok = in->dims[i] >= 1;
+    if (ok) return CT_OK;
+    if (in->ndim < 0 || in->ndim > CT_MAX_DIMS - 1)
+        return ct_error(CT_ERR_SHAPE, "model: input shape has %d dimensions (at most %d besides the batch)", in->ndim,
+                        CT_MAX_DIMS - 1);
+    char s[96];
+    return ct_error(CT_ERR_SHAPE, "model: input shape %s has a dimension below 1", ct_sample_shape_str(in, s, sizeof s));
+}
+
 ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts) {
     memset(model, 0, sizeof *model);
     model->root = root;
@@ -22,6 +34,7 @@ ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_sh
         goto fail;
     }
     if ((s = ct_device_check(opts->device)) != CT_OK) goto fail;
+    if ((s = check_in_shape(in_shape)) != CT_OK) goto fail;
     ct_module_configure(root, model->opts.dtype, model->opts.device, &model->step);
     ct_module_assign_names(root, "");
     root->need_input_grad = false;
@@ -48,10 +61,17 @@ void ct_model_free(ct_model *model) {
 }
 
 ct_status ct_model_forward(ct_model *model, const ct_tensor *x, ct_tensor *y) {
-    return ct_module_forward(model->root, x, y);
+    CT_TRY(ct_module_forward(model->root, x, &model->out));
+    *y = model->out;
+    return CT_OK;
 }
 
 ct_status ct_model_backward(ct_model *model, const ct_tensor *dy) {
+    /* Layers such as ReLU compute their gradient from their output; a dy written over the output
+     * would silently give wrong gradients. */
+    if (dy->data && dy->data == model->out.data)
+        return ct_error(CT_ERR_INVALID_ARG, "model: the output gradient must not be written into the model's output "
+                        "buffer (backward still reads it); give the loss a buffer of its own");
     return ct_module_backward(model->root, dy, model->input_grad ? &model->dx : NULL);
 }
 
@@ -82,5 +102,11 @@ ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch) {
     if (max_batch <= 0) return ct_error(CT_ERR_INVALID_ARG, "model: max_batch must be positive");
     ct_arena_reset(&model->arena);
     model->opts.max_batch = max_batch;
-    return reserve(model);
+    ct_status s = reserve(model);
+    if (s != CT_OK) {
+        /* Some buffers may point into memory that is gone: leave none, so forward says so. */
+        ct_arena_reset(&model->arena);
+        ct_module_reserve_clear(model->root);
+    }
+    return s;
 }

@@ -26,15 +26,18 @@ typedef struct ct_model {
     ct_dtype in_dtype;
     ct_model_options opts;
     bool input_grad;
-    ct_tensor dx; /* gradient of the input after backward, when enabled */
+    ct_tensor dx;  /* gradient of the input after backward, when enabled */
+    ct_tensor out; /* the output of the last forward (the model's own buffer) */
 } ct_model;
 
 /* Takes ownership of root (also on failure, when it is destroyed). */
 ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts);
 void ct_model_free(ct_model *model);
 
+/* y is a view of the model's own buffer: read it, never write into it (backward still reads it). */
 ct_status ct_model_forward(ct_model *model, const ct_tensor *x, ct_tensor *y);
-/* Backpropagates dy (the gradient of the output of the last forward); accumulates gradients. */
+/* Backpropagates dy (the gradient of the output of the last forward, in memory of the caller's:
+ * not the output buffer itself); accumulates gradients. */
 ct_status ct_model_backward(ct_model *model, const ct_tensor *dy);
 void ct_model_zero_grad(ct_model *model);
 /* Sets what counter-based randomness (dropout) is keyed by for the next forward: the global step
@@ -45,7 +48,8 @@ void ct_model_train(ct_model *model, bool training);
  * call after build, then ct_model_input_grad gives it after each backward. */
 ct_status ct_model_enable_input_grad(ct_model *model);
 const ct_tensor *ct_model_input_grad(const ct_model *model);
-/* Re-reserves activations for a new largest batch (frees the old ones). */
+/* Re-reserves activations for a new largest batch (frees the old ones). On failure the model has
+ * no activation buffers: forward reports that until a later call succeeds. */
 ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch);
 
 #endif

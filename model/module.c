@@ -17,6 +17,7 @@ void ct_module_base_init(ct_module *m, const ct_module_ops *ops) {
     m->in_dtype = CT_F32;
     m->device = CT_CPU;
     m->need_input_grad = true;
+    m->batch = -1;
 }
 
 ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name) {
@@ -95,6 +96,7 @@ void ct_module_init(ct_module *m, ct_rng *rng) {
 
 ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     m->max_batch = ctx->max_batch;
+    m->batch = -1; /* inputs saved by an earlier forward pointed into the old buffers */
     if (m->ops->reserve) CT_TRY(named(m, m->ops->reserve(m, ctx)));
     for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_reserve(m->children[i], ctx));
     return CT_OK;
@@ -102,6 +104,8 @@ ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
 
 /* Checks that x is [B, in_shape...] with B <= max_batch, of the input dtype, on the module's device. */
 static ct_status check_input(const ct_module *m, const ct_tensor *x) {
+    if (x->ndim >= 1 && x->shape[0] == 0)
+        return ct_error(CT_ERR_SHAPE, "empty batch (0 rows): a rank without samples must skip forward");
     bool fits = x->dtype == m->in_dtype && ct_device_eq(x->device, m->device) && x->ndim == m->in_shape.ndim + 1 &&
                 x->shape[0] <= m->max_batch;
     for (int i = 0; fits && i < m->in_shape.ndim; i++) fits = x->shape[i + 1] == m->in_shape.dims[i];
@@ -122,18 +126,23 @@ static ct_status check_input(const ct_module *m, const ct_tensor *x) {
 ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     if (!m->ops->forward)
         return ct_error(CT_ERR_STATE, "%s '%s': has no forward", m->ops->type, display_name(m));
-    if (m->max_batch == 0)
-        return ct_error(CT_ERR_STATE, "%s '%s': forward before the model was built", m->ops->type,
-                        display_name(m));
+    if (m->max_batch <= 0)
+        return ct_error(CT_ERR_STATE, "%s '%s': no activation buffers (the model was not built, or resizing it "
+                        "failed)", m->ops->type, display_name(m));
     ct_status s = check_input(m, x);
     if (s != CT_OK) return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
     m->batch = x->shape[0];
-    return named(m, m->ops->forward(m, x, y));
+    /* A copy: layers may set *y before they have read *x, and callers may pass one tensor for both. */
+    ct_tensor input = *x;
+    return named(m, m->ops->forward(m, &input, y));
 }
 
 ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     if (!m->ops->backward)
         return ct_error(CT_ERR_STATE, "%s '%s': has no backward", m->ops->type, display_name(m));
+    if (m->batch < 0)
+        return ct_error(CT_ERR_STATE, "%s '%s': backward without a forward since the model's buffers were (re)made",
+                        m->ops->type, display_name(m));
     bool fits = dy->dtype == m->dtype && ct_device_eq(dy->device, m->device) && dy->ndim == m->out_shape.ndim + 1 &&
                 dy->shape[0] == m->batch;
     for (int i = 0; fits && i < m->out_shape.ndim; i++) fits = dy->shape[i + 1] == m->out_shape.dims[i];
@@ -145,7 +154,8 @@ ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
                         "forward (batch %lld, %s)", m->ops->type, display_name(m), got, want,
                         (long long)m->batch, ct_dtype_name(m->dtype));
     }
-    return named(m, m->ops->backward(m, dy, dx));
+    ct_tensor grad = *dy;
+    return named(m, m->ops->backward(m, &grad, dx));
 }
 
 void ct_module_destroy(ct_module *m) {
@@ -157,6 +167,12 @@ void ct_module_destroy(ct_module *m) {
         m->ops->destroy(m);
     else
         free(m);
+}
+
+void ct_module_reserve_clear(ct_module *m) {
+    m->max_batch = 0;
+    m->batch = -1;
+    for (int i = 0; i < m->n_children; i++) ct_module_reserve_clear(m->children[i]);
 }
 
 void ct_module_train(ct_module *m, bool training) {

@@ -91,6 +91,8 @@ ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx);
 ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y);
 ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx);
 void ct_module_destroy(ct_module *m);
+/* Marks m and its descendants as having no activation buffers (after a failed reserve). */
+void ct_module_reserve_clear(ct_module *m);
 /* Sets training mode on m and all its descendants. */
 void ct_module_train(ct_module *m, bool training);
 /* Sets dtype, device and step context on m and all its descendants. */

@@ -33,7 +33,7 @@ int main(void) {
         volatile float tiny = FLT_MIN / 8.0f, one = 1.0f;
         CHECK(tiny * one == 0.0f, "the calling thread keeps denormals");
         CHECK(ct_set_flush_denormal(false), "switching off");
-        CHECK(threads_keeping_denormals() == 2, "denormals are flushed after switching off");
+        CHECK(threads_keeping_denormals() == 2, "denormals are still flushed after switching off");
     } else {
         printf("this CPU has no flush-to-zero mode\n");
     }
