@@ -64,9 +64,15 @@ static ct_status load_split(const char *dir, const char *images, const char *lab
         return s;
     }
     int64_t n = raw_images.shape[0];
+    char got_i[128], got_l[128];
     if (raw_images.dtype != CT_U8 || raw_images.ndim != 3 || raw_images.shape[1] != 28 || raw_images.shape[2] != 28 ||
-        raw_labels.ndim != 1 || raw_labels.shape[0] != n)
-        s = ct_error(CT_ERR_FORMAT, "%s: expected u8 images [N, 28, 28] and N labels", dir);
+        raw_labels.dtype != CT_U8 || raw_labels.ndim != 1 || raw_labels.shape[0] != n)
+        s = ct_error(CT_ERR_FORMAT, "%s: expected u8 images [N, 28, 28] and N u8 labels, got %s and %s", dir,
+                     ct_tensor_str(&raw_images, got_i, sizeof got_i), ct_tensor_str(&raw_labels, got_l, sizeof got_l));
+    for (int64_t i = 0; s == CT_OK && i < n; i++)
+        if (((const uint8_t *)raw_labels.data)[i] > 9)
+            s = ct_error(CT_ERR_FORMAT, "%s/%s: label %u at position %lld is not a class 0-9", dir, labels,
+                         ((const uint8_t *)raw_labels.data)[i], (long long)i);
     int64_t ishape[4] = {n, 1, 28, 28};
     if (s == CT_OK) s = ct_tensor_alloc(&out->images, CT_F32, CT_CPU, 4, ishape);
     if (s == CT_OK) s = ct_tensor_alloc(&out->labels, CT_I64, CT_CPU, 1, &n);
@@ -110,10 +116,34 @@ static ct_status evaluate(ct_model *model, const split *test, int64_t batch, dou
     return CT_OK;
 }
 
-static ct_status run(const demo_opts *o) {
-    split train = {0}, test = {0};
-    CT_TRY(load_split(o->data_dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &train));
-    CT_TRY(load_split(o->data_dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &test));
+/* Everything run() owns, so one cleanup path releases it whichever step failed. */
+typedef struct demo_state {
+    split train, test;
+    ct_model model;
+    bool model_built;
+    ct_loss *loss;
+    ct_optimizer *opt;
+    int64_t *order;
+    ct_tensor xb, yb, dlogits;
+} demo_state;
+
+static void demo_state_free(demo_state *d) {
+    free(d->order);
+    ct_tensor_free(&d->xb);
+    ct_tensor_free(&d->yb);
+    ct_tensor_free(&d->dlogits);
+    ct_tensor_free(&d->train.images);
+    ct_tensor_free(&d->train.labels);
+    ct_tensor_free(&d->test.images);
+    ct_tensor_free(&d->test.labels);
+    ct_optimizer_destroy(d->opt);
+    ct_loss_free(d->loss);
+    if (d->model_built) ct_model_free(&d->model);
+}
+
+static ct_status setup(const demo_opts *o, demo_state *d) {
+    CT_TRY(load_split(o->data_dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &d->train));
+    CT_TRY(load_split(o->data_dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &d->test));
     json_error_t jerr;
     json_t *spec = json_loads(strcmp(o->model, "cnn") == 0 ? CNN_SPEC : MLP_SPEC, 0, &jerr);
     CT_ASSERT(spec);
@@ -121,63 +151,69 @@ static ct_status run(const demo_opts *o) {
     ct_status s = ct_module_from_json(spec, "model", &root);
     json_decref(spec);
     CT_TRY(s);
-    ct_model model;
     ct_shape in = {3, {1, 28, 28}};
     int64_t max_batch = o->batch > o->eval_batch ? o->batch : o->eval_batch;
     ct_model_options mo = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = o->seed};
-    CT_TRY(ct_model_build(&model, root, &in, &mo));
-
-    ct_loss *loss;
-    CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &loss));
+    CT_TRY(ct_model_build(&d->model, root, &in, &mo));
+    d->model_built = true;
+    CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &d->loss));
     ct_optim_config oc = ct_optim_config_default();
     oc.optim = CT_OPTIM_ADAMW;
     oc.learning_rate = o->lr;
     oc.weight_decay = o->weight_decay;
-    ct_optimizer *opt;
-    CT_TRY(ct_optimizer_create(&oc, &model.params, &opt));
-
-    int64_t n = train.labels.shape[0];
-    int64_t *order = malloc((size_t)n * sizeof *order);
+    CT_TRY(ct_optimizer_create(&oc, &d->model.params, &d->opt));
+    int64_t n = d->train.labels.shape[0];
+    d->order = malloc((size_t)n * sizeof *d->order);
+    if (!d->order) return ct_error(CT_ERR_NOMEM, "demo: out of memory");
     int64_t xshape[4] = {o->batch, 1, 28, 28}, dshape[2] = {o->batch, 10};
-    ct_tensor xb, yb, dlogits;
-    CT_TRY(ct_tensor_alloc(&xb, CT_F32, CT_CPU, 4, xshape));
-    CT_TRY(ct_tensor_alloc(&yb, CT_I64, CT_CPU, 1, &o->batch));
-    CT_TRY(ct_tensor_alloc(&dlogits, CT_F32, CT_CPU, 2, dshape));
+    CT_TRY(ct_tensor_alloc(&d->xb, CT_F32, CT_CPU, 4, xshape));
+    CT_TRY(ct_tensor_alloc(&d->yb, CT_I64, CT_CPU, 1, &o->batch));
+    return ct_tensor_alloc(&d->dlogits, CT_F32, CT_CPU, 2, dshape);
+}
+
+/* The epoch's order: a permutation keyed by (seed, epoch) only. */
+static void shuffle(int64_t *order, int64_t n, uint64_t seed, int epoch) {
+    ct_rng rng;
+    ct_rng_init(&rng, seed + (uint64_t)epoch, 0, CT_RNG_SAMPLER);
+    for (int64_t i = 0; i < n; i++) order[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)ct_rng_below(&rng, (uint64_t)i + 1), t = order[i];
+        order[i] = order[j];
+        order[j] = t;
+    }
+}
+
+static ct_status train(const demo_opts *o, demo_state *d) {
+    ct_model *model = &d->model;
+    int64_t n = d->train.labels.shape[0], steps_per_epoch = (n + o->batch - 1) / o->batch;
     if (!o->json)
         printf("ctrainer demo: %s on Fashion-MNIST, %lld parameters, batch %lld, AdamW lr %g, %d threads\n", o->model,
-               (long long)ct_params_count(&model.params), (long long)o->batch, o->lr, ct_get_num_threads());
+               (long long)ct_params_count(&model->params), (long long)o->batch, o->lr, ct_get_num_threads());
     double t_train = 0, t_eval = 0, accuracy = 0;
     for (int epoch = 0; epoch < o->epochs; epoch++) {
-        /* The epoch's order is a permutation keyed by (seed, epoch) only. */
-        ct_rng rng;
-        ct_rng_init(&rng, o->seed + (uint64_t)epoch, 0, CT_RNG_SAMPLER);
-        for (int64_t i = 0; i < n; i++) order[i] = i;
-        for (int64_t i = n - 1; i > 0; i--) {
-            int64_t j = (int64_t)ct_rng_below(&rng, (uint64_t)i + 1), t = order[i];
-            order[i] = order[j];
-            order[j] = t;
-        }
+        shuffle(d->order, n, o->seed, epoch);
         ct_loss_value epoch_loss = {0, 0};
         double t0 = now();
         for (int64_t start = 0; start < n; start += o->batch) {
             int64_t b = n - start < o->batch ? n - start : o->batch;
-            ct_tensor x = ct_tensor_rows(&xb, 0, b), labels = ct_tensor_rows(&yb, 0, b), logits;
-            ct_tensor dl = ct_tensor_rows(&dlogits, 0, b);
-            gather(&train.images, order + start, b, &x);
-            gather(&train.labels, order + start, b, &labels);
-            ct_model_set_step(&model, (uint64_t)(start / o->batch), start);
-            ct_model_zero_grad(&model);
-            CT_TRY(ct_model_forward(&model, &x, &logits));
+            ct_tensor x = ct_tensor_rows(&d->xb, 0, b), labels = ct_tensor_rows(&d->yb, 0, b), logits;
+            ct_tensor dl = ct_tensor_rows(&d->dlogits, 0, b);
+            gather(&d->train.images, d->order + start, b, &x);
+            gather(&d->train.labels, d->order + start, b, &labels);
+            /* Dropout-style randomness is keyed by the global step and the sample's global position. */
+            ct_model_set_step(model, (uint64_t)(epoch * steps_per_epoch + start / o->batch), epoch * n + start);
+            ct_model_zero_grad(model);
+            CT_TRY(ct_model_forward(model, &x, &logits));
             ct_loss_value lv;
-            CT_TRY(ct_loss_forward(loss, &logits, &labels, &lv));
-            CT_TRY(ct_loss_backward(loss, &logits, &labels, 1.0 / lv.count, &dl));
-            CT_TRY(ct_model_backward(&model, &dl));
-            CT_TRY(ct_optimizer_step(opt, o->lr));
+            CT_TRY(ct_loss_forward(d->loss, &logits, &labels, &lv));
+            CT_TRY(ct_loss_backward(d->loss, &logits, &labels, 1.0 / lv.count, &dl));
+            CT_TRY(ct_model_backward(model, &dl));
+            CT_TRY(ct_optimizer_step(d->opt, o->lr));
             epoch_loss = ct_loss_value_add(epoch_loss, lv);
         }
         double dt = now() - t0, et;
         t_train += dt;
-        CT_TRY(evaluate(&model, &test, o->eval_batch, &accuracy, &et));
+        CT_TRY(evaluate(model, &d->test, o->eval_batch, &accuracy, &et));
         t_eval += et;
         if (!o->json)
             printf("epoch %d: train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
@@ -187,19 +223,16 @@ static ct_status run(const demo_opts *o) {
         printf("{\"peer\": \"ctrainer\", \"model\": \"%s\", \"epochs\": %d, \"batch\": %lld, \"threads\": %d, "
                "\"train_samples_per_s\": %.0f, \"eval_samples_per_s\": %.0f, \"test_accuracy\": %.4f}\n",
                o->model, o->epochs, (long long)o->batch, ct_get_num_threads(), o->epochs * n / t_train,
-               o->epochs * test.labels.shape[0] / t_eval, accuracy);
-    free(order);
-    ct_tensor_free(&xb);
-    ct_tensor_free(&yb);
-    ct_tensor_free(&dlogits);
-    ct_tensor_free(&train.images);
-    ct_tensor_free(&train.labels);
-    ct_tensor_free(&test.images);
-    ct_tensor_free(&test.labels);
-    ct_optimizer_destroy(opt);
-    ct_loss_free(loss);
-    ct_model_free(&model);
+               o->epochs * d->test.labels.shape[0] / t_eval, accuracy);
     return CT_OK;
+}
+
+static ct_status run(const demo_opts *o) {
+    demo_state d = {0};
+    ct_status s = setup(o, &d);
+    if (s == CT_OK) s = train(o, &d);
+    demo_state_free(&d);
+    return s;
 }
 
 static void demo_usage(FILE *f) {
@@ -248,9 +281,13 @@ int ct_cli_demo(int argc, char **argv) {
         default: demo_usage(stderr); return 2;
         }
     }
-    if (optind < argc || (strcmp(o.model, "mlp") != 0 && strcmp(o.model, "cnn") != 0)) {
-        fprintf(stderr, "ctrainer demo: unexpected argument '%s'\n", optind < argc ? argv[optind] : o.model);
+    if (optind < argc) {
+        fprintf(stderr, "ctrainer demo: unexpected argument '%s'\n", argv[optind]);
         demo_usage(stderr);
+        return 2;
+    }
+    if (strcmp(o.model, "mlp") != 0 && strcmp(o.model, "cnn") != 0) {
+        fprintf(stderr, "ctrainer demo: unknown model '%s' (expected mlp or cnn)\n", o.model);
         return 2;
     }
     if (o.threads) ct_set_num_threads(o.threads);

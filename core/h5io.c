@@ -20,7 +20,8 @@ void ct_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
 
 bool ct_h5_exists(hid_t file, const char *name) {
     /* H5Lexists must be asked for each prefix of the path. */
-    char buf[512];
+    char buf[1024];
+    if (strlen(name) >= sizeof buf) return false;
     snprintf(buf, sizeof buf, "%s", name);
     for (char *p = buf; (p = strchr(p + 1, '/'));) {
         *p = '\0';
@@ -118,6 +119,7 @@ ct_status ct_h5_write_string_attr(hid_t file, const char *name, const char *valu
 ct_status ct_h5_read_string_attr(hid_t file, const char *name, char **value) {
     if (H5Aexists(file, name) <= 0) return ct_error(CT_ERR_FORMAT, "hdf5: no attribute '%s'", name);
     hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
+    if (attr < 0) return ct_error(CT_ERR_FORMAT, "hdf5: cannot open attribute '%s'", name);
     hid_t ftype = H5Aget_type(attr);
     ct_status s = CT_OK;
     if (H5Tget_class(ftype) != H5T_STRING) {
@@ -131,11 +133,17 @@ ct_status ct_h5_read_string_attr(hid_t file, const char *name, char **value) {
         else {
             *value = strdup(tmp);
             H5free_memory(tmp);
+            if (!*value) s = ct_error(CT_ERR_NOMEM, "hdf5: out of memory reading '%s'", name);
         }
         H5Tclose(mtype);
     } else {
         size_t n = H5Tget_size(ftype);
         char *buf = calloc(1, n + 1);
+        if (!buf) {
+            H5Tclose(ftype);
+            H5Aclose(attr);
+            return ct_error(CT_ERR_NOMEM, "hdf5: out of memory reading '%s'", name);
+        }
         hid_t mtype = H5Tcopy(H5T_C_S1);
         H5Tset_size(mtype, n);
         H5Tset_cset(mtype, H5Tget_cset(ftype));

@@ -1,6 +1,7 @@
 /* Tensor views, allocation and the shape checks that give layers their error messages. */
 #include "core/tensor.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,14 +47,27 @@ void *ct_host_alloc(size_t bytes) {
 
 void ct_host_free(void *p) { free(p); }
 
-ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape) {
+ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes) {
     if (ndim < 0 || ndim > CT_MAX_DIMS)
         return ct_error(CT_ERR_SHAPE, "tensor: %d dimensions (at most %d)", ndim, CT_MAX_DIMS);
-    for (int i = 0; i < ndim; i++)
-        if (shape[i] < 0) return ct_error(CT_ERR_SHAPE, "tensor: negative dimension %lld", (long long)shape[i]);
+    int64_t total = (int64_t)ct_dtype_size(dt);
+    for (int i = 0; i < ndim; i++) {
+        char s[128];
+        if (shape[i] < 0)
+            return ct_error(CT_ERR_SHAPE, "tensor: negative dimension in %s", ct_shape_str(ndim, shape, s, sizeof s));
+        if (__builtin_mul_overflow(total, shape[i], &total) || total > (int64_t)(PTRDIFF_MAX / 2))
+            return ct_error(CT_ERR_SHAPE, "tensor: %s of %s is too large to address", ct_shape_str(ndim, shape, s, sizeof s),
+                            ct_dtype_name(dt));
+    }
+    *bytes = (size_t)total;
+    return CT_OK;
+}
+
+ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape) {
+    size_t bytes;
+    CT_TRY(ct_shape_nbytes(ndim, shape, dt, &bytes));
     CT_TRY(ct_device_check(dev));
     *t = ct_tensor_view(NULL, dt, dev, ndim, shape);
-    size_t bytes = ct_tensor_nbytes(t);
     t->data = ct_host_alloc(bytes);
     if (!t->data) return ct_error(CT_ERR_NOMEM, "tensor: cannot allocate %zu bytes", bytes);
     return CT_OK;

@@ -41,6 +41,10 @@ static inline bool ct_dtype_is_float(ct_dtype dt) { return dt == CT_F32 || dt ==
 /* A view over existing memory. */
 ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
 
+/* Bytes of a tensor of this shape and dtype; CT_ERR_SHAPE for a negative size or one that overflows
+ * (shapes come from configs and files, so their product is checked before anything is allocated). */
+ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes);
+
 /* Allocates zeroed, 64-byte aligned memory for a tensor of the given shape. */
 ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
 void ct_tensor_free(ct_tensor *t);

@@ -9,8 +9,9 @@
 static int read_exact(gzFile f, void *buf, size_t n) { return gzread(f, buf, (unsigned)n) == (int)n; }
 
 ct_status ct_idx_read(const char *path, ct_tensor *out) {
+    errno = 0;
     gzFile f = gzopen(path, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno ? errno : ENOENT));
+    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib could not open it");
     ct_status s = CT_OK;
     unsigned char magic[4];
     if (!read_exact(f, magic, 4) || magic[0] != 0 || magic[1] != 0) {
@@ -39,7 +40,10 @@ ct_status ct_idx_read(const char *path, ct_tensor *out) {
         }
         shape[i] = ((int64_t)b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
     }
-    if ((s = ct_tensor_alloc(out, dt, CT_CPU, ndim, shape)) != CT_OK) goto done;
+    if ((s = ct_tensor_alloc(out, dt, CT_CPU, ndim, shape)) != CT_OK) {
+        ct_error_prefix(s, "%s: ", path);
+        goto done;
+    }
     size_t bytes = ct_tensor_nbytes(out);
     for (size_t done_bytes = 0; done_bytes < bytes;) {
         size_t chunk = bytes - done_bytes < (1u << 30) ? bytes - done_bytes : (1u << 30);

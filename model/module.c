@@ -67,8 +67,10 @@ ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_devic
     int ndim;
     int64_t full[CT_MAX_DIMS];
     ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
+    size_t bytes;
+    CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
     *out = ct_tensor_view(NULL, dt, dev, ndim, full);
-    return ct_arena_alloc(ctx->arena, ct_tensor_nbytes(out), &out->data);
+    return ct_arena_alloc(ctx->arena, bytes, &out->data);
 }
 
 ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {

@@ -30,11 +30,10 @@ ct_status ct_params_declare(ct_param_store *ps, const ct_module *owner, const ch
         snprintf(p.name, sizeof p.name, "%s.%s", owner->name, local);
     else
         snprintf(p.name, sizeof p.name, "%s", local);
-    p.numel = 1;
-    for (int i = 0; i < ndim; i++) {
-        p.shape[i] = shape[i];
-        p.numel *= shape[i];
-    }
+    size_t bytes;
+    CT_TRY(ct_shape_nbytes(ndim, shape, ps->dtype, &bytes));
+    p.numel = (int64_t)(bytes / ct_dtype_size(ps->dtype));
+    for (int i = 0; i < ndim; i++) p.shape[i] = shape[i];
     if (ct_params_find(ps, p.name)) return ct_error(CT_ERR_CONFIG, "parameter '%s' declared twice", p.name);
     if (ps->count == ps->cap) {
         int cap = ps->cap ? 2 * ps->cap : 16;

@@ -134,8 +134,61 @@ static void bad_inputs(void) {
     CHECK_ERR(ct_device_parse("gpu0", &d), CT_ERR_INVALID_ARG, "'gpu0'");
 }
 
+/* The model's state machine and aliasing rules: what a caller can get wrong must be an error. */
+static void model_misuse(void) {
+    ct_module *seq, *c;
+    ct_model model;
+    ct_model_options mo = {.dtype = CT_F32, .max_batch = 4, .seed = 3};
+    ct_shape in = shape1(5);
+    ct_sequential_create(&seq);
+    ct_linear_create(5, 5, true, &c);
+    ct_module_add_child(seq, c, NULL);
+    CHECK(ct_residual_create(NULL, &c) == CT_ERR_INVALID_ARG, "a residual without an inner module is accepted");
+    ct_activation_create(CT_ACT_RELU, &c);
+    ct_module *res;
+    CHECK_OK(ct_residual_create(c, &res));
+    ct_module_add_child(seq, res, NULL);
+    CHECK_OK(ct_model_build(&model, seq, &in, &mo));
+    int64_t shape[2] = {4, 5};
+    ct_tensor x, dy, y;
+    ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, shape);
+    ct_tensor_alloc(&dy, CT_F32, CT_CPU, 2, shape);
+    for (int i = 0; i < 20; i++) ((float *)x.data)[i] = (float)(i % 7) - 3.0f;
+    ct_op_fill(&dy, 1.0);
+    CHECK_ERR(ct_model_backward(&model, &dy), CT_ERR_STATE, "backward without a forward");
+    CHECK_OK(ct_model_forward(&model, &x, &y));
+    float expect[20];
+    memcpy(expect, y.data, sizeof expect);
+    /* The same tensor as input and output struct: layers must read *x before writing *y. */
+    ct_tensor t = x;
+    CHECK_OK(ct_model_forward(&model, &t, &t));
+    CHECK(memcmp(t.data, expect, sizeof expect) == 0, "forward(x, x) differs from forward(x, y)");
+    CHECK_ERR(ct_model_backward(&model, &t), CT_ERR_INVALID_ARG, "output buffer");
+    /* Resizing drops what the last forward saved. */
+    CHECK_OK(ct_model_enable_input_grad(&model));
+    CHECK_ERR(ct_model_backward(&model, &dy), CT_ERR_STATE, "backward without a forward");
+    CHECK_ERR(ct_model_set_max_batch(&model, (int64_t)1 << 60), CT_ERR_SHAPE, "too large");
+    CHECK_ERR(ct_model_forward(&model, &x, &y), CT_ERR_STATE, "no activation buffers");
+    CHECK_OK(ct_model_set_max_batch(&model, 4));
+    CHECK_OK(ct_model_forward(&model, &x, &y));
+    CHECK(memcmp(y.data, expect, sizeof expect) == 0, "the model computes differently after a failed resize");
+    CHECK_OK(ct_model_backward(&model, &dy));
+    ct_tensor empty = ct_tensor_rows(&x, 0, 0);
+    CHECK_ERR(ct_model_forward(&model, &empty, &y), CT_ERR_SHAPE, "empty batch");
+    ct_tensor_free(&x);
+    ct_tensor_free(&dy);
+    ct_model_free(&model);
+
+    ct_shape zero = {2, {3, 0}};
+    ct_linear_create(0, 2, true, &c);
+    CHECK_ERR(ct_model_build(&model, c, &zero, &mo), CT_ERR_SHAPE, "[N, 3, 0]", "below 1");
+    int64_t huge[3] = {(int64_t)1 << 40, (int64_t)1 << 30, 16};
+    CHECK_ERR(ct_tensor_alloc(&x, CT_F32, CT_CPU, 3, huge), CT_ERR_SHAPE, "too large");
+}
+
 int main(void) {
     ct_test_begin("test_dense_layers");
+    model_misuse();
     gradchecks();
     init_bounds_and_names();
     bad_inputs();
