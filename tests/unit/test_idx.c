@@ -1,11 +1,14 @@
 /* IDX reading: round trips of random raw and gzip'd files of every supported type, truncated and
- * corrupt files rejected by name, and the real Fashion-MNIST files (60000 + 10000, ten balanced classes). */
+ * corrupt files rejected by name, and the real Fashion-MNIST files (60000 + 10000, ten balanced classes).
+ * The IDX dataset on top: samples equal the files' data, files that disagree are rejected by name,
+ * and subsets (max_*_samples) keep the first n samples. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "core/rng.h"
+#include "data/dataset.h"
 #include "data/idx.h"
 #include "testlib.h"
 
@@ -107,9 +110,69 @@ static void fashion_mnist(void) {
     }
 }
 
+static void idx_dataset(void) {
+    ct_rng r;
+    ct_rng_init(&r, ct_test_seed, 1, CT_RNG_USER);
+    char img[] = "/tmp/ct_idxds_img_XXXXXX", lab[] = "/tmp/ct_idxds_lab_XXXXXX";
+    close(mkstemp(img));
+    close(mkstemp(lab));
+    int64_t n = 5 + (int64_t)ct_rng_below(&r, 20), h = 1 + (int64_t)ct_rng_below(&r, 5), w = 1 + (int64_t)ct_rng_below(&r, 5);
+    int64_t ishape[3] = {n, h, w};
+    uint8_t *pixels = malloc((size_t)(n * h * w));
+    uint8_t *labels = malloc((size_t)n);
+    for (int64_t i = 0; i < n * h * w; i++) pixels[i] = (uint8_t)ct_rng_u32(&r);
+    for (int64_t i = 0; i < n; i++) labels[i] = (uint8_t)ct_rng_below(&r, 7);
+    labels[n - 1] = 6; /* so the inferred class count is 7 */
+    write_idx(img, true, 0x08, 3, ishape, pixels, (size_t)(n * h * w), 1, 0);
+    write_idx(lab, false, 0x08, 1, &n, labels, (size_t)n, 1, 0);
+    ct_dataset *ds;
+    CHECK_OK(ct_idx_dataset_create(img, lab, 0, 0, &ds));
+    CHECK(ct_dataset_length(ds) == n, "length %lld", (long long)ct_dataset_length(ds));
+    CHECK(ds->spec.feature_shape.ndim == 3 && ds->spec.feature_shape.dims[0] == 1 && ds->spec.feature_shape.dims[1] == h &&
+              ds->spec.feature_shape.dims[2] == w && ds->spec.num_classes == 7 && ds->spec.label_shape.ndim == 0,
+          "spec of an [N, H, W] file");
+    ct_tensor f, l;
+    CHECK_OK(ct_dataset_alloc_batch(ds, 4, &f, &l));
+    int64_t idx[4] = {n - 1, 0, (int64_t)ct_rng_below(&r, (uint64_t)n), n - 1};
+    CHECK_OK(ct_dataset_get_batch(ds, idx, 4, NULL, &f, &l));
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        bad += ((int64_t *)l.data)[i] != labels[idx[i]];
+        for (int64_t j = 0; j < h * w; j++) bad += ((float *)f.data)[i * h * w + j] != pixels[idx[i] * h * w + j] / 255.0f;
+    }
+    CHECK(bad == 0, "%d values of a fetched batch differ from the files", bad);
+    int64_t out_of_range[1] = {n};
+    CHECK_ERR(ct_dataset_get_batch(ds, out_of_range, 1, NULL, &f, &l), CT_ERR_INVALID_ARG, img, "outside");
+    ct_dataset *sub;
+    CHECK_OK(ct_subset_dataset_create(ds, 3, &sub));
+    CHECK(ct_dataset_length(sub) == 3, "subset length");
+    int64_t third[1] = {3};
+    CHECK_ERR(ct_dataset_get_batch(sub, third, 1, NULL, &f, &l), CT_ERR_INVALID_ARG, "index 3", "[0, 3)");
+    int64_t first[1] = {2};
+    CHECK_OK(ct_dataset_get_batch(sub, first, 1, NULL, &f, &l));
+    CHECK(((int64_t *)l.data)[0] == labels[2], "subset sample 2 is the dataset's sample 2");
+    ct_dataset_free(sub);
+    ct_tensor_free(&f);
+    ct_tensor_free(&l);
+
+    /* Files that disagree, and labels outside the declared classes. */
+    CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 6, &ds), CT_ERR_FORMAT, lab, "label 6", "[0, 6)");
+    int64_t fewer = n - 1;
+    write_idx(lab, false, 0x08, 1, &fewer, labels, (size_t)fewer, 1, 0);
+    CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 0, &ds), CT_ERR_FORMAT, img, lab, "labels");
+    CHECK_ERR(ct_idx_dataset_create(img, "/nonexistent/labels.idx", 0, 0, &ds), CT_ERR_IO, "/nonexistent/labels.idx");
+    write_idx(lab, false, 0x08, 3, ishape, pixels, (size_t)(n * h * w), 1, 0);
+    CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 0, &ds), CT_ERR_FORMAT, lab, "rank 1");
+    unlink(img);
+    unlink(lab);
+    free(pixels);
+    free(labels);
+}
+
 int main(void) {
     ct_test_begin("test_idx");
     round_trips();
     fashion_mnist();
+    idx_dataset();
     return ct_test_finish();
 }

@@ -1,0 +1,104 @@
+/* Datasets: the vtable through which the loader fetches samples, and applications bring their own.
+ *
+ * A dataset knows its length and the per-sample shape and dtype of its features and labels, and
+ * fetches any set of samples by index into the rows of caller-provided batch tensors. Fetching is
+ * keyed by a ct_fetch_ctx (seed, epoch) so that random transforms (augmentation) depend only on
+ * (seed, epoch, sample index): the same for any number of processes or workers.
+ *
+ * Subclass by embedding ct_dataset as the first member of your struct and filling a const
+ * ct_dataset_ops (size first, members only appended, NULL = default). get_batch may be called from
+ * the loader's worker threads, one call at a time per loader unless the dataset sets
+ * thread_safe (then workers fetch concurrently). */
+#ifndef CT_DATASET_H
+#define CT_DATASET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+#include "model/module.h" /* ct_shape */
+
+typedef struct ct_dataset ct_dataset;
+
+/* What one sample looks like once fetched. Labels of classification data are int64 scalars
+ * (label_shape.ndim == 0) in [0, num_classes); token windows are int64 [T]; regression targets f32. */
+typedef struct ct_sample_spec {
+    ct_shape feature_shape;
+    ct_dtype feature_dtype;
+    ct_shape label_shape;
+    ct_dtype label_dtype;
+    int64_t num_classes; /* 0 when not a classification dataset or unknown */
+} ct_sample_spec;
+
+/* What random transforms are keyed by. */
+typedef struct ct_fetch_ctx {
+    uint64_t seed;
+    uint64_t epoch;
+} ct_fetch_ctx;
+
+typedef struct ct_dataset_ops {
+    size_t size; /* sizeof(ct_dataset_ops) when the table was written */
+    const char *name;
+    int64_t (*length)(ct_dataset *ds);
+    /* Writes samples indices[0..n) into rows 0..n of features [>=n, feature_shape] and labels
+     * [>=n, label_shape] (dtypes of the spec). Indices are in [0, length), checked by the wrapper. */
+    ct_status (*get_batch)(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,
+                           ct_tensor *features, ct_tensor *labels);
+    void (*destroy)(ct_dataset *ds); /* NULL: free(ds) */
+} ct_dataset_ops;
+
+struct ct_dataset {
+    const ct_dataset_ops *ops;
+    ct_sample_spec spec;
+    bool thread_safe;   /* get_batch may run concurrently on several threads */
+    char source[512];   /* file or description, for error messages */
+};
+
+void ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops);
+int64_t ct_dataset_length(ct_dataset *ds);
+/* Validates the indices and tensors, calls get_batch, prefixes errors with the dataset's source. */
+ct_status ct_dataset_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,
+                               ct_tensor *features, ct_tensor *labels);
+void ct_dataset_free(ct_dataset *ds);
+
+/* Allocates batch tensors [rows, shape] of the dataset's feature and label types. */
+ct_status ct_dataset_alloc_batch(const ct_dataset *ds, int64_t rows, ct_tensor *features, ct_tensor *labels);
+
+/* --- built-in datasets (each in its own file) ------------------------------------------------- */
+
+/* Images and labels from two IDX files (raw or gzip'd), held in memory. Pixels become float32 times
+ * `scale`; 0 means the default: u8 pixels divided by 255 (as torchvision's ToTensor), others as they are; features are
+ * [C=1, H, W] for rank-3 image files and [D] for rank-2 ones. Labels must be integers in
+ * [0, num_classes) (num_classes 0: max label + 1). Errors name the file and what was expected. */
+ct_status ct_idx_dataset_create(const char *images_path, const char *labels_path, double scale, int64_t num_classes,
+                                ct_dataset **out);
+
+/* HDF5: features and labels as two named datasets of a file (any common numeric dtype; features
+ * float32 after conversion, labels int64 for integer types, float32 otherwise). Reads rows in
+ * chunks on demand, so files larger than memory work. */
+typedef struct ct_hdf5_dataset_config {
+    const char *path;
+    const char *features;   /* dataset name, default "features" */
+    const char *labels;     /* dataset name, default "labels" */
+    double scale;           /* multiplies features (0 = 1, or 1/255 for u8 data) */
+    int64_t num_classes;    /* 0: from the file's "num_classes" attribute, else max label + 1 (integer labels) */
+} ct_hdf5_dataset_config;
+ct_status ct_hdf5_dataset_create(const ct_hdf5_dataset_config *cfg, ct_dataset **out);
+
+/* Token files: a flat array of uint16 or uint32 token ids (little-endian); sample i is the window
+ * tokens[i*stride .. i*stride + context] with features = the first `context` ids and labels = the
+ * next `context` ids (shifted by one), both int64 [context]. Memory-mapped. */
+typedef struct ct_token_dataset_config {
+    const char *path;
+    int bytes_per_token;    /* 2 (uint16) or 4 (uint32) */
+    int64_t context;        /* window length T */
+    int64_t stride;         /* distance between window starts (0 = context: non-overlapping) */
+    int64_t vocab_size;     /* > 0: every id must be below it (checked on open) */
+} ct_token_dataset_config;
+ct_status ct_token_dataset_create(const ct_token_dataset_config *cfg, ct_dataset **out);
+
+/* The first n samples of base (max_train_samples / max_eval_samples); takes ownership of base. */
+ct_status ct_subset_dataset_create(ct_dataset *base, int64_t n, ct_dataset **out);
+
+#endif
