@@ -4,7 +4,10 @@
  * Random transforms draw from Philox keyed by (seed, epoch, dataset index of the sample, transform
  * position), so a sample is augmented the same way whichever rank or worker fetches it, and
  * differently in every epoch. A transform is a vtable like the others (size first, NULL = default).
- * ct_transformed_dataset_create wraps a dataset with a list of transforms. */
+ * ct_transformed_dataset_create wraps a dataset with a list of transforms; it applies them in place on
+ * the caller's batch, so it refuses a transform whose check() changes the sample's shape or dtype, and
+ * apply must be reentrant (the wrapper is as thread-safe as its base). data/transform_random.h gives
+ * application transforms the same (seed, epoch, index, position) keyed randomness. */
 #ifndef CT_TRANSFORM_H
 #define CT_TRANSFORM_H
 
