@@ -28,7 +28,8 @@ typedef struct ct_loader_config {
     int prefetch;         /* batches kept ready per worker (default 2) */
 } ct_loader_config;
 
-/* One batch. Tensors are views of the loader's slot, valid until the next ct_loader_next. */
+/* One batch. Tensors are views of the loader's slot, valid until the next ct_loader_next (or
+ * repositioning). */
 typedef struct ct_batch {
     ct_tensor features;   /* [rows, feature_shape] */
     ct_tensor labels;     /* [rows, label_shape] */
@@ -53,7 +54,10 @@ int64_t ct_loader_num_batches(const ct_loader *l);
 /* Starts epoch e at batch 0 (same as set_position(e, 0)). */
 ct_status ct_loader_start_epoch(ct_loader *l, int64_t epoch);
 /* The next batch of the current epoch, or *out = NULL at the end of the epoch. Errors of the dataset
- * (a corrupt file met mid-epoch) are returned here, from whichever worker met them. */
+ * (a corrupt file met mid-epoch) are returned here, from whichever worker met them, when the batch
+ * that failed is due; it is not consumed: the position stays on it and later calls report the error
+ * again until the loader is repositioned. Prefetching starts with the first start_epoch,
+ * set_position or next, and stops at the end of an epoch. */
 ct_status ct_loader_next(ct_loader *l, ct_batch **out);
 ct_loader_position ct_loader_get_position(const ct_loader *l);
 ct_status ct_loader_set_position(ct_loader *l, ct_loader_position pos);
