@@ -11,7 +11,8 @@
 
 #include "cli/cli.h"
 #include "core/ops.h"
-#include "data/idx.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "model/layers.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -34,17 +35,12 @@ static const char *const CNN_SPEC =
 
 typedef struct demo_opts {
     const char *model, *data_dir;
-    int epochs, threads;
+    int epochs, threads, workers;
     int64_t batch, eval_batch;
     double lr, weight_decay;
     uint64_t seed;
     bool json;
 } demo_opts;
-
-/* Images as float [N, 1, 28, 28] scaled to [0, 1], labels as int64 [N]. */
-typedef struct split {
-    ct_tensor images, labels;
-} split;
 
 static double now(void) {
     struct timespec ts;
@@ -52,98 +48,47 @@ static double now(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static ct_status load_split(const char *dir, const char *images, const char *labels, split *out) {
-    char path[1024];
-    ct_tensor raw_images, raw_labels;
-    snprintf(path, sizeof path, "%s/%s", dir, images);
-    CT_TRY(ct_idx_read(path, &raw_images));
-    snprintf(path, sizeof path, "%s/%s", dir, labels);
-    ct_status s = ct_idx_read(path, &raw_labels);
-    if (s != CT_OK) {
-        ct_tensor_free(&raw_images);
-        return s;
-    }
-    int64_t n = raw_images.shape[0];
-    char got_i[128], got_l[128];
-    if (raw_images.dtype != CT_U8 || raw_images.ndim != 3 || raw_images.shape[1] != 28 || raw_images.shape[2] != 28 ||
-        raw_labels.dtype != CT_U8 || raw_labels.ndim != 1 || raw_labels.shape[0] != n)
-        s = ct_error(CT_ERR_FORMAT, "%s: expected u8 images [N, 28, 28] and N u8 labels, got %s and %s", dir,
-                     ct_tensor_str(&raw_images, got_i, sizeof got_i), ct_tensor_str(&raw_labels, got_l, sizeof got_l));
-    for (int64_t i = 0; s == CT_OK && i < n; i++)
-        if (((const uint8_t *)raw_labels.data)[i] > 9)
-            s = ct_error(CT_ERR_FORMAT, "%s/%s: label %u at position %lld is not a class 0-9", dir, labels,
-                         ((const uint8_t *)raw_labels.data)[i], (long long)i);
-    int64_t ishape[4] = {n, 1, 28, 28};
-    if (s == CT_OK) s = ct_tensor_alloc(&out->images, CT_F32, CT_CPU, 4, ishape);
-    if (s == CT_OK) s = ct_tensor_alloc(&out->labels, CT_I64, CT_CPU, 1, &n);
-    if (s == CT_OK) {
-        const uint8_t *px = raw_images.data;
-        float *dst = out->images.data;
-        for (int64_t i = 0; i < n * 784; i++) dst[i] = px[i] / 255.0f;
-        for (int64_t i = 0; i < n; i++) ((int64_t *)out->labels.data)[i] = ((uint8_t *)raw_labels.data)[i];
-    }
-    ct_tensor_free(&raw_images);
-    ct_tensor_free(&raw_labels);
-    return s;
-}
-
-/* Copies the rows idx[0..n) of src into the first n rows of dst. */
-static void gather(const ct_tensor *src, const int64_t *idx, int64_t n, ct_tensor *dst) {
-    size_t row = (size_t)ct_tensor_row_numel(src) * ct_dtype_size(src->dtype);
-    for (int64_t i = 0; i < n; i++) memcpy((char *)dst->data + i * row, (const char *)src->data + idx[i] * row, row);
-}
-
-static ct_status evaluate(ct_model *model, const split *test, int64_t batch, double *accuracy, double *seconds) {
-    ct_model_train(model, false);
-    double t0 = now();
-    int64_t n = test->labels.shape[0], correct = 0;
-    for (int64_t start = 0; start < n; start += batch) {
-        int64_t b = n - start < batch ? n - start : batch;
-        ct_tensor x = ct_tensor_rows(&test->images, start, b), y;
-        CT_TRY(ct_model_forward(model, &x, &y));
-        const float *logits = y.data;
-        const int64_t *labels = (const int64_t *)test->labels.data + start;
-        for (int64_t i = 0; i < b; i++) {
-            int best = 0;
-            for (int c = 1; c < 10; c++)
-                if (logits[i * 10 + c] > logits[i * 10 + best]) best = c;
-            correct += best == labels[i];
-        }
-    }
-    *seconds = now() - t0;
-    *accuracy = (double)correct / (double)n;
-    ct_model_train(model, true);
-    return CT_OK;
-}
-
 /* Everything run() owns, so one cleanup path releases it whichever step failed. */
 typedef struct demo_state {
-    split train, test;
+    ct_dataset *train_set, *test_set;
+    ct_loader *train_loader, *test_loader;
     ct_model model;
     bool model_built;
     ct_loss *loss;
     ct_optimizer *opt;
-    int64_t *order;
-    ct_tensor xb, yb, dlogits;
+    ct_tensor dlogits;
 } demo_state;
 
 static void demo_state_free(demo_state *d) {
-    free(d->order);
-    ct_tensor_free(&d->xb);
-    ct_tensor_free(&d->yb);
+    ct_loader_free(d->train_loader);
+    ct_loader_free(d->test_loader);
+    ct_dataset_free(d->train_set);
+    ct_dataset_free(d->test_set);
     ct_tensor_free(&d->dlogits);
-    ct_tensor_free(&d->train.images);
-    ct_tensor_free(&d->train.labels);
-    ct_tensor_free(&d->test.images);
-    ct_tensor_free(&d->test.labels);
     ct_optimizer_destroy(d->opt);
     ct_loss_free(d->loss);
     if (d->model_built) ct_model_free(&d->model);
 }
 
+static ct_status open_split(const char *dir, const char *images, const char *labels, ct_dataset **out) {
+    char ipath[1024], lpath[1024];
+    snprintf(ipath, sizeof ipath, "%s/%s", dir, images);
+    snprintf(lpath, sizeof lpath, "%s/%s", dir, labels);
+    CT_TRY(ct_idx_dataset_create(ipath, lpath, 0, 10, out));
+    const ct_shape *f = &(*out)->spec.feature_shape;
+    if (f->ndim != 3 || f->dims[0] != 1 || f->dims[1] != 28 || f->dims[2] != 28)
+        return ct_error(CT_ERR_FORMAT, "%s: expected 28x28 images", ipath);
+    return CT_OK;
+}
+
 static ct_status setup(const demo_opts *o, demo_state *d) {
-    CT_TRY(load_split(o->data_dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &d->train));
-    CT_TRY(load_split(o->data_dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &d->test));
+    CT_TRY(open_split(o->data_dir, "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", &d->train_set));
+    CT_TRY(open_split(o->data_dir, "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", &d->test_set));
+    ct_loader_config train_cfg = {.batch_size = o->batch, .shuffle = true, .seed = o->seed, .world_size = 1,
+                                  .num_workers = o->workers},
+                     test_cfg = {.batch_size = o->eval_batch, .eval = true, .world_size = 1, .num_workers = o->workers};
+    CT_TRY(ct_loader_create(d->train_set, &train_cfg, &d->train_loader));
+    CT_TRY(ct_loader_create(d->test_set, &test_cfg, &d->test_loader));
     json_error_t jerr;
     json_t *spec = json_loads(strcmp(o->model, "cnn") == 0 ? CNN_SPEC : MLP_SPEC, 0, &jerr);
     CT_ASSERT(spec);
@@ -151,10 +96,9 @@ static ct_status setup(const demo_opts *o, demo_state *d) {
     ct_status s = ct_module_from_json(spec, "model", &root);
     json_decref(spec);
     CT_TRY(s);
-    ct_shape in = {3, {1, 28, 28}};
     int64_t max_batch = o->batch > o->eval_batch ? o->batch : o->eval_batch;
     ct_model_options mo = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = o->seed};
-    CT_TRY(ct_model_build(&d->model, root, &in, &mo));
+    CT_TRY(ct_model_build(&d->model, root, &d->train_set->spec.feature_shape, &mo));
     d->model_built = true;
     CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &d->loss));
     ct_optim_config oc = ct_optim_config_default();
@@ -162,58 +106,69 @@ static ct_status setup(const demo_opts *o, demo_state *d) {
     oc.learning_rate = o->lr;
     oc.weight_decay = o->weight_decay;
     CT_TRY(ct_optimizer_create(&oc, &d->model.params, &d->opt));
-    int64_t n = d->train.labels.shape[0];
-    d->order = malloc((size_t)n * sizeof *d->order);
-    if (!d->order) return ct_error(CT_ERR_NOMEM, "demo: out of memory");
-    int64_t xshape[4] = {o->batch, 1, 28, 28}, dshape[2] = {o->batch, 10};
-    CT_TRY(ct_tensor_alloc(&d->xb, CT_F32, CT_CPU, 4, xshape));
-    CT_TRY(ct_tensor_alloc(&d->yb, CT_I64, CT_CPU, 1, &o->batch));
+    int64_t dshape[2] = {o->batch, 10};
     return ct_tensor_alloc(&d->dlogits, CT_F32, CT_CPU, 2, dshape);
 }
 
-/* The epoch's order: a permutation keyed by (seed, epoch) only. */
-static void shuffle(int64_t *order, int64_t n, uint64_t seed, int epoch) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed + (uint64_t)epoch, 0, CT_RNG_SAMPLER);
-    for (int64_t i = 0; i < n; i++) order[i] = i;
-    for (int64_t i = n - 1; i > 0; i--) {
-        int64_t j = (int64_t)ct_rng_below(&rng, (uint64_t)i + 1), t = order[i];
-        order[i] = order[j];
-        order[j] = t;
+/* Accuracy over the test set, counting only rows the eval sampler marks as real. */
+static ct_status evaluate(demo_state *d, double *accuracy, double *seconds) {
+    ct_model_train(&d->model, false);
+    double t0 = now();
+    int64_t correct = 0, total = 0;
+    CT_TRY(ct_loader_start_epoch(d->test_loader, 0));
+    for (;;) {
+        ct_batch *b;
+        CT_TRY(ct_loader_next(d->test_loader, &b));
+        if (!b) break;
+        ct_tensor y;
+        CT_TRY(ct_model_forward(&d->model, &b->features, &y));
+        const float *logits = y.data;
+        const int64_t *labels = b->labels.data;
+        const uint8_t *mask = b->mask.data;
+        for (int64_t i = 0; i < b->rows; i++) {
+            int best = 0;
+            for (int c = 1; c < 10; c++)
+                if (logits[i * 10 + c] > logits[i * 10 + best]) best = c;
+            correct += mask[i] && best == labels[i];
+        }
+        total += b->valid;
     }
+    *seconds = now() - t0;
+    *accuracy = (double)correct / (double)total;
+    ct_model_train(&d->model, true);
+    return CT_OK;
 }
 
 static ct_status train(const demo_opts *o, demo_state *d) {
     ct_model *model = &d->model;
-    int64_t n = d->train.labels.shape[0], steps_per_epoch = (n + o->batch - 1) / o->batch;
+    int64_t n = ct_dataset_length(d->train_set), steps_per_epoch = ct_loader_num_batches(d->train_loader);
     if (!o->json)
         printf("ctrainer demo: %s on Fashion-MNIST, %lld parameters, batch %lld, AdamW lr %g, %d threads\n", o->model,
                (long long)ct_params_count(&model->params), (long long)o->batch, o->lr, ct_get_num_threads());
     double t_train = 0, t_eval = 0, accuracy = 0;
     for (int epoch = 0; epoch < o->epochs; epoch++) {
-        shuffle(d->order, n, o->seed, epoch);
+        CT_TRY(ct_loader_start_epoch(d->train_loader, epoch));
         ct_loss_value epoch_loss = {0, 0};
         double t0 = now();
-        for (int64_t start = 0; start < n; start += o->batch) {
-            int64_t b = n - start < o->batch ? n - start : o->batch;
-            ct_tensor x = ct_tensor_rows(&d->xb, 0, b), labels = ct_tensor_rows(&d->yb, 0, b), logits;
-            ct_tensor dl = ct_tensor_rows(&d->dlogits, 0, b);
-            gather(&d->train.images, d->order + start, b, &x);
-            gather(&d->train.labels, d->order + start, b, &labels);
+        for (;;) {
+            ct_batch *b;
+            CT_TRY(ct_loader_next(d->train_loader, &b));
+            if (!b) break;
+            ct_tensor logits, dl = ct_tensor_rows(&d->dlogits, 0, b->rows);
             /* Dropout-style randomness is keyed by the global step and the sample's global position. */
-            ct_model_set_step(model, (uint64_t)(epoch * steps_per_epoch + start / o->batch), epoch * n + start);
+            ct_model_set_step(model, (uint64_t)(epoch * steps_per_epoch + b->index), epoch * n + b->index * o->batch);
             ct_model_zero_grad(model);
-            CT_TRY(ct_model_forward(model, &x, &logits));
+            CT_TRY(ct_model_forward(model, &b->features, &logits));
             ct_loss_value lv;
-            CT_TRY(ct_loss_forward(d->loss, &logits, &labels, &lv));
-            CT_TRY(ct_loss_backward(d->loss, &logits, &labels, 1.0 / lv.count, &dl));
+            CT_TRY(ct_loss_forward(d->loss, &logits, &b->labels, &lv));
+            CT_TRY(ct_loss_backward(d->loss, &logits, &b->labels, 1.0 / lv.count, &dl));
             CT_TRY(ct_model_backward(model, &dl));
             CT_TRY(ct_optimizer_step(d->opt, o->lr));
             epoch_loss = ct_loss_value_add(epoch_loss, lv);
         }
         double dt = now() - t0, et;
         t_train += dt;
-        CT_TRY(evaluate(model, &d->test, o->eval_batch, &accuracy, &et));
+        CT_TRY(evaluate(d, &accuracy, &et));
         t_eval += et;
         if (!o->json)
             printf("epoch %d: train loss %.4f  test accuracy %.4f  %.0f samples/s\n", epoch + 1,
@@ -223,7 +178,7 @@ static ct_status train(const demo_opts *o, demo_state *d) {
         printf("{\"peer\": \"ctrainer\", \"model\": \"%s\", \"epochs\": %d, \"batch\": %lld, \"threads\": %d, "
                "\"train_samples_per_s\": %.0f, \"eval_samples_per_s\": %.0f, \"test_accuracy\": %.4f}\n",
                o->model, o->epochs, (long long)o->batch, ct_get_num_threads(), o->epochs * n / t_train,
-               o->epochs * d->test.labels.shape[0] / t_eval, accuracy);
+               o->epochs * ct_dataset_length(d->test_set) / t_eval, accuracy);
     return CT_OK;
 }
 
@@ -237,7 +192,7 @@ static ct_status run(const demo_opts *o) {
 
 static void demo_usage(FILE *f) {
     fprintf(f, "usage: ctrainer demo [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--lr X]\n"
-               "                     [--weight-decay X] [--seed N] [--data DIR] [--json]\n"
+               "                     [--weight-decay X] [--seed N] [--workers N] [--data DIR] [--json]\n"
                "Trains on Fashion-MNIST (default data: /usr/share/datasets/fashion-mnist).\n");
 }
 
@@ -261,7 +216,8 @@ int ct_cli_demo(int argc, char **argv) {
         {"batch", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
         {"lr", required_argument, 0, 'l'},    {"weight-decay", required_argument, 0, 'w'},
         {"seed", required_argument, 0, 's'},  {"data", required_argument, 0, 'd'},
-        {"json", no_argument, 0, 'j'},        {"help", no_argument, 0, 'h'},
+        {"workers", required_argument, 0, 'k'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     int c;
     int64_t v;
@@ -276,6 +232,16 @@ int ct_cli_demo(int argc, char **argv) {
         case 'l': o.lr = atof(optarg); break;
         case 'w': o.weight_decay = atof(optarg); break;
         case 'd': o.data_dir = optarg; break;
+        case 'k': {
+            char *end;
+            long k = strtol(optarg, &end, 10);
+            if (*optarg == '\0' || *end != '\0' || k < 0 || k > 64) {
+                fprintf(stderr, "ctrainer demo: --workers expects 0 to 64, got '%s'\n", optarg);
+                return 2;
+            }
+            o.workers = (int)k;
+            break;
+        }
         case 'j': o.json = true; break;
         case 'h': demo_usage(stdout); return 0;
         default: demo_usage(stderr); return 2;
