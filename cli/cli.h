@@ -4,5 +4,6 @@
 #define CT_CLI_H
 
 int ct_cli_demo(int argc, char **argv);
+int ct_cli_data(int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"
                "commands:\n"
                "  demo      train a model on Fashion-MNIST with ctrainer's layers (demo --help)\n"
+               "  data      convert IDX or CSV data to chunked, compressed HDF5 (data --help)\n"
                "  version   print the version\n");
 }
 
@@ -18,6 +19,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
+    if (strcmp(argv[1], "data") == 0) return ct_cli_data(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         printf("ctrainer %s\n", CT_VERSION);
 #ifdef CT_HAVE_CUDA

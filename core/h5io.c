@@ -1,6 +1,7 @@
 /* HDF5 tensor I/O (see h5io.h). */
 #include "core/h5io.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,24 @@ static hid_t mem_type(ct_dtype dt) {
 }
 
 void ct_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
+
+static pthread_mutex_t h5_mutex;
+static pthread_once_t h5_mutex_once = PTHREAD_ONCE_INIT;
+
+static void h5_mutex_init(void) {
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&h5_mutex, &attr);
+    pthread_mutexattr_destroy(&attr);
+}
+
+void ct_h5_lock(void) {
+    pthread_once(&h5_mutex_once, h5_mutex_init);
+    pthread_mutex_lock(&h5_mutex);
+}
+
+void ct_h5_unlock(void) { pthread_mutex_unlock(&h5_mutex); }
 
 bool ct_h5_exists(hid_t file, const char *name) {
     /* H5Lexists must be asked for each prefix of the path. */

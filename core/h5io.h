@@ -25,4 +25,11 @@ ct_status ct_h5_read_string_attr(hid_t file, const char *name, char **value);
 /* Silences HDF5's own error printing: our messages say what went wrong, with the file name. */
 void ct_h5_quiet(void);
 
+/* One process-wide lock around HDF5. Debian's serial HDF5 is not guaranteed thread-safe, and the
+ * loader's workers read datasets while the trainer writes checkpoints, so every sequence of HDF5
+ * calls that may run beside another thread holds it. It is recursive: code holding it may call
+ * helpers that take it again. */
+void ct_h5_lock(void);
+void ct_h5_unlock(void);
+
 #endif
