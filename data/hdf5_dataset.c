@@ -457,9 +457,15 @@ static ct_status validate_shapes(h5_dataset *d) {
             "first dimension (shapes %s and %s)",
             path, f->name, (long long)fs[0], l->name, (long long)ls[0], ct_shape_str(f->rank, fs, a, sizeof a),
             ct_shape_str(l->rank, ls, b, sizeof b));
-    f->row_numel = l->row_numel = 1;
-    for (int i = 1; i < f->rank; i++) f->row_numel *= fs[i];
-    for (int i = 1; i < l->rank; i++) l->row_numel *= ls[i];
+    /* Shapes come from the file: check their products before anything is sized by them. */
+    size_t fbytes, lbytes;
+    if (fs[0] > ((int64_t)1 << 39) || ct_shape_nbytes(f->rank - 1, fs + 1, CT_F64, &fbytes) != CT_OK ||
+        ct_shape_nbytes(l->rank - 1, ls + 1, CT_F64, &lbytes) != CT_OK)
+        return ct_error(CT_ERR_SHAPE, "%s: datasets '%s' %s and '%s' %s are too large to read (at most 2^39 samples)",
+                        path, f->name, ct_shape_str(f->rank, fs, a, sizeof a), l->name,
+                        ct_shape_str(l->rank, ls, b, sizeof b));
+    f->row_numel = (int64_t)(fbytes / 8);
+    l->row_numel = (int64_t)(lbytes / 8);
     if (f->row_numel == 0 || l->row_numel == 0)
         return ct_error(CT_ERR_SHAPE, "%s: datasets '%s' %s and '%s' %s have empty samples", path, f->name,
                         ct_shape_str(f->rank, fs, a, sizeof a), l->name, ct_shape_str(l->rank, ls, b, sizeof b));

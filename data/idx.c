@@ -4,9 +4,47 @@
 
 #include <errno.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 static int read_exact(gzFile f, void *buf, size_t n) { return gzread(f, buf, (unsigned)n) == (int)n; }
+
+/* Reads the `bytes` of data a header claims. A corrupt header must not make us allocate what it
+ * claims before the data is there: a plain file is checked against its size first, and a gzip'd one
+ * (whose size says nothing) is read into a buffer that grows as data actually arrives. */
+static ct_status read_data(gzFile f, const char *path, size_t bytes, void **data) {
+    struct stat st;
+    if (gzdirect(f) && stat(path, &st) == 0) {
+        size_t left = (size_t)st.st_size - (size_t)gztell(f); /* for a plain file, the position read so far */
+        if (left < bytes)
+            return ct_error(CT_ERR_FORMAT, "%s: truncated IDX data (the header claims %zu bytes, the file holds %zu)",
+                            path, bytes, left);
+    }
+    size_t cap = bytes < ((size_t)16 << 20) ? bytes : ((size_t)16 << 20), got = 0;
+    char *buf = ct_host_alloc(cap);
+    while (buf && got < bytes) {
+        if (got == cap) { /* more data than the buffer holds: grow towards the claimed size */
+            size_t grown = cap * 2 < bytes ? cap * 2 : bytes;
+            char *bigger = ct_host_alloc(grown);
+            if (bigger) memcpy(bigger, buf, got);
+            ct_host_free(buf);
+            buf = bigger;
+            cap = grown;
+            if (!buf) break;
+        }
+        size_t want = cap - got < (1u << 30) ? cap - got : (1u << 30);
+        int n = gzread(f, buf + got, (unsigned)want);
+        if (n <= 0) {
+            ct_host_free(buf);
+            return ct_error(CT_ERR_FORMAT, "%s: truncated IDX data (the header claims %zu bytes, %zu found)", path,
+                            bytes, got);
+        }
+        got += (size_t)n;
+    }
+    if (!buf) return ct_error(CT_ERR_NOMEM, "%s: cannot allocate %zu bytes for the IDX data", path, bytes);
+    *data = buf;
+    return CT_OK;
+}
 
 ct_status ct_idx_read(const char *path, ct_tensor *out) {
     errno = 0;
@@ -40,20 +78,13 @@ ct_status ct_idx_read(const char *path, ct_tensor *out) {
         }
         shape[i] = ((int64_t)b[0] << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
     }
-    if ((s = ct_tensor_alloc(out, dt, CT_CPU, ndim, shape)) != CT_OK) {
-        ct_error_prefix(s, "%s: ", path);
+    size_t bytes;
+    if ((s = ct_shape_nbytes(ndim, shape, dt, &bytes)) != CT_OK) {
+        ct_error_prefix(s, "%s: IDX header: ", path);
         goto done;
     }
-    size_t bytes = ct_tensor_nbytes(out);
-    for (size_t done_bytes = 0; done_bytes < bytes;) {
-        size_t chunk = bytes - done_bytes < (1u << 30) ? bytes - done_bytes : (1u << 30);
-        if (!read_exact(f, (char *)out->data + done_bytes, chunk)) {
-            ct_tensor_free(out);
-            s = ct_error(CT_ERR_FORMAT, "%s: truncated IDX data (expected %zu bytes)", path, bytes);
-            goto done;
-        }
-        done_bytes += chunk;
-    }
+    if ((s = read_data(f, path, bytes, &out->data)) != CT_OK) goto done;
+    *out = ct_tensor_view(out->data, dt, CT_CPU, ndim, shape);
     /* IDX stores multi-byte elements big-endian. */
     size_t es = ct_dtype_size(dt);
     if (es > 1) {

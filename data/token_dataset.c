@@ -100,6 +100,10 @@ ct_status ct_token_dataset_create(const ct_token_dataset_config *cfg, ct_dataset
         return ct_error(CT_ERR_INVALID_ARG, "%s: context %lld must be at least 1", path, (long long)cfg->context);
     if (cfg->stride < 0)
         return ct_error(CT_ERR_INVALID_ARG, "%s: stride %lld must be >= 0 (0 = context)", path, (long long)cfg->stride);
+    const int64_t limit = (int64_t)1 << 39; /* keeps window arithmetic far from overflow */
+    if (cfg->context > limit || cfg->stride > limit)
+        return ct_error(CT_ERR_INVALID_ARG, "%s: context %lld or stride %lld exceeds 2^39", path,
+                        (long long)cfg->context, (long long)cfg->stride);
     if (cfg->vocab_size < 0)
         return ct_error(CT_ERR_INVALID_ARG, "%s: vocab_size %lld must be >= 0 (0 = unchecked)", path,
                         (long long)cfg->vocab_size);

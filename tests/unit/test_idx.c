@@ -67,6 +67,15 @@ static void round_trips(void) {
             CHECK_ERR(ct_idx_read(path, &got), CT_ERR_FORMAT, path, "truncated");
             ct_tensor_free(&want);
         }
+    /* A header claiming far more than the file holds is an error before anything that size is
+     * allocated (60000 x 65536 x 256 bytes would be a terabyte). */
+    int64_t huge[3] = {60000, 65536, 256};
+    for (int gz = 0; gz < 2; gz++) {
+        uint8_t few[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        write_idx(path, gz, 0x08, 3, huge, few, sizeof few, 1, 0);
+        ct_tensor t;
+        CHECK_ERR(ct_idx_read(path, &t), CT_ERR_FORMAT, path, "truncated", "1006632960000 bytes");
+    }
     FILE *f = fopen(path, "wb");
     fputs("not an idx file at all", f);
     fclose(f);
