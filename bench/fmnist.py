@@ -8,8 +8,9 @@ Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] 
 import argparse
 import json
 import os
-import subprocess
 import sys
+
+from benchlib import run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -23,13 +24,6 @@ ap.add_argument("--wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"
                      "steal the core from the working one and slow both frameworks several-fold")
 ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "bench", "peer_torch_fmnist.py"))
 a = ap.parse_args()
-
-
-def run_json(cmd, env=None):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))

@@ -9,8 +9,8 @@ Usage: bench/loader.py [--workers N] [--batch N] [--threads N] [--repeat N] [--b
 import argparse
 import json
 import os
-import subprocess
-import sys
+
+from benchlib import run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -21,13 +21,6 @@ ap.add_argument("--repeat", type=int, default=3, help="loader runs; the median i
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = ap.parse_args()
-
-
-def run_json(cmd, env=None):
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if out.returncode != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 # As bench/fmnist.py: passive OpenMP waiting, so that idle training threads do not spin on the
