@@ -48,42 +48,26 @@ ct_gradcheck_opts ct_gradcheck_defaults(int64_t batch) {
                                .training = true};
 }
 
-/* L = sum(y * r) for the current parameters and input. */
-static double objective(ct_model *model, const ct_tensor *x, const double *r) {
-    ct_tensor y;
-    ct_status s = ct_model_forward(model, x, &y);
-    if (s != CT_OK) {
-        ct_test_fail(__FILE__, __LINE__, "forward failed: %s", ct_last_error());
-        return NAN;
-    }
-    double acc = 0.0;
-    int64_t n = ct_tensor_numel(&y);
-    for (int64_t i = 0; i < n; i++) acc += ((double *)y.data)[i] * r[i];
-    return acc;
-}
-
-/* Compares analytic[i] with central differences of `target` elements, on a random subset of probes
- * (all of a small tensor); with opts->piecewise, probes at kinks are skipped (see testlib.h). */
-static double probe(const char *label, const char *what, ct_model *model, ct_tensor *x, const double *r,
-                    double *target, const double *analytic, int64_t n, const ct_gradcheck_opts *o, ct_rng *rng) {
+ct_fd_result ct_fd_check(ct_objective_fn f, void *ctx, double *target, const double *analytic, int64_t n,
+                         int max_probes, bool piecewise, ct_rng *rng) {
     const int max_skips = 8;
-    int64_t candidates = n <= o->max_probes ? n : o->max_probes + (o->piecewise ? max_skips : 0);
+    int64_t candidates = n <= max_probes ? n : max_probes + (piecewise ? max_skips : 0);
     double diff2 = 0.0, a2 = 0.0, f2 = 0.0;
-    int probes = 0, skipped = 0;
-    for (int64_t k = 0; k < candidates && probes < o->max_probes && skipped <= max_skips; k++) {
-        int64_t i = n <= o->max_probes ? k : (int64_t)ct_rng_below(rng, (uint64_t)n);
+    ct_fd_result r = {0};
+    for (int64_t k = 0; k < candidates && r.probes < max_probes && r.skipped <= max_skips; k++) {
+        int64_t i = n <= max_probes ? k : (int64_t)ct_rng_below(rng, (uint64_t)n);
         double saved = target[i];
         double h = 1e-6 * fmax(1.0, fabs(saved));
-        double l0 = o->piecewise ? objective(model, x, r) : 0.0;
+        double l0 = piecewise ? f(ctx) : 0.0;
         target[i] = saved + h;
-        double lp = objective(model, x, r);
+        double lp = f(ctx);
         target[i] = saved - h;
-        double lm = objective(model, x, r);
+        double lm = f(ctx);
         target[i] = saved;
-        if (o->piecewise) {
+        if (piecewise) {
             double fp = (lp - l0) / h, fm = (l0 - lm) / h;
             if (fabs(fp - fm) > 1e-6 * (fabs(fp) + fabs(fm)) + 1e-7) {
-                skipped++;
+                r.skipped++;
                 continue;
             }
         }
@@ -91,16 +75,44 @@ static double probe(const char *label, const char *what, ct_model *model, ct_ten
         diff2 += (fd - analytic[i]) * (fd - analytic[i]);
         a2 += analytic[i] * analytic[i];
         f2 += fd * fd;
-        probes++;
+        r.probes++;
     }
-    double rel = sqrt(diff2) / fmax(sqrt(fmax(a2, f2)), 1e-300);
-    if (a2 == 0.0 && f2 == 0.0) rel = 0.0;
-    CHECK(skipped <= max_skips, "%s: %s: %d probes straddled a kink; the forward is not piecewise linear", label,
-          what, skipped);
-    CHECK(rel < o->tolerance, "%s: gradient of %s: relative error %.3g over %d probes (%d at kinks skipped, bound %.3g)",
-          label, what, rel, probes, skipped, o->tolerance);
-    CHECK(a2 > 0.0 || n == 0, "%s: gradient of %s is all zero: the check would prove nothing", label, what);
-    return rel;
+    r.rel = (a2 == 0.0 && f2 == 0.0) ? 0.0 : sqrt(diff2) / fmax(sqrt(fmax(a2, f2)), 1e-300);
+    r.analytic_zero = a2 == 0.0;
+    return r;
+}
+
+/* L = sum(y * r) of a model for its current parameters and input. */
+typedef struct model_objective {
+    ct_model *model;
+    ct_tensor *x;
+    const double *r;
+} model_objective;
+
+static double objective(void *ctx) {
+    model_objective *o = ctx;
+    ct_tensor y;
+    ct_status s = ct_model_forward(o->model, o->x, &y);
+    if (s != CT_OK) {
+        ct_test_fail(__FILE__, __LINE__, "forward failed: %s", ct_last_error());
+        return NAN;
+    }
+    double acc = 0.0;
+    int64_t n = ct_tensor_numel(&y);
+    for (int64_t i = 0; i < n; i++) acc += ((double *)y.data)[i] * o->r[i];
+    return acc;
+}
+
+static double probe(const char *label, const char *what, ct_model *model, ct_tensor *x, const double *r,
+                    double *target, const double *analytic, int64_t n, const ct_gradcheck_opts *o, ct_rng *rng) {
+    model_objective ctx = {model, x, r};
+    ct_fd_result res = ct_fd_check(objective, &ctx, target, analytic, n, o->max_probes, o->piecewise, rng);
+    CHECK(res.skipped <= 8, "%s: %s: %d probes straddled a kink; the forward is not piecewise linear", label, what,
+          res.skipped);
+    CHECK(res.rel < o->tolerance, "%s: gradient of %s: relative error %.3g over %d probes (%d at kinks skipped, bound %.3g)",
+          label, what, res.rel, res.probes, res.skipped, o->tolerance);
+    CHECK(!res.analytic_zero || n == 0, "%s: gradient of %s is all zero: the check would prove nothing", label, what);
+    return res.rel;
 }
 
 double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, const ct_gradcheck_opts *o) {

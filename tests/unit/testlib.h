@@ -54,6 +54,18 @@ void ct_test_fail(const char *file, int line, const char *fmt, ...) __attribute_
               fabs(a_ - b_) / scale_, (double)(rel));                                              \
     } while (0)
 
+/* Central finite differences of a scalar objective f(ctx) against analytic[i] = df/dtarget[i], over
+ * every element of target when n <= max_probes, else max_probes random ones (rng). With piecewise,
+ * probes whose one-sided differences disagree straddle a kink and are skipped (up to 8). */
+typedef double (*ct_objective_fn)(void *ctx);
+typedef struct ct_fd_result {
+    double rel;         /* ||fd - analytic|| / max(||fd||, ||analytic||) over the probes */
+    int probes, skipped;
+    bool analytic_zero; /* every probed analytic value was zero: the check proves nothing */
+} ct_fd_result;
+ct_fd_result ct_fd_check(ct_objective_fn f, void *ctx, double *target, const double *analytic, int64_t n,
+                         int max_probes, bool piecewise, ct_rng *rng);
+
 /* Options for the gradient checker. */
 typedef struct ct_gradcheck_opts {
     int64_t batch;
