@@ -38,14 +38,19 @@ def check_layer(label, spec_module, torch_module, x, dy=None, training=True, tol
     check_close(f"{label}: output", out["y"], y.detach().numpy(), tol)
     if not int_input:
         check_close(f"{label}: input gradient", out["dx"], xt.grad.numpy(), tol)
+    check_grads_and_buffers(label, torch_module, out, tol)
+    return out
+
+
+def check_grads_and_buffers(label, torch_module, out, tol, after=""):
+    """Every parameter gradient and buffer of torch_module against ctrainer's, matched by name."""
     for name, p in torch_module.named_parameters():
         check(f"grads/{name}" in out, f"{label}: ctrainer has no parameter named {name}")
         if f"grads/{name}" in out:
-            check_close(f"{label}: gradient of {name}", out[f"grads/{name}"], p.grad.numpy(), tol)
+            check_close(f"{label}: gradient of {name}{after}", out[f"grads/{name}"], p.grad.numpy(), tol)
     for name, b in torch_module.named_buffers():
         if name.endswith("num_batches_tracked"):
             continue
         check(f"buffers/{name}" in out, f"{label}: ctrainer has no buffer named {name}")
         if f"buffers/{name}" in out:
-            check_close(f"{label}: buffer {name}", out[f"buffers/{name}"], b.numpy(), tol)
-    return out
+            check_close(f"{label}: buffer {name}{after}", out[f"buffers/{name}"], b.numpy(), tol)

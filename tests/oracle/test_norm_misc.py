@@ -7,7 +7,7 @@ so train mode is checked against the mask its own output implies (exact scale 1/
 through the same mask, drop rate within 6 standard errors of p, a new mask each step); eval mode
 is compared with PyTorch directly."""
 from common import RNG, check, check_close, f32, finish, run  # first: it skips the test without torch
-from layer_check import check_layer
+from layer_check import check_grads_and_buffers, check_layer
 
 import numpy as np
 import torch
@@ -53,16 +53,7 @@ def run_steps(label, spec_module, torch_module, xs, dys, tol=1e-5, dtype="f32", 
     for k, (y, dx) in enumerate(want):
         check_close(f"{label}: step {k} output", out[f"y_{k}"], y, tol)
         check_close(f"{label}: step {k} input gradient", out[f"dx_{k}"], dx, tol)
-    for name, p in torch_module.named_parameters():
-        check(f"grads/{name}" in out, f"{label}: ctrainer has no parameter named {name}")
-        if f"grads/{name}" in out:
-            check_close(f"{label}: gradient of {name} over {len(xs)} steps", out[f"grads/{name}"], p.grad.numpy(), tol)
-    for name, b in torch_module.named_buffers():
-        if name.endswith("num_batches_tracked"):
-            continue
-        check(f"buffers/{name}" in out, f"{label}: ctrainer has no buffer named {name}")
-        if f"buffers/{name}" in out:
-            check_close(f"{label}: {name} after {len(xs)} steps", out[f"buffers/{name}"], b.numpy(), tol)
+    check_grads_and_buffers(label, torch_module, out, tol, after=f" after {len(xs)} steps")
 
 
 # --- BatchNorm2d -------------------------------------------------------------------------------------
