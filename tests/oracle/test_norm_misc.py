@@ -115,6 +115,7 @@ num, dim = int(RNG.integers(2, 50)), int(RNG.integers(3, 20))
 pad = int(RNG.integers(0, num))
 ids = RNG.integers(0, num, size=(B, T)).astype(np.int64)
 ids[0, 0] = pad  # the padding row is used at least once: its gradient must stay zero
+ids[B - 1, T - 1] = (pad + 1) % num  # and some other row too, or output and gradient are all zero
 check_layer("embedding", {"type": "embedding", "num_embeddings": num, "embedding_dim": dim},
             nn.Embedding(num, dim), ids, int_input=True)
 out = check_layer("embedding padding_idx", {"type": "embedding", "num_embeddings": num, "embedding_dim": dim,
