@@ -98,6 +98,11 @@ typedef struct ct_token_dataset_config {
 } ct_token_dataset_config;
 ct_status ct_token_dataset_create(const ct_token_dataset_config *cfg, ct_dataset **out);
 
+/* Rows of two tensors in memory (copied): features [N, ...] and labels [N, ...] (PyTorch's
+ * TensorDataset). num_classes as in ct_sample_spec (0 when not a classification dataset). */
+ct_status ct_tensor_dataset_create(const ct_tensor *features, const ct_tensor *labels, int64_t num_classes,
+                                   ct_dataset **out);
+
 /* The first n samples of base (max_train_samples / max_eval_samples); takes ownership of base. */
 ct_status ct_subset_dataset_create(ct_dataset *base, int64_t n, ct_dataset **out);
 

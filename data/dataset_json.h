@@ -1,0 +1,22 @@
+/* Datasets from a run config's JSON: the "data" section's specs.
+ *
+ *   {"type": "fashion_mnist", "split": "train" | "test", "dir": "/usr/share/datasets/fashion-mnist"}
+ *   {"type": "idx", "images": "x.idx.gz", "labels": "y.idx.gz", "num_classes": 10, "scale": 255}
+ *   {"type": "hdf5", "path": "d.h5", ...the keys of ct_hdf5_dataset_config...}
+ *   {"type": "tokens", "path": "t.bin", ...the keys of ct_token_dataset_config...}
+ * and, on any of them:
+ *   "limit": N          the first N samples only (short runs, tests)
+ *   "transforms": [...] applied in order (data/transform.h's JSON specs)
+ *
+ * Relative paths are resolved against base_dir (the directory of the config file), so a config
+ * works from any working directory. Errors name the JSON path ("data.train.images") and the file. */
+#ifndef CT_DATASET_JSON_H
+#define CT_DATASET_JSON_H
+
+#include <jansson.h>
+
+#include "data/dataset.h"
+
+ct_status ct_dataset_from_json(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out);
+
+#endif

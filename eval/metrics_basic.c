@@ -1,0 +1,281 @@
+/* The built-in metrics (loss, accuracy, top_k_accuracy), their JSON specs, and metric sets from a
+ * run config's "metrics" list.
+ *
+ * Each state is integers and float64 sums only, so any split of the data merges to the same state.
+ * Classification metrics count into locals and add to the state at the end, so a failing batch
+ * leaves the state as it was. Rankings treat NaN as the largest score, as numpy's argmax and
+ * argsort do; ties are broken as torch.argmax/numpy.argmax (accuracy: lowest index) and as
+ * scikit-learn's top_k_accuracy_score (top_k: the higher class index ranks first). */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "core/util.h"
+#include "eval/metric.h"
+
+/* Rows * classes above which the counting loops run on several threads (integer counts: the result
+ * is the same for any thread count). */
+#define PARALLEL_MIN 32768
+
+/* a ranks above b when it is larger, NaN being larger than any number and equal to itself. */
+#define RANK_GT(a, b) (isnan(a) ? !isnan(b) : (!isnan(b) && (a) > (b)))
+#define RANK_EQ(a, b) (isnan(a) ? isnan(b) : (a) == (b))
+
+/* argmax with the first maximum winning, and "fewer than k classes rank above y" (classes tied with
+ * y rank above it when their index is higher: a stable ascending sort, reversed). */
+#define DEFINE_RANKING(R, SUF)                                                                        \
+    static int64_t argmax_##SUF(const R *row, int64_t c) {                                             \
+        int64_t best = 0;                                                                              \
+        for (int64_t j = 1; j < c; j++)                                                                \
+            if (RANK_GT(row[j], row[best])) best = j;                                                  \
+        return best;                                                                                   \
+    }                                                                                                  \
+    static bool in_top_k_##SUF(const R *row, int64_t c, int64_t y, int64_t k) {                        \
+        R sy = row[y];                                                                                 \
+        int64_t above = 0;                                                                             \
+        for (int64_t j = 0; j < c && above < k; j++)                                                   \
+            above += RANK_GT(row[j], sy) || (j > y && RANK_EQ(row[j], sy));                            \
+        return above < k;                                                                              \
+    }
+DEFINE_RANKING(float, f32)
+DEFINE_RANKING(double, f64)
+
+/* --- loss --------------------------------------------------------------------------------------- */
+
+enum { LOSS_SUM, LOSS_COUNT };
+
+static ct_status loss_update(ct_metric *m, const ct_eval_batch *b) {
+    m->sums[LOSS_SUM] += b->loss.sum;
+    m->sums[LOSS_COUNT] += b->loss.count;
+    return CT_OK;
+}
+
+static ct_status loss_compute(const ct_metric *m, const char *prefix, json_t *out) {
+    if (m->sums[LOSS_COUNT] == 0) return CT_OK; /* no loss was computed: no key, as Hugging Face */
+    return ct_metric_put(out, prefix, "loss", m->sums[LOSS_SUM] / m->sums[LOSS_COUNT]);
+}
+
+static const ct_metric_ops loss_ops = {
+    .size = sizeof(ct_metric_ops), .name = "loss", .update = loss_update, .compute = loss_compute};
+
+ct_status ct_loss_metric_create(ct_metric **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    ct_metric *m = calloc(1, sizeof *m);
+    if (!m) return ct_error(CT_ERR_NOMEM, "metric 'loss': out of memory");
+    ct_status s = ct_metric_base_init(m, &loss_ops, 0, NULL, 2, NULL);
+    if (s != CT_OK) {
+        free(m);
+        return s;
+    }
+    *out = m;
+    return CT_OK;
+}
+
+/* --- accuracy ----------------------------------------------------------------------------------- */
+
+enum { CORRECT, TOTAL };
+
+static ct_status accuracy_update(ct_metric *m, const ct_eval_batch *b) {
+    int64_t rows, c;
+    CT_TRY(ct_metric_check_classification(b, &rows, &c));
+    const ct_tensor *o = b->outputs, *l = b->labels;
+    int64_t correct = 0, total = 0;
+#pragma omp parallel for reduction(+ : correct, total) if (rows * c > PARALLEL_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+        if (!ct_metric_row_real(b, i)) continue;
+        int64_t pred = o->dtype == CT_F32 ? argmax_f32((const float *)o->data + i * c, c)
+                                          : argmax_f64((const double *)o->data + i * c, c);
+        correct += pred == ct_metric_label(l, i);
+        total++;
+    }
+    m->counts[CORRECT] += correct;
+    m->counts[TOTAL] += total;
+    return CT_OK;
+}
+
+static ct_status accuracy_compute(const ct_metric *m, const char *prefix, json_t *out) {
+    if (m->counts[TOTAL] == 0) return CT_OK;
+    return ct_metric_put(out, prefix, "accuracy", (double)m->counts[CORRECT] / (double)m->counts[TOTAL]);
+}
+
+static const ct_metric_ops accuracy_ops = {
+    .size = sizeof(ct_metric_ops), .name = "accuracy", .update = accuracy_update, .compute = accuracy_compute};
+
+ct_status ct_accuracy_metric_create(ct_metric **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    ct_metric *m = calloc(1, sizeof *m);
+    if (!m) return ct_error(CT_ERR_NOMEM, "metric 'accuracy': out of memory");
+    ct_status s = ct_metric_base_init(m, &accuracy_ops, 2, NULL, 0, NULL);
+    if (s != CT_OK) {
+        free(m);
+        return s;
+    }
+    *out = m;
+    return CT_OK;
+}
+
+/* --- top-k accuracy ----------------------------------------------------------------------------- */
+
+typedef struct top_k_metric {
+    ct_metric base;
+    int64_t k;
+} top_k_metric;
+
+static int64_t top_k_of(const ct_metric *m) { return ct_container_of(m, const top_k_metric, base)->k; }
+
+static ct_status top_k_update(ct_metric *m, const ct_eval_batch *b) {
+    int64_t rows, c, k = top_k_of(m);
+    CT_TRY(ct_metric_check_classification(b, &rows, &c));
+    const ct_tensor *o = b->outputs, *l = b->labels;
+    int64_t hits = 0, total = 0;
+#pragma omp parallel for reduction(+ : hits, total) if (rows * c > PARALLEL_MIN)
+    for (int64_t i = 0; i < rows; i++) {
+        if (!ct_metric_row_real(b, i)) continue;
+        int64_t y = ct_metric_label(l, i);
+        hits += o->dtype == CT_F32 ? in_top_k_f32((const float *)o->data + i * c, c, y, k)
+                                   : in_top_k_f64((const double *)o->data + i * c, c, y, k);
+        total++;
+    }
+    m->counts[CORRECT] += hits;
+    m->counts[TOTAL] += total;
+    return CT_OK;
+}
+
+static ct_status top_k_compute(const ct_metric *m, const char *prefix, json_t *out) {
+    if (m->counts[TOTAL] == 0) return CT_OK;
+    char name[64];
+    snprintf(name, sizeof name, "top_%lld_accuracy", (long long)top_k_of(m));
+    return ct_metric_put(out, prefix, name, (double)m->counts[CORRECT] / (double)m->counts[TOTAL]);
+}
+
+static bool top_k_same_config(const ct_metric *a, const ct_metric *b) { return top_k_of(a) == top_k_of(b); }
+
+static const ct_metric_ops top_k_ops = {.size = sizeof(ct_metric_ops),
+                                        .name = "top_k_accuracy",
+                                        .update = top_k_update,
+                                        .compute = top_k_compute,
+                                        .same_config = top_k_same_config};
+
+ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    if (k < 1) return ct_error(CT_ERR_INVALID_ARG, "metric 'top_k_accuracy': k = %lld; expected k >= 1", (long long)k);
+    top_k_metric *t = calloc(1, sizeof *t);
+    if (!t) return ct_error(CT_ERR_NOMEM, "metric 'top_k_accuracy': out of memory");
+    ct_status s = ct_metric_base_init(&t->base, &top_k_ops, 2, NULL, 0, NULL);
+    if (s != CT_OK) {
+        free(t);
+        return s;
+    }
+    t->k = k;
+    *out = &t->base;
+    return CT_OK;
+}
+
+/* --- JSON --------------------------------------------------------------------------------------- */
+
+static const char *const metric_names[] = {"loss", "accuracy", "top_k_accuracy", NULL};
+
+/* "top_5_accuracy": the key spelling of {"type": "top_k_accuracy", "k": 5}. Returns k, or 0. */
+static int64_t parse_top_k_name(const char *name) {
+    if (strncmp(name, "top_", 4) != 0 || name[4] < '0' || name[4] > '9') return 0;
+    char *end;
+    errno = 0;
+    long long k = strtoll(name + 4, &end, 10);
+    if (errno || strcmp(end, "_accuracy") != 0 || k < 1) return 0;
+    return (int64_t)k;
+}
+
+static ct_status unknown_metric(const char *path, const char *what, const char *name) {
+    const char *hint = ct_closest_word(name, metric_names);
+    if (hint) return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s', did you mean '%s'?", path, what, name, hint);
+    return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s' (known: loss, accuracy, top_k_accuracy)", path, what, name);
+}
+
+/* Constructor errors are about the spec's values: report them as config errors at its path. */
+static ct_status at_path(ct_status s, const char *path) {
+    if (s == CT_OK) return s;
+    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
+}
+
+static ct_status metric_from_name(const char *name, const char *path, ct_metric **out) {
+    if (strcmp(name, "loss") == 0) return at_path(ct_loss_metric_create(out), path);
+    if (strcmp(name, "accuracy") == 0) return at_path(ct_accuracy_metric_create(out), path);
+    if (strcmp(name, "top_k_accuracy") == 0)
+        return ct_error(CT_ERR_CONFIG,
+                        "%s: 'top_k_accuracy' needs its k: write {\"type\": \"top_k_accuracy\", \"k\": 5} or "
+                        "\"top_5_accuracy\"",
+                        path);
+    int64_t k = parse_top_k_name(name);
+    if (k > 0) return at_path(ct_top_k_accuracy_metric_create(k, out), path);
+    return unknown_metric(path, "metric", name);
+}
+
+ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    if (!path) path = "metric";
+    if (json_is_string(spec)) return metric_from_name(json_string_value(spec), path, out);
+    if (!json_is_object(spec))
+        return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"accuracy\") or an object with a \"type\"", path);
+    const char *type;
+    CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    if (strcmp(type, "top_k_accuracy") == 0) {
+        static const char *const keys[] = {"type", "k", NULL};
+        CT_TRY(ct_json_check_keys(spec, path, keys));
+        int64_t k;
+        CT_TRY(ct_json_int(spec, path, "k", true, 0, &k));
+        if (k < 1) return ct_error(CT_ERR_CONFIG, "%s.k: %lld; expected an integer >= 1", path, (long long)k);
+        return at_path(ct_top_k_accuracy_metric_create(k, out), path);
+    }
+    if (strcmp(type, "loss") == 0 || strcmp(type, "accuracy") == 0) {
+        static const char *const keys[] = {"type", NULL};
+        CT_TRY(ct_json_check_keys(spec, path, keys));
+        return metric_from_name(type, path, out);
+    }
+    return unknown_metric(type_path, "metric type", type);
+}
+
+ct_status ct_metric_set_from_json(const json_t *list, const char *path, ct_metric_set *out) {
+    CT_ASSERT(out);
+    *out = (ct_metric_set){0};
+    if (!path) path = "metrics";
+    if (list && !json_is_array(list))
+        return ct_error(CT_ERR_CONFIG, "%s: expected a list of metric names or objects, e.g. [\"accuracy\"]", path);
+    ct_metric *loss;
+    CT_TRY(ct_loss_metric_create(&loss));
+    ct_status s = ct_metric_set_add(out, loss);
+    size_t n = list ? json_array_size(list) : 0;
+    char elem[512];
+    for (size_t i = 0; s == CT_OK && i < n; i++) {
+        snprintf(elem, sizeof elem, "%s[%zu]", path, i);
+        ct_metric *m;
+        s = ct_metric_from_json(json_array_get(list, i), elem, &m);
+        if (s != CT_OK) break;
+        if (m->ops == loss->ops) { /* "loss" is already first */
+            ct_metric_free(m);
+            continue;
+        }
+        for (int j = 0; j < out->n; j++)
+            if (ct_metric_compatible(out->items[j], m)) {
+                s = ct_error(CT_ERR_CONFIG, "%s: metric '%s' is listed twice with the same settings", elem,
+                             ct_metric_name(m));
+                break;
+            }
+        if (s != CT_OK) {
+            ct_metric_free(m);
+            break;
+        }
+        s = ct_metric_set_add(out, m);
+        if (s != CT_OK) ct_error_prefix(s, "%s: ", elem);
+    }
+    if (s != CT_OK) ct_metric_set_free(out);
+    return s;
+}
