@@ -57,6 +57,9 @@ ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn);
 
 /* Each built-in layer's JSON reader (used by the registry). */
 ct_status ct_sequential_from_json(const json_t *spec, const char *path, ct_module **out);
+/* The presets (model/presets.c): "mlp" and "cnn", expanded into a sequential. */
+ct_status ct_mlp_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_cnn_from_json(const json_t *spec, const char *path, ct_module **out);
 ct_status ct_residual_from_json(const json_t *spec, const char *path, ct_module **out);
 ct_status ct_linear_from_json(const json_t *spec, const char *path, ct_module **out);
 ct_status ct_activation_from_json(const json_t *spec, const char *path, ct_module **out);

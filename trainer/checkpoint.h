@@ -1,0 +1,25 @@
+/* Checkpoints: output_dir/checkpoint-<global_step>/ directories, their rotation, and loading the best.
+ *
+ * A checkpoint holds the model (model.h5, trainer/model_io.h), trainer_state.json and the resolved
+ * training arguments (training_args.json); it is written into a temporary directory and renamed
+ * when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
+ * Face's _rotate_checkpoints: with save_total_limit N the oldest checkpoints go, but never the best
+ * one (it is moved to the end of the deletion order), and with a limit of 1 the best and the last
+ * both stay. */
+#ifndef CT_CHECKPOINT_H
+#define CT_CHECKPOINT_H
+
+#include "trainer/trainer.h"
+
+/* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. */
+ct_status ct_trainer_save_checkpoint(ct_trainer *t);
+/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one. */
+ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+/* Loads the weights of state.best_model_checkpoint into the model. */
+ct_status ct_trainer_load_best_model(ct_trainer *t);
+/* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
+ * with ct_checkpoint_list_free). */
+ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);
+void ct_checkpoint_list_free(char **list, int n);
+
+#endif

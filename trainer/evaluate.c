@@ -1,0 +1,177 @@
+/* Evaluation and prediction: Hugging Face's evaluation_loop, evaluate() and predict().
+ *
+ * The loop runs prediction_step over an evaluation loader in eval mode and feeds every batch to the
+ * metric set, whose states are sufficient statistics (eval/metric.h), so the numbers do not depend on
+ * the batch size. Padding rows (mask 0) are skipped by the metrics and never copied into predictions;
+ * predictions land at their samples' dataset indices, so they come out in dataset order. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "trainer/trainer_impl.h"
+
+typedef struct eval_run {
+    ct_dataset *ds;
+    bool test;                 /* use get_test_dataloader */
+    ct_prediction_output *out; /* NULL: metrics only */
+    int64_t samples, steps;
+} eval_run;
+
+/* Copies the real rows of a batch into the prediction arrays at their dataset indices. */
+static void keep_rows(ct_prediction_output *p, const ct_batch *b, const ct_tensor *outputs) {
+    size_t orow = ct_tensor_nbytes(outputs) / (size_t)(outputs->shape[0] ? outputs->shape[0] : 1);
+    size_t lrow = p->label_ids.data ? ct_tensor_nbytes(&b->labels) / (size_t)(b->rows ? b->rows : 1) : 0;
+    const uint8_t *mask = b->mask.data;
+    for (int64_t i = 0; i < b->rows; i++) {
+        if (mask && !mask[i]) continue;
+        int64_t at = b->indices[i];
+        memcpy((char *)p->predictions.data + (size_t)at * orow, (const char *)outputs->data + (size_t)i * orow, orow);
+        if (lrow) memcpy((char *)p->label_ids.data + (size_t)at * lrow, (const char *)b->labels.data + (size_t)i * lrow, lrow);
+    }
+}
+
+static ct_status alloc_outputs(ct_trainer *t, ct_dataset *ds, ct_prediction_output *p) {
+    int64_t n = ct_dataset_length(ds), shape[CT_MAX_DIMS + 1];
+    shape[0] = n;
+    const ct_shape *o = &t->model->out_shape;
+    for (int i = 0; i < o->ndim; i++) shape[i + 1] = o->dims[i];
+    CT_TRY(ct_tensor_alloc(&p->predictions, t->model->params.dtype, CT_CPU, o->ndim + 1, shape));
+    const ct_sample_spec *s = &ds->spec;
+    for (int i = 0; i < s->label_shape.ndim; i++) shape[i + 1] = s->label_shape.dims[i];
+    return ct_tensor_alloc(&p->label_ids, s->label_dtype, CT_CPU, s->label_shape.ndim + 1, shape);
+}
+
+static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
+    CT_TRY(ct_loader_start_epoch(loader, 0));
+    ct_metric_set_reset(&t->metrics);
+    for (;;) {
+        ct_batch *b;
+        CT_TRY(ct_loader_next(loader, &b));
+        if (!b) break;
+        if (b->rows == 0) continue;
+        ct_loss_value loss;
+        ct_tensor outputs;
+        CT_TRY(ct_trainer_prediction_step(t, b, false, &loss, &outputs));
+        ct_eval_batch eb = {.outputs = &outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
+        CT_TRY(ct_metric_set_update(&t->metrics, &eb));
+        if (r->out) keep_rows(r->out, b, &outputs);
+        r->samples += b->valid;
+        r->steps++;
+        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+        CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_PREDICTION_STEP, &a));
+    }
+    return CT_OK;
+}
+
+/* One pass over r->ds: metrics (with speed metrics) into a new object *metrics. */
+static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix, json_t **metrics) {
+    *metrics = NULL;
+    ct_loader *loader;
+    CT_TRY(r->test ? ct_trainer_get_test_dataloader(t, r->ds, &loader) : ct_trainer_get_eval_dataloader(t, r->ds, &loader));
+    if (r->out) {
+        ct_status s = alloc_outputs(t, r->ds, r->out);
+        if (s != CT_OK) {
+            ct_loader_free(loader);
+            return s;
+        }
+    }
+    bool was_training = t->model->root->training;
+    ct_model_train(t->model, false);
+    double t0 = ct_trainer_now();
+    ct_status s = run_batches(t, r, loader);
+    double runtime = ct_trainer_now() - t0;
+    ct_model_train(t->model, was_training);
+    ct_loader_free(loader);
+    CT_TRY(s);
+    json_t *m = json_object();
+    if (!m) return ct_error(CT_ERR_NOMEM, "out of memory");
+    s = ct_metric_set_compute(&t->metrics, prefix, m);
+    if (s != CT_OK) {
+        json_decref(m);
+        return s;
+    }
+    double total_batch = (double)(t->args.per_device_eval_batch_size * t->world_size);
+    ct_trainer_speed_metrics(m, prefix, runtime, (double)r->samples, ceil((double)r->samples / total_batch));
+    *metrics = m;
+    return CT_OK;
+}
+
+/* Evaluates one set, logs the metrics and fires on_evaluate. */
+static ct_status evaluate_one(ct_trainer *t, ct_dataset *ds, const char *prefix, json_t *all) {
+    eval_run r = {.ds = ds};
+    json_t *m;
+    CT_TRY(evaluation_loop(t, &r, prefix, &m));
+    json_object_update(all, m);
+    ct_status s = ct_trainer_log(t, json_deep_copy(m));
+    if (s == CT_OK) {
+        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+                              .metrics = m};
+        s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
+    }
+    json_decref(m);
+    return s;
+}
+
+ct_status ct_trainer_default_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix,
+                                      json_t **metrics) {
+    const char *prefix = metric_key_prefix ? metric_key_prefix : "eval";
+    json_t *all = json_object();
+    if (!all) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status s = CT_OK;
+    if (eval_set) {
+        s = evaluate_one(t, eval_set, prefix, all);
+    } else if (t->n_eval == 0) {
+        s = ct_error(CT_ERR_STATE, "no evaluation dataset was given");
+    } else {
+        for (int i = 0; i < t->n_eval && s == CT_OK; i++) {
+            char p[128];
+            if (t->eval_names[i][0]) snprintf(p, sizeof p, "%s_%s", prefix, t->eval_names[i]);
+            else snprintf(p, sizeof p, "%s", prefix);
+            s = evaluate_one(t, t->eval_datasets[i], p, all);
+        }
+    }
+    if (s != CT_OK) {
+        json_decref(all);
+        return s;
+    }
+    *metrics = all;
+    return CT_OK;
+}
+
+ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics) {
+    *metrics = NULL;
+    ct_status (*f)(ct_trainer *, ct_dataset *, const char *, json_t **) = CT_TRAINER_HOOK(t, evaluate);
+    ct_status s = (f ? f : ct_trainer_default_evaluate)(t, eval_set, metric_key_prefix, metrics);
+    if (s != CT_OK) return ct_error_prefix(s, "evaluate: ");
+    if (!*metrics) return ct_error(CT_ERR_STATE, "evaluate: the hook returned no metrics");
+    return CT_OK;
+}
+
+ct_status ct_trainer_default_predict(ct_trainer *t, ct_dataset *test_set, const char *metric_key_prefix,
+                                     ct_prediction_output *out) {
+    if (!test_set) return ct_error(CT_ERR_STATE, "no test dataset was given");
+    eval_run r = {.ds = test_set, .test = true, .out = out};
+    CT_TRY(evaluation_loop(t, &r, metric_key_prefix ? metric_key_prefix : "test", &out->metrics));
+    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+                          .metrics = out->metrics};
+    return ct_callbacks_fire(&t->callbacks, CT_ON_PREDICT, &a);
+}
+
+ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *metric_key_prefix,
+                             ct_prediction_output *out) {
+    memset(out, 0, sizeof *out);
+    ct_status (*f)(ct_trainer *, ct_dataset *, const char *, ct_prediction_output *) = CT_TRAINER_HOOK(t, predict);
+    ct_status s = (f ? f : ct_trainer_default_predict)(t, test_set, metric_key_prefix, out);
+    if (s != CT_OK) {
+        ct_prediction_output_free(out);
+        return ct_error_prefix(s, "predict: ");
+    }
+    return CT_OK;
+}
+
+void ct_prediction_output_free(ct_prediction_output *p) {
+    ct_tensor_free(&p->predictions);
+    ct_tensor_free(&p->label_ids);
+    json_decref(p->metrics);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,175 @@
+/* Builds what a run config describes (see run.h). Every step's config error goes through
+ * ct_run_config_annotate, so it comes out as "file:line:column: path: message". */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/json.h"
+#include "data/dataset_json.h"
+#include "model/layers.h"
+#include "trainer/run.h"
+
+static const char *const SECTIONS_OF_DATA[] = {"train", "eval", "test", NULL};
+
+static ct_status open_set(ct_run *r, const json_t *spec, const char *path, ct_dataset **out) {
+    return ct_run_config_annotate(&r->config, ct_dataset_from_json(spec, path, r->config.base_dir, out));
+}
+
+/* "eval" is one dataset spec (an object with "type") or an object of named specs. */
+static ct_status open_eval_sets(ct_run *r, const json_t *eval) {
+    if (!json_is_object(eval))
+        return ct_run_config_annotate(&r->config,
+                                      ct_error(CT_ERR_CONFIG, "data.eval: expected a dataset or an object of named datasets"));
+    if (json_object_get(eval, "type")) {
+        r->n_eval = 1;
+        return open_set(r, eval, "data.eval", &r->eval[0]);
+    }
+    const char *name;
+    const json_t *spec;
+    json_object_foreach((json_t *)eval, name, spec) {
+        if (r->n_eval == CT_TRAINER_MAX_EVAL_SETS)
+            return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "data.eval: more than %d evaluation sets",
+                                                              CT_TRAINER_MAX_EVAL_SETS));
+        char path[128];
+        snprintf(path, sizeof path, "data.eval.%s", name);
+        snprintf(r->eval_names[r->n_eval], sizeof r->eval_names[0], "%s", name);
+        CT_TRY(open_set(r, spec, path, &r->eval[r->n_eval]));
+        r->n_eval++;
+    }
+    return CT_OK;
+}
+
+static ct_status open_data(ct_run *r, ct_run_purpose purpose) {
+    const json_t *data = ct_run_config_section(&r->config, "data");
+    if (!data) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"data\" section", r->config.file);
+    CT_TRY(ct_run_config_annotate(&r->config, ct_json_check_keys(data, "data", SECTIONS_OF_DATA)));
+    const json_t *train = json_object_get(data, "train"), *eval = json_object_get(data, "eval"),
+                 *test = json_object_get(data, "test");
+    if (purpose == CT_RUN_TRAIN && !train)
+        return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "data: training needs a \"train\" dataset"));
+    if (purpose == CT_RUN_EVALUATE && !eval && !test)
+        return ct_run_config_annotate(&r->config,
+                                      ct_error(CT_ERR_CONFIG, "data: evaluation needs an \"eval\" or \"test\" dataset"));
+    if (purpose == CT_RUN_PREDICT && !test && !eval)
+        return ct_run_config_annotate(&r->config,
+                                      ct_error(CT_ERR_CONFIG, "data: prediction needs a \"test\" or \"eval\" dataset"));
+    if (train && purpose == CT_RUN_TRAIN) CT_TRY(open_set(r, train, "data.train", &r->train));
+    if (eval && purpose != CT_RUN_PREDICT) CT_TRY(open_eval_sets(r, eval));
+    if (test && purpose != CT_RUN_EVALUATE) CT_TRY(open_set(r, test, "data.test", &r->test));
+    /* Evaluating a config without an eval set evaluates its test set; predicting without a test
+     * set predicts the (first) eval set. */
+    if (purpose == CT_RUN_EVALUATE && r->n_eval == 0) {
+        r->n_eval = 1;
+        CT_TRY(open_set(r, test, "data.test", &r->eval[0]));
+    }
+    if (purpose == CT_RUN_PREDICT && !r->test) {
+        const json_t *first = json_object_get(eval, "type") ? eval : NULL;
+        const char *name = "data.eval";
+        char path[128];
+        if (!first) {
+            const char *k;
+            const json_t *v;
+            json_object_foreach((json_t *)eval, k, v) {
+                first = v;
+                snprintf(path, sizeof path, "data.eval.%s", k);
+                name = path;
+                break;
+            }
+        }
+        if (!first) return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "data.eval: no dataset"));
+        CT_TRY(open_set(r, first, name, &r->test));
+    }
+    return CT_OK;
+}
+
+static ct_dataset *any_set(const ct_run *r) { return r->train ? r->train : r->n_eval ? r->eval[0] : r->test; }
+
+static ct_status build_model(ct_run *r) {
+    const json_t *section = ct_run_config_section(&r->config, "model");
+    if (!section) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"model\" section", r->config.file);
+    json_t *spec = json_deep_copy(section);
+    if (!spec) return ct_error(CT_ERR_NOMEM, "out of memory");
+    const char *type = json_string_value(json_object_get(spec, "type"));
+    const ct_dataset *ds = any_set(r);
+    bool preset = type && (strcmp(type, "mlp") == 0 || strcmp(type, "cnn") == 0);
+    if (preset && !json_object_get(spec, "num_classes") && ds->spec.num_classes > 0)
+        json_object_set_new(spec, "num_classes", json_integer(ds->spec.num_classes));
+    ct_module *root;
+    ct_status s = ct_run_config_annotate(&r->config, ct_module_from_json(spec, "model", &root));
+    json_decref(spec);
+    CT_TRY(s);
+    int64_t max_batch = r->args.per_device_train_batch_size > r->args.per_device_eval_batch_size
+                            ? r->args.per_device_train_batch_size
+                            : r->args.per_device_eval_batch_size;
+    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = (uint64_t)r->args.seed};
+    s = ct_model_build(&r->model, root, &ds->spec.feature_shape, &o);
+    if (s != CT_OK) return ct_run_config_annotate(&r->config, ct_error_prefix(s, "model: "));
+    r->model_built = true;
+    return CT_OK;
+}
+
+static ct_status build_rest(ct_run *r) {
+    const json_t *loss = ct_run_config_section(&r->config, "loss");
+    if (loss) CT_TRY(ct_run_config_annotate(&r->config, ct_loss_from_json(loss, "loss", &r->loss)));
+    else CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &r->loss));
+    /* The metrics are built by the trainer; building them once here puts their errors in context. */
+    ct_metric_set check = {0};
+    ct_status s = ct_metric_set_from_json(ct_run_config_section(&r->config, "metrics"), "metrics", &check);
+    ct_metric_set_free(&check);
+    CT_TRY(ct_run_config_annotate(&r->config, s));
+    const json_t *cbs = ct_run_config_section(&r->config, "callbacks");
+    if (cbs && !json_is_array(cbs))
+        return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "callbacks: expected a list of callbacks"));
+    for (size_t i = 0; cbs && i < json_array_size(cbs); i++) {
+        char path[64];
+        snprintf(path, sizeof path, "callbacks[%zu]", i);
+        ct_callback *cb;
+        CT_TRY(ct_run_config_annotate(&r->config, ct_callback_from_json(json_array_get(cbs, i), path, &cb)));
+        CT_TRY(ct_callback_list_add(&r->callbacks, cb));
+    }
+    return CT_OK;
+}
+
+static ct_status prepare(ct_run *r, const ct_arg_override *ov, int n, ct_run_purpose purpose) {
+    ct_training_args_default(&r->args);
+    const json_t *ta = ct_run_config_section(&r->config, "training_args");
+    if (ta) CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_from_json(&r->args, ta, "training_args")));
+    for (int i = 0; i < n; i++) CT_TRY(ct_training_args_set(&r->args, ov[i].name, ov[i].value));
+    /* Cross-argument errors then name "training_args.<argument>", which annotate points at. */
+    CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_validate_at(&r->args, "training_args")));
+    CT_TRY(open_data(r, purpose));
+    CT_TRY(build_model(r));
+    return build_rest(r);
+}
+
+ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,
+                         ct_run_purpose purpose) {
+    memset(r, 0, sizeof *r);
+    r->config = *config;
+    memset(config, 0, sizeof *config);
+    ct_status s = prepare(r, overrides, n, purpose);
+    if (s != CT_OK) ct_run_free(r);
+    return s;
+}
+
+ct_trainer_setup ct_run_setup(ct_run *r) {
+    ct_trainer_setup s = {.model = &r->model, .loss = r->loss, .train_dataset = r->train, .n_eval = r->n_eval,
+                          .metrics = ct_run_config_section(&r->config, "metrics"), .config = r->config.root,
+                          .callbacks = &r->callbacks};
+    for (int i = 0; i < r->n_eval; i++) {
+        s.eval_datasets[i] = r->eval[i];
+        s.eval_names[i] = r->eval_names[i];
+    }
+    return s;
+}
+
+void ct_run_free(ct_run *r) {
+    ct_callback_list_free(&r->callbacks);
+    ct_loss_free(r->loss);
+    if (r->model_built) ct_model_free(&r->model);
+    ct_dataset_free(r->train);
+    for (int i = 0; i < r->n_eval; i++) ct_dataset_free(r->eval[i]);
+    ct_dataset_free(r->test);
+    ct_training_args_free(&r->args);
+    ct_run_config_free(&r->config);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,278 @@
+/* The training loop: Hugging Face's _inner_training_loop and _maybe_log_save_evaluate.
+ *
+ * An epoch is the training loader's global batches, grouped into optimizer steps of
+ * gradient_accumulation_steps micro-batches (the last group of an epoch may be shorter and still
+ * steps). max_steps, when not given, is ceil(num_train_epochs x max(batches // accumulation, 1)),
+ * Hugging Face's formula, and the flow callback stops the run when global_step reaches it. Events
+ * fire in Hugging Face's order; the flow callback and the application's callbacks decide when to
+ * log, evaluate, save and stop.
+ *
+ * Weighting: each micro-batch adds the gradient of its loss SUM; at the end of the step the
+ * gradients are scaled by 1 / (the step's total count), so the update is that of one batch holding
+ * every micro-batch. The loss logged for a step is the step's sum / count; "loss" in the logs is the
+ * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/ops.h"
+#include "optim/clip.h"
+#include "trainer/checkpoint.h"
+#include "trainer/trainer_impl.h"
+
+double ct_trainer_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* What the loop carries between steps (HF's tr_loss, _total_loss_scalar, _globalstep_last_logged). */
+typedef struct loop {
+    ct_trainer *t;
+    double tr_loss;           /* sum of step losses since the last log */
+    double total_loss;        /* sum of step losses already logged */
+    int64_t last_logged_step;
+    double grad_norm;         /* of the last step; NAN when clipping is off */
+    double learning_rate;     /* of the last step */
+    bool has_grad_norm;
+} loop;
+
+static ct_callback_args event_args(ct_trainer *t) {
+    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+}
+
+static ct_status fire(ct_trainer *t, ct_event e) {
+    ct_callback_args a = event_args(t);
+    return ct_callbacks_fire(&t->callbacks, e, &a);
+}
+
+/* Hugging Face's _determine_best_metric: *is_new_best when the metric for best model improved. */
+static ct_status determine_best(ct_trainer *t, const json_t *metrics, bool *is_new_best) {
+    *is_new_best = false;
+    const char *name = t->args.metric_for_best_model;
+    if (!name[0]) return CT_OK;
+    char key[CT_ARGS_NAME_MAX + 8];
+    snprintf(key, sizeof key, "%s%s", strncmp(name, "eval_", 5) == 0 ? "" : "eval_", name);
+    const json_t *v = json_object_get(metrics, key);
+    if (!json_is_number(v)) {
+        char avail[512] = "";
+        const char *k;
+        const json_t *x;
+        json_object_foreach((json_t *)metrics, k, x) {
+            size_t len = strlen(avail);
+            snprintf(avail + len, sizeof avail - len, "%s%s", len ? ", " : "", k);
+        }
+        return ct_error(CT_ERR_CONFIG,
+                        "training_args.metric_for_best_model: '%s' is not among the evaluation metrics (%s)", key,
+                        avail);
+    }
+    double value = json_number_value(v);
+    bool greater = t->args.greater_is_better == 1;
+    if (!t->state.has_best || (greater ? value > t->state.best_metric : value < t->state.best_metric)) {
+        t->state.has_best = true;
+        t->state.best_metric = value;
+        t->state.best_global_step = t->state.global_step;
+        *is_new_best = true;
+    }
+    return CT_OK;
+}
+
+/* Hugging Face's _evaluate: evaluate, feed a metric-driven scheduler, track the best metric. */
+static ct_status evaluate_during_training(ct_trainer *t, bool feed_scheduler, bool *is_new_best) {
+    json_t *metrics = NULL;
+    CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &metrics));
+    ct_status s = CT_OK;
+    if (feed_scheduler && ct_scheduler_needs_metric(t->lr_scheduler)) {
+        const char *name = t->args.metric_for_best_model[0] ? t->args.metric_for_best_model : "loss";
+        char key[CT_ARGS_NAME_MAX + 8];
+        snprintf(key, sizeof key, "%s%s", strncmp(name, "eval_", 5) == 0 ? "" : "eval_", name);
+        const json_t *v = json_object_get(metrics, key);
+        s = json_is_number(v) ? ct_scheduler_step_metric(t->lr_scheduler, json_number_value(v))
+                              : ct_error(CT_ERR_CONFIG, "reduce_lr_on_plateau: no metric '%s' to follow", key);
+    }
+    if (s == CT_OK) s = determine_best(t, metrics, is_new_best);
+    json_decref(metrics);
+    return s;
+}
+
+/* Python's round(x, 4): the decimal rounding of x's exact binary value, which printf also does. */
+static double round4(double x) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.4f", x);
+    return strtod(buf, NULL);
+}
+
+static ct_status maybe_log_save_evaluate(loop *L) {
+    ct_trainer *t = L->t;
+    if (t->control.should_log && t->state.global_step > L->last_logged_step) {
+        int64_t steps = t->state.global_step - L->last_logged_step;
+        json_t *logs = json_object();
+        json_object_set_new(logs, "loss", json_real(round4(L->tr_loss / (double)steps)));
+        if (L->has_grad_norm) json_object_set_new(logs, "grad_norm", json_real(L->grad_norm));
+        json_object_set_new(logs, "learning_rate", json_real(L->learning_rate));
+        L->total_loss += L->tr_loss;
+        L->tr_loss = 0;
+        L->last_logged_step = t->state.global_step;
+        CT_TRY(ct_trainer_log(t, logs));
+    }
+    if (t->control.should_evaluate) {
+        bool is_new_best;
+        CT_TRY(evaluate_during_training(t, true, &is_new_best));
+        if (t->args.save_strategy == CT_INTERVAL_BEST) t->control.should_save = is_new_best;
+    }
+    if (t->control.should_save) {
+        CT_TRY(ct_trainer_save_checkpoint(t));
+        CT_TRY(fire(t, CT_ON_SAVE));
+    }
+    return CT_OK;
+}
+
+/* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
+ * asked to stop the epoch or the run. */
+static ct_status optimizer_step(loop *L, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
+                                int64_t steps_in_epoch, bool *stop) {
+    ct_trainer *t = L->t;
+    ct_loss_value step_loss = {0, 0};
+    int64_t n_train = ct_dataset_length(t->train_dataset);
+    for (int64_t i = 0; i < n; i++) {
+        int64_t step = first + i;
+        ct_batch *b;
+        CT_TRY(ct_loader_next(loader, &b));
+        if (!b) return ct_error(CT_ERR_STATE, "the training loader ended at batch %lld of %lld", (long long)step,
+                                (long long)steps_in_epoch);
+        if (i == 0) CT_TRY(fire(t, CT_ON_STEP_BEGIN));
+        /* Randomness that touches samples (dropout) is keyed by the step and the sample's global
+         * position, so it does not depend on batch size splits or the number of processes. */
+        ct_model_set_step(t->model, (uint64_t)t->state.global_step,
+                          epoch * n_train + b->index * t->args.per_device_train_batch_size * t->world_size);
+        ct_loss_value lv;
+        CT_TRY(ct_trainer_training_step(t, b, &lv));
+        step_loss = ct_loss_value_add(step_loss, lv);
+        t->state.total_flos += ct_trainer_floating_point_ops(t, b);
+        if (i + 1 < n) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
+    }
+    double loss = ct_loss_value_mean(step_loss);
+    if (t->args.logging_nan_inf_filter && !isfinite(loss))
+        L->tr_loss += L->tr_loss / (double)(1 + t->state.global_step - L->last_logged_step);
+    else
+        L->tr_loss += loss;
+    ct_tensor *grads = &t->model->params.grads;
+    if (step_loss.count > 0) ct_op_scale(grads, 1.0 / step_loss.count);
+    if (t->args.max_grad_norm > 0) {
+        ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &L->grad_norm);
+        if (s != CT_OK)
+            return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
+                                   (long long)t->state.global_step + 1, (long long)epoch, loss);
+        L->has_grad_norm = true;
+    }
+    CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+    L->learning_rate = ct_scheduler_lr(t->lr_scheduler);
+    CT_TRY(ct_optimizer_step(t->optimizer, L->learning_rate));
+    CT_TRY(fire(t, CT_ON_OPTIMIZER_STEP));
+    ct_scheduler_step(t->lr_scheduler);
+    ct_model_zero_grad(t->model);
+    t->state.global_step++;
+    t->state.epoch = (double)epoch + (double)(first + n) / (double)steps_in_epoch;
+    CT_TRY(fire(t, CT_ON_STEP_END));
+    CT_TRY(maybe_log_save_evaluate(L));
+    *stop = t->control.should_epoch_stop || t->control.should_training_stop;
+    return CT_OK;
+}
+
+static ct_status run_epoch(loop *L, ct_loader *loader, int64_t epoch, int64_t steps_in_epoch) {
+    ct_trainer *t = L->t;
+    CT_TRY(ct_loader_start_epoch(loader, epoch));
+    CT_TRY(fire(t, CT_ON_EPOCH_BEGIN));
+    int64_t ga = t->args.gradient_accumulation_steps;
+    bool stop = false;
+    for (int64_t first = 0; first < steps_in_epoch && !stop; first += ga) {
+        int64_t n = steps_in_epoch - first < ga ? steps_in_epoch - first : ga;
+        CT_TRY(optimizer_step(L, loader, epoch, first, n, steps_in_epoch, &stop));
+    }
+    CT_TRY(fire(t, CT_ON_EPOCH_END));
+    return maybe_log_save_evaluate(L);
+}
+
+void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps) {
+    char key[64];
+    snprintf(key, sizeof key, "%s_runtime", split);
+    json_object_set_new(m, key, json_real(round(runtime * 1e4) / 1e4));
+    if (runtime <= 0) return;
+    snprintf(key, sizeof key, "%s_samples_per_second", split);
+    json_object_set_new(m, key, json_real(round(samples / runtime * 1e3) / 1e3));
+    snprintf(key, sizeof key, "%s_steps_per_second", split);
+    json_object_set_new(m, key, json_real(round(steps / runtime * 1e3) / 1e3));
+}
+
+static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
+    if (resume)
+        return ct_error(CT_ERR_UNSUPPORTED, "resume_from_checkpoint '%s': resuming is not available in this build",
+                        resume);
+    const ct_training_args *a = &t->args;
+    int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
+    if (len <= 0) return ct_error(CT_ERR_CONFIG, "the training dataset gives no batches");
+    int64_t updates_per_epoch = len / ga > 1 ? len / ga : 1, max_steps, epochs;
+    if (a->max_steps > 0) {
+        max_steps = a->max_steps;
+        epochs = max_steps / updates_per_epoch + (max_steps % updates_per_epoch > 0);
+    } else {
+        max_steps = (int64_t)ceil(a->num_train_epochs * (double)updates_per_epoch);
+        epochs = (int64_t)ceil(a->num_train_epochs);
+    }
+    if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");
+    CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
+    ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
+    ct_model_train(t->model, true);
+    ct_model_zero_grad(t->model);
+    t->train_start_time = ct_trainer_now();
+    loop L = {.t = t, .grad_norm = NAN};
+    CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
+    if (a->eval_on_start) {
+        bool ignored;
+        CT_TRY(evaluate_during_training(t, false, &ignored));
+    }
+    for (int64_t epoch = 0; epoch < epochs; epoch++) {
+        CT_TRY(run_epoch(&L, loader, epoch, len));
+        if (t->control.should_training_stop) break;
+    }
+    if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
+    L.total_loss += L.tr_loss;
+    double runtime = ct_trainer_now() - t->train_start_time;
+    double train_loss = L.total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
+    json_t *m = json_object();
+    ct_trainer_speed_metrics(m, "train", runtime,
+                  (double)max_steps * (double)(a->per_device_train_batch_size * ga * t->world_size),
+                  (double)max_steps);
+    json_object_set_new(m, "total_flos", json_real(t->state.total_flos));
+    json_object_set_new(m, "train_loss", json_real(train_loss));
+    out->global_step = t->state.global_step;
+    out->training_loss = train_loss;
+    out->metrics = json_deep_copy(m);
+    CT_TRY(ct_trainer_log(t, m));
+    if (out->metrics) json_object_set_new(out->metrics, "epoch", json_real(t->state.epoch));
+    CT_TRY(ct_trainer_finish_checkpoints(t));
+    return fire(t, CT_ON_TRAIN_END);
+}
+
+ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct_train_output *out) {
+    memset(out, 0, sizeof *out);
+    if (!t->train_dataset) return ct_error(CT_ERR_STATE, "train: no training dataset was given");
+    if ((t->args.eval_strategy != CT_INTERVAL_NO || t->args.eval_on_start) && t->n_eval == 0)
+        return ct_error(CT_ERR_CONFIG, "training_args.eval_strategy: is '%s' but no evaluation dataset was given",
+                        ct_interval_name(t->args.eval_strategy));
+    ct_loader *loader;
+    CT_TRY(ct_trainer_get_train_dataloader(t, &loader));
+    bool flush = ct_set_flush_denormal(true);
+    ct_status s = train(t, loader, resume_from_checkpoint, out);
+    ct_set_flush_denormal(flush);
+    ct_loader_free(loader);
+    if (s != CT_OK) ct_train_output_free(out);
+    return s;
+}
+
+void ct_train_output_free(ct_train_output *o) {
+    json_decref(o->metrics);
+    o->metrics = NULL;
+}

@@ -1,0 +1,304 @@
+/* The Trainer's construction, its hook wrappers and the default hooks of one step.
+ *
+ * Every hook is called through its ct_trainer_<hook> wrapper: the one place that picks the
+ * application's override or the default (a NULL member, or a table written before the member
+ * existed) and prefixes errors with the hook's name. The training loop is in train_loop.c,
+ * evaluation and prediction in evaluate.c, files written to output_dir in outputs.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/ops.h"
+#include "trainer/trainer_impl.h"
+
+
+static ct_status hook_error(ct_status s, const char *hook) {
+    return s == CT_OK ? s : ct_error_prefix(s, "%s: ", hook);
+}
+
+/* --- data ------------------------------------------------------------------------------------------- */
+
+static ct_status make_loader(ct_trainer *t, ct_dataset *ds, bool eval, const char *what, ct_loader **out) {
+    if (!ds) return ct_error(CT_ERR_STATE, "no %s dataset was given", what);
+    const ct_training_args *a = &t->args;
+    ct_loader_config c = {
+        .batch_size = eval ? a->per_device_eval_batch_size : a->per_device_train_batch_size,
+        .shuffle = !eval,
+        .drop_last = !eval && a->dataloader_drop_last,
+        .eval = eval,
+        .seed = (uint64_t)(a->data_seed >= 0 ? a->data_seed : a->seed),
+        .rank = t->rank,
+        .world_size = t->world_size,
+        .num_workers = (int)a->dataloader_num_workers,
+    };
+    return ct_loader_create(ds, &c, out);
+}
+
+ct_status ct_trainer_default_get_train_dataloader(ct_trainer *t, ct_loader **out) {
+    return make_loader(t, t->train_dataset, false, "training", out);
+}
+
+ct_status ct_trainer_default_get_eval_dataloader(ct_trainer *t, ct_dataset *eval_set, ct_loader **out) {
+    return make_loader(t, eval_set ? eval_set : t->eval_datasets[0], true, "evaluation", out);
+}
+
+ct_status ct_trainer_default_get_test_dataloader(ct_trainer *t, ct_dataset *test_set, ct_loader **out) {
+    return make_loader(t, test_set, true, "test", out);
+}
+
+ct_status ct_trainer_get_train_dataloader(ct_trainer *t, ct_loader **out) {
+    *out = NULL;
+    ct_status (*f)(ct_trainer *, ct_loader **) = CT_TRAINER_HOOK(t, get_train_dataloader);
+    return hook_error((f ? f : ct_trainer_default_get_train_dataloader)(t, out), "get_train_dataloader");
+}
+
+ct_status ct_trainer_get_eval_dataloader(ct_trainer *t, ct_dataset *eval_set, ct_loader **out) {
+    *out = NULL;
+    ct_status (*f)(ct_trainer *, ct_dataset *, ct_loader **) = CT_TRAINER_HOOK(t, get_eval_dataloader);
+    return hook_error((f ? f : ct_trainer_default_get_eval_dataloader)(t, eval_set, out), "get_eval_dataloader");
+}
+
+ct_status ct_trainer_get_test_dataloader(ct_trainer *t, ct_dataset *test_set, ct_loader **out) {
+    *out = NULL;
+    ct_status (*f)(ct_trainer *, ct_dataset *, ct_loader **) = CT_TRAINER_HOOK(t, get_test_dataloader);
+    return hook_error((f ? f : ct_trainer_default_get_test_dataloader)(t, test_set, out), "get_test_dataloader");
+}
+
+/* --- optimizer and scheduler ------------------------------------------------------------------------ */
+
+ct_status ct_trainer_default_create_optimizer(ct_trainer *t) {
+    if (t->optimizer) return CT_OK;
+    ct_optim_config c;
+    CT_TRY(ct_training_args_optim_config(&t->args, &c));
+    return ct_optimizer_create(&c, &t->model->params, &t->optimizer);
+}
+
+ct_status ct_trainer_default_create_scheduler(ct_trainer *t, int64_t num_training_steps) {
+    if (t->lr_scheduler) return CT_OK;
+    ct_scheduler_config c;
+    CT_TRY(ct_training_args_scheduler_config(&t->args, &c));
+    return ct_scheduler_create(&c, t->args.learning_rate, num_training_steps, &t->lr_scheduler);
+}
+
+ct_status ct_trainer_default_create_optimizer_and_scheduler(ct_trainer *t, int64_t num_training_steps) {
+    CT_TRY(ct_trainer_create_optimizer(t));
+    return ct_trainer_create_scheduler(t, num_training_steps);
+}
+
+ct_status ct_trainer_create_optimizer(ct_trainer *t) {
+    ct_status (*f)(ct_trainer *) = CT_TRAINER_HOOK(t, create_optimizer);
+    CT_TRY(hook_error((f ? f : ct_trainer_default_create_optimizer)(t), "create_optimizer"));
+    if (!t->optimizer) return ct_error(CT_ERR_STATE, "create_optimizer: the hook left no optimizer");
+    return CT_OK;
+}
+
+ct_status ct_trainer_create_scheduler(ct_trainer *t, int64_t num_training_steps) {
+    ct_status (*f)(ct_trainer *, int64_t) = CT_TRAINER_HOOK(t, create_scheduler);
+    CT_TRY(hook_error((f ? f : ct_trainer_default_create_scheduler)(t, num_training_steps), "create_scheduler"));
+    if (!t->lr_scheduler) return ct_error(CT_ERR_STATE, "create_scheduler: the hook left no scheduler");
+    return CT_OK;
+}
+
+ct_status ct_trainer_create_optimizer_and_scheduler(ct_trainer *t, int64_t num_training_steps) {
+    ct_status (*f)(ct_trainer *, int64_t) = CT_TRAINER_HOOK(t, create_optimizer_and_scheduler);
+    if (!f) return ct_trainer_default_create_optimizer_and_scheduler(t, num_training_steps);
+    CT_TRY(hook_error(f(t, num_training_steps), "create_optimizer_and_scheduler"));
+    if (!t->optimizer || !t->lr_scheduler)
+        return ct_error(CT_ERR_STATE, "create_optimizer_and_scheduler: the hook left no %s",
+                        t->optimizer ? "scheduler" : "optimizer");
+    return CT_OK;
+}
+
+/* --- one step ----------------------------------------------------------------------------------------- */
+
+/* Evaluation batches end with padding rows (mask 0) on ranks whose shard ran out: the loss is taken
+ * over the leading real rows only. */
+static ct_status real_rows(const ct_batch *b, int64_t *n) {
+    *n = b->valid;
+    if (b->mask.data) {
+        const uint8_t *m = b->mask.data;
+        for (int64_t i = 0; i < b->rows; i++)
+            if ((i < b->valid) != (m[i] != 0))
+                return ct_error(CT_ERR_STATE, "batch %lld: padding rows are not at its end", (long long)b->index);
+    }
+    return CT_OK;
+}
+
+ct_status ct_trainer_default_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                          ct_tensor *dloss) {
+    CT_TRY(ct_model_forward(t->model, &b->features, outputs));
+    int64_t n;
+    CT_TRY(real_rows(b, &n));
+    ct_tensor out = ct_tensor_rows(outputs, 0, n), labels = ct_tensor_rows(&b->labels, 0, n);
+    CT_TRY(ct_loss_forward(t->loss, &out, &labels, loss));
+    if (!dloss) return CT_OK;
+    if (n != b->rows) return ct_error(CT_ERR_STATE, "a training batch has padding rows");
+    return ct_loss_backward(t->loss, outputs, &b->labels, 1.0, dloss);
+}
+
+ct_status ct_trainer_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                  ct_tensor *dloss) {
+    *loss = (ct_loss_value){0, 0};
+    ct_status (*f)(ct_trainer *, const ct_batch *, ct_loss_value *, ct_tensor *, ct_tensor *) =
+        CT_TRAINER_HOOK(t, compute_loss);
+    return hook_error((f ? f : ct_trainer_default_compute_loss)(t, b, loss, outputs, dloss), "compute_loss");
+}
+
+ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss) {
+    if (b->rows > t->dloss.shape[0])
+        return ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld",
+                        (long long)b->rows, (long long)t->dloss.shape[0]);
+    ct_tensor outputs, dl = ct_tensor_rows(&t->dloss, 0, b->rows);
+    CT_TRY(ct_trainer_compute_loss(t, b, loss, &outputs, &dl));
+    return ct_model_backward(t->model, &dl);
+}
+
+ct_status ct_trainer_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss) {
+    *loss = (ct_loss_value){0, 0};
+    ct_status (*f)(ct_trainer *, const ct_batch *, ct_loss_value *) = CT_TRAINER_HOOK(t, training_step);
+    return hook_error((f ? f : ct_trainer_default_training_step)(t, b, loss), "training_step");
+}
+
+ct_status ct_trainer_default_prediction_step(ct_trainer *t, const ct_batch *b, bool prediction_loss_only,
+                                             ct_loss_value *loss, ct_tensor *outputs) {
+    (void)prediction_loss_only;
+    if (b->labels.data && b->labels.ndim > 0) return ct_trainer_compute_loss(t, b, loss, outputs, NULL);
+    return ct_model_forward(t->model, &b->features, outputs);
+}
+
+ct_status ct_trainer_prediction_step(ct_trainer *t, const ct_batch *b, bool prediction_loss_only,
+                                     ct_loss_value *loss, ct_tensor *outputs) {
+    *loss = (ct_loss_value){0, 0};
+    ct_status (*f)(ct_trainer *, const ct_batch *, bool, ct_loss_value *, ct_tensor *) = CT_TRAINER_HOOK(t, prediction_step);
+    return hook_error((f ? f : ct_trainer_default_prediction_step)(t, b, prediction_loss_only, loss, outputs),
+                      "prediction_step");
+}
+
+double ct_trainer_default_floating_point_ops(ct_trainer *t, const ct_batch *b) {
+    return 6.0 * (double)ct_params_count(&t->model->params) * (double)b->rows;
+}
+
+double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b) {
+    double (*f)(ct_trainer *, const ct_batch *) = CT_TRAINER_HOOK(t, floating_point_ops);
+    return (f ? f : ct_trainer_default_floating_point_ops)(t, b);
+}
+
+/* --- logging ------------------------------------------------------------------------------------------ */
+
+ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
+    json_object_set_new(logs, "epoch", json_real(t->state.epoch));
+    json_t *entry = json_deep_copy(logs);
+    if (!entry || json_object_set_new(entry, "step", json_integer(t->state.global_step)) != 0) {
+        json_decref(entry);
+        return ct_error(CT_ERR_NOMEM, "out of memory");
+    }
+    ct_status s = ct_trainer_state_log(&t->state, entry);
+    json_decref(entry);
+    CT_TRY(s);
+    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .logs = logs};
+    return ct_callbacks_fire(&t->callbacks, CT_ON_LOG, &a);
+}
+
+ct_status ct_trainer_log(ct_trainer *t, json_t *logs) {
+    ct_status (*f)(ct_trainer *, json_t *) = CT_TRAINER_HOOK(t, log);
+    ct_status s = hook_error((f ? f : ct_trainer_default_log)(t, logs), "log");
+    json_decref(logs);
+    return s;
+}
+
+/* --- construction ------------------------------------------------------------------------------------- */
+
+static ct_status install_callbacks(ct_trainer *t) {
+    ct_callback *cb;
+    CT_TRY(ct_flow_callback_create(&cb));
+    CT_TRY(ct_callback_list_add(&t->callbacks, cb));
+    bool bar = !t->args.disable_tqdm && isatty(fileno(stderr));
+    if (bar) CT_TRY(ct_progress_callback_create(stderr, &cb));
+    else CT_TRY(ct_printer_callback_create(stdout, &cb));
+    CT_TRY(ct_callback_list_add(&t->callbacks, cb));
+    if (t->args.report_to & CT_REPORT_JSONL) {
+        char path[CT_ARGS_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/log.jsonl", t->args.output_dir);
+        CT_TRY(ct_jsonl_callback_create(path, &cb));
+        CT_TRY(ct_callback_list_add(&t->callbacks, cb));
+    }
+    return CT_OK;
+}
+
+static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
+    if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
+    CT_TRY(ct_training_args_copy(&t->args, args));
+    CT_TRY(ct_training_args_validate(&t->args));
+    t->model = in->model;
+    if (in->loss) {
+        t->loss = in->loss;
+    } else {
+        CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &t->loss));
+        t->owns_loss = true;
+    }
+    t->train_dataset = in->train_dataset;
+    if (in->n_eval < 0 || in->n_eval > CT_TRAINER_MAX_EVAL_SETS)
+        return ct_error(CT_ERR_INVALID_ARG, "trainer: %d evaluation sets (at most %d)", in->n_eval,
+                        CT_TRAINER_MAX_EVAL_SETS);
+    t->n_eval = in->n_eval;
+    for (int i = 0; i < in->n_eval; i++) {
+        t->eval_datasets[i] = in->eval_datasets[i];
+        snprintf(t->eval_names[i], sizeof t->eval_names[i], "%s", in->eval_names[i] ? in->eval_names[i] : "");
+    }
+    t->config = in->config ? json_incref(in->config) : NULL;
+    CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
+    CT_TRY(ct_trainer_state_init(&t->state));
+    t->state.is_world_process_zero = ct_trainer_is_world_process_zero(t);
+    t->state.is_local_process_zero = ct_trainer_is_local_process_zero(t);
+    int64_t dshape[CT_MAX_DIMS + 1];
+    dshape[0] = t->args.per_device_train_batch_size;
+    for (int i = 0; i < t->model->out_shape.ndim; i++) dshape[i + 1] = t->model->out_shape.dims[i];
+    if (t->train_dataset)
+        CT_TRY(ct_tensor_alloc(&t->dloss, t->model->params.dtype, CT_CPU, t->model->out_shape.ndim + 1, dshape));
+    CT_TRY(install_callbacks(t));
+    while (in->callbacks && in->callbacks->n > 0) {
+        ct_callback *cb = ct_callback_list_pop(in->callbacks, ct_callback_name(in->callbacks->items[0]));
+        CT_TRY(ct_callback_list_add(&t->callbacks, cb));
+    }
+    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+    return ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a);
+}
+
+ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
+                          const ct_trainer_setup *in) {
+    memset(t, 0, sizeof *t);
+    t->ops = ops;
+    t->world_size = 1;
+    ct_status s = init(t, args, in);
+    if (s != CT_OK) ct_trainer_free(t);
+    return s;
+}
+
+void ct_trainer_free(ct_trainer *t) {
+    if (!t) return;
+    ct_callback_list_free(&t->callbacks);
+    ct_optimizer_destroy(t->optimizer);
+    ct_scheduler_destroy(t->lr_scheduler);
+    ct_metric_set_free(&t->metrics);
+    ct_trainer_state_free(&t->state);
+    if (t->owns_loss) ct_loss_free(t->loss);
+    ct_tensor_free(&t->dloss);
+    json_decref(t->config);
+    ct_training_args_free(&t->args);
+    const ct_trainer_ops *ops = t->ops;
+    memset(t, 0, sizeof *t);
+    t->ops = ops;
+}
+
+bool ct_trainer_is_world_process_zero(const ct_trainer *t) { return t->rank == 0; }
+bool ct_trainer_is_local_process_zero(const ct_trainer *t) { return t->rank == 0; }
+
+ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb) { return ct_callback_list_add(&t->callbacks, cb); }
+ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name) {
+    return ct_callback_list_pop(&t->callbacks, name);
+}
+bool ct_trainer_remove_callback(ct_trainer *t, const char *name) {
+    return ct_callback_list_remove(&t->callbacks, name);
+}

@@ -1,0 +1,200 @@
+/* The Trainer: Hugging Face's Trainer for C, subclassed through a vtable.
+ *
+ * A ct_trainer runs the training loop of Hugging Face's Trainer (transformers 4.51): epochs of
+ * global batches, gradient accumulation, clipping, optimizer and scheduler steps, and the callbacks
+ * that decide when to log, evaluate, save and stop. Everything a user may want to change is a hook in
+ * a const ct_trainer_ops table (size first, members only ever appended). A NULL member means the
+ * default, and every default is exported (ct_trainer_default_compute_loss, ...) so an override can
+ * call "super". To subclass, embed ct_trainer as the FIRST member of your struct, pass your ops table
+ * to ct_trainer_init and recover your struct inside a hook with ct_container_of(t, my_trainer, base).
+ * The core calls each hook through one wrapper (ct_trainer_compute_loss, ...), the one place that
+ * applies defaults and prefixes errors with the hook's name.
+ *
+ * Exact weighting: compute_loss yields the SUM of the batch's losses and their COUNT, and gradients
+ * of the sum; training_step accumulates both over the micro-batches of an optimizer step, and the
+ * Trainer scales the gradients by 1 / (the step's total count) before clipping and stepping. So a
+ * batch of 96 and 3 accumulated batches of 32 give the same update, up to float rounding.
+ *
+ * Ownership: the model, datasets and loss given to ct_trainer_init are borrowed and must outlive the
+ * trainer; the optimizer, scheduler, loaders, metrics, callbacks and state belong to the trainer. */
+#ifndef CT_TRAINER_H
+#define CT_TRAINER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "callbacks/callback.h"
+#include "core/status.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "eval/metric.h"
+#include "model/loss.h"
+#include "model/model.h"
+#include "optim/optimizer.h"
+#include "optim/scheduler.h"
+#include "trainer/args.h"
+#include "trainer/state.h"
+
+#define CT_TRAINER_MAX_EVAL_SETS 8
+
+/* What predict() returns: outputs and labels of the samples in dataset order, plus metrics. */
+typedef struct ct_prediction_output {
+    ct_tensor predictions; /* [N, ...] float32 model outputs (logits) */
+    ct_tensor label_ids;   /* [N, ...] the dataset's labels (empty when it has none) */
+    json_t *metrics;       /* "<prefix>_loss", ..., "<prefix>_runtime", ... */
+} ct_prediction_output;
+void ct_prediction_output_free(ct_prediction_output *p);
+
+/* What train() returns (Hugging Face's TrainOutput). */
+typedef struct ct_train_output {
+    int64_t global_step;
+    double training_loss;
+    json_t *metrics; /* train_runtime, train_samples_per_second, train_steps_per_second, total_flos,
+                      * train_loss, epoch */
+} ct_train_output;
+void ct_train_output_free(ct_train_output *o);
+
+typedef struct ct_trainer ct_trainer;
+
+typedef struct ct_trainer_ops {
+    size_t size; /* sizeof(ct_trainer_ops) when the table was written */
+    /* Loaders over the training set, an evaluation set and a test set (*out belongs to the caller,
+     * who frees it with ct_loader_free). */
+    ct_status (*get_train_dataloader)(ct_trainer *t, ct_loader **out);
+    ct_status (*get_eval_dataloader)(ct_trainer *t, ct_dataset *eval_set, ct_loader **out);
+    ct_status (*get_test_dataloader)(ct_trainer *t, ct_dataset *test_set, ct_loader **out);
+    /* Set t->optimizer / t->lr_scheduler when they are NULL (a user may have set them already). */
+    ct_status (*create_optimizer)(ct_trainer *t);
+    ct_status (*create_scheduler)(ct_trainer *t, int64_t num_training_steps);
+    ct_status (*create_optimizer_and_scheduler)(ct_trainer *t, int64_t num_training_steps);
+    /* Forward pass and loss of one batch: *loss = (sum over the batch's samples, their count);
+     * *outputs = the model's outputs (a view of its buffer). When dloss is not NULL, also writes
+     * d(loss.sum)/d(outputs) into it (shaped like outputs) for training_step to backpropagate. */
+    ct_status (*compute_loss)(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                              ct_tensor *dloss);
+    /* One micro-batch of training: forward, loss, backward (gradients of the SUM accumulate in the
+     * model's flat gradient buffer). *loss = the batch's (sum, count). */
+    ct_status (*training_step)(ct_trainer *t, const ct_batch *b, ct_loss_value *loss);
+    /* One batch of evaluation, in eval mode: *loss (count 0 when prediction_loss_only is false and
+     * the data has no labels), *outputs (a view valid until the next forward). */
+    ct_status (*prediction_step)(ct_trainer *t, const ct_batch *b, bool prediction_loss_only, ct_loss_value *loss,
+                                 ct_tensor *outputs);
+    /* Evaluates on eval_set (NULL: every configured evaluation set, each prefixed
+     * "<prefix>_<name>" when they are named) and returns the metrics (*metrics is the caller's). Logs
+     * them and fires on_evaluate. */
+    ct_status (*evaluate)(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics);
+    /* Predicts on test_set: outputs and labels in dataset order, and metrics with the prefix. */
+    ct_status (*predict)(ct_trainer *t, ct_dataset *test_set, const char *metric_key_prefix,
+                         ct_prediction_output *out);
+    /* Adds "epoch" (and "step") to logs, appends them to log_history and fires on_log. Takes logs. */
+    ct_status (*log)(ct_trainer *t, json_t *logs);
+    /* Floating-point operations of one training batch (forward + backward); feeds total_flos.
+     * Default: Hugging Face's estimate, 6 x parameters x samples. */
+    double (*floating_point_ops)(ct_trainer *t, const ct_batch *b);
+} ct_trainer_ops;
+
+/* What a trainer is built from. Datasets may be NULL where not needed (no eval set without an
+ * evaluation strategy). */
+typedef struct ct_trainer_setup {
+    ct_model *model;          /* required, built for the largest batch the arguments ask for */
+    ct_loss *loss;            /* NULL: cross-entropy (owned by the trainer then) */
+    ct_dataset *train_dataset;
+    int n_eval;               /* evaluation sets; names "" for a single unnamed one */
+    ct_dataset *eval_datasets[CT_TRAINER_MAX_EVAL_SETS];
+    const char *eval_names[CT_TRAINER_MAX_EVAL_SETS];
+    const json_t *metrics;    /* a run config's "metrics" list (NULL: loss only) */
+    json_t *config;           /* the resolved run config, saved with models (borrowed; may be NULL) */
+    ct_callback_list *callbacks; /* moved into the trainer (the list is left empty), after the
+                                  * built-ins and before on_init_end; may be NULL */
+} ct_trainer_setup;
+
+struct ct_trainer {
+    const ct_trainer_ops *ops;
+    ct_training_args args;
+    ct_model *model;
+    ct_loss *loss;
+    bool owns_loss;
+    ct_dataset *train_dataset;
+    int n_eval;
+    ct_dataset *eval_datasets[CT_TRAINER_MAX_EVAL_SETS];
+    char eval_names[CT_TRAINER_MAX_EVAL_SETS][64];
+    ct_metric_set metrics;
+    json_t *config;
+    ct_optimizer *optimizer;
+    ct_scheduler *lr_scheduler;
+    ct_trainer_state state;
+    ct_trainer_control control;
+    ct_callback_list callbacks;
+    int rank, world_size;
+    /* internal: the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
+    ct_tensor dloss;
+    double train_start_time;
+};
+
+/* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar
+ * (on a terminal, unless disable_tqdm) or the printer, and the JSON-lines logger when report_to asks
+ * for it. ops NULL: every default. Fires on_init_end. On failure nothing is left to free. */
+ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
+                          const ct_trainer_setup *setup);
+void ct_trainer_free(ct_trainer *t);
+
+/* The training loop. resume_from_checkpoint: NULL, "latest" or a checkpoint directory. */
+ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct_train_output *out);
+
+/* The wrappers the core calls (NULL hook -> default; errors prefixed with the hook's name). */
+ct_status ct_trainer_get_train_dataloader(ct_trainer *t, ct_loader **out);
+ct_status ct_trainer_get_eval_dataloader(ct_trainer *t, ct_dataset *eval_set, ct_loader **out);
+ct_status ct_trainer_get_test_dataloader(ct_trainer *t, ct_dataset *test_set, ct_loader **out);
+ct_status ct_trainer_create_optimizer(ct_trainer *t);
+ct_status ct_trainer_create_scheduler(ct_trainer *t, int64_t num_training_steps);
+ct_status ct_trainer_create_optimizer_and_scheduler(ct_trainer *t, int64_t num_training_steps);
+ct_status ct_trainer_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                  ct_tensor *dloss);
+ct_status ct_trainer_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss);
+ct_status ct_trainer_prediction_step(ct_trainer *t, const ct_batch *b, bool prediction_loss_only,
+                                     ct_loss_value *loss, ct_tensor *outputs);
+ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics);
+ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *metric_key_prefix,
+                             ct_prediction_output *out);
+ct_status ct_trainer_log(ct_trainer *t, json_t *logs);
+double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b);
+
+/* The defaults, for overrides that call "super". */
+ct_status ct_trainer_default_get_train_dataloader(ct_trainer *t, ct_loader **out);
+ct_status ct_trainer_default_get_eval_dataloader(ct_trainer *t, ct_dataset *eval_set, ct_loader **out);
+ct_status ct_trainer_default_get_test_dataloader(ct_trainer *t, ct_dataset *test_set, ct_loader **out);
+ct_status ct_trainer_default_create_optimizer(ct_trainer *t);
+ct_status ct_trainer_default_create_scheduler(ct_trainer *t, int64_t num_training_steps);
+ct_status ct_trainer_default_create_optimizer_and_scheduler(ct_trainer *t, int64_t num_training_steps);
+ct_status ct_trainer_default_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                          ct_tensor *dloss);
+ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss);
+ct_status ct_trainer_default_prediction_step(ct_trainer *t, const ct_batch *b, bool prediction_loss_only,
+                                             ct_loss_value *loss, ct_tensor *outputs);
+ct_status ct_trainer_default_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix,
+                                      json_t **metrics);
+ct_status ct_trainer_default_predict(ct_trainer *t, ct_dataset *test_set, const char *metric_key_prefix,
+                                     ct_prediction_output *out);
+ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs);
+double ct_trainer_default_floating_point_ops(ct_trainer *t, const ct_batch *b);
+
+/* Outputs, as Hugging Face writes them. */
+/* Writes the model to dir/model.h5 (trainer/model_io.h) and the arguments to dir/training_args.json. */
+ct_status ct_trainer_save_model(ct_trainer *t, const char *dir);
+/* Writes output_dir/trainer_state.json. */
+ct_status ct_trainer_save_state(ct_trainer *t);
+/* Prints "***** <split> metrics *****" and the metrics, one per line (process zero only). */
+void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metrics);
+/* Writes output_dir/<split>_results.json and merges the metrics into all_results.json. */
+ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t *metrics);
+bool ct_trainer_is_world_process_zero(const ct_trainer *t);
+bool ct_trainer_is_local_process_zero(const ct_trainer *t);
+
+/* Callbacks (the trainer owns what it is given). */
+ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);
+ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name);
+bool ct_trainer_remove_callback(ct_trainer *t, const char *name);
+
+#endif

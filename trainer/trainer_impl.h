@@ -1,0 +1,27 @@
+/* What the Trainer's own files share and applications do not need. */
+#ifndef CT_TRAINER_IMPL_H
+#define CT_TRAINER_IMPL_H
+
+#include "trainer/trainer.h"
+
+/* The application's hook `member` when its ops table has one (not NULL, and the table was written
+ * after the member was added), NULL otherwise: the caller then uses the default. */
+#define CT_TRAINER_HOOK(t, member)                                                                       \
+    ((t)->ops && (t)->ops->size >= offsetof(ct_trainer_ops, member) + sizeof((t)->ops->member) ? (t)->ops->member \
+                                                                                                : NULL)
+
+/* Seconds on a monotonic clock. */
+double ct_trainer_now(void);
+/* Adds Hugging Face's speed_metrics to m: <split>_runtime, <split>_samples_per_second and
+ * <split>_steps_per_second, rounded as HF rounds them. */
+void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps);
+
+/* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
+ * ExportableState), before trainer_state.json is written. */
+ct_status ct_trainer_store_callback_state(ct_trainer *t);
+/* mkdir -p. */
+ct_status ct_make_dirs(const char *dir);
+/* Writes v to file (indented, keys sorted) through a temporary name and a rename. */
+ct_status ct_write_json_file(const json_t *v, const char *file);
+
+#endif
