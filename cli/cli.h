@@ -5,5 +5,8 @@
 
 int ct_cli_demo(int argc, char **argv);
 int ct_cli_data(int argc, char **argv);
+/* train, evaluate and predict (argv[0] is the command's name). */
+int ct_cli_run(int argc, char **argv);
+int ct_cli_config(int argc, char **argv);
 
 #endif

@@ -8,6 +8,10 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"
                "commands:\n"
+               "  train     train from a JSON run config (train --help)\n"
+               "  evaluate  evaluate a saved model on a config's evaluation data (evaluate --help)\n"
+               "  predict   write a saved model's predictions to HDF5 (predict --help)\n"
+               "  config    the training arguments' defaults and reference (config --help)\n"
                "  demo      train a model on Fashion-MNIST with ctrainer's layers (demo --help)\n"
                "  data      convert IDX or CSV data to chunked, compressed HDF5 (data --help)\n"
                "  version   print the version\n");
@@ -18,6 +22,9 @@ int main(int argc, char **argv) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
+    if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "evaluate") == 0 || strcmp(argv[1], "predict") == 0)
+        return ct_cli_run(argc - 1, argv + 1);
+    if (strcmp(argv[1], "config") == 0) return ct_cli_config(argc - 1, argv + 1);
     if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
     if (strcmp(argv[1], "data") == 0) return ct_cli_data(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {

@@ -1,0 +1,254 @@
+/* `ctrainer train | evaluate | predict CONFIG [options]`: a run config driven through the Trainer.
+ *
+ *   train     trains, saves the final model and trainer_state.json in output_dir, then evaluates
+ *             the eval sets and predicts the test set when the config has them (Hugging Face's
+ *             run_*.py scripts with do_train, do_eval and do_predict).
+ *   evaluate  loads --model DIR's weights and evaluates the eval sets (or the test set).
+ *   predict   loads --model DIR's weights and writes the test set's logits, predicted classes and
+ *             labels to --output FILE.h5, in dataset order.
+ * Options shared by all three: --<training_argument> VALUE (any name of `ctrainer config --defaults`)
+ * and --set dotted.key=JSON, applied after the config's own values. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/h5io.h"
+#include "core/ops.h"
+#include "trainer/model_io.h"
+#include "trainer/run.h"
+
+#define MAX_OPTIONS 256
+
+typedef struct cli_opts {
+    const char *command, *config, *model_dir, *output, *resume;
+    const char *sets[MAX_OPTIONS];
+    int n_sets;
+    ct_arg_override args[MAX_OPTIONS];
+    int n_args;
+} cli_opts;
+
+static void usage(FILE *f, const char *command) {
+    if (strcmp(command, "train") == 0)
+        fprintf(f, "usage: ctrainer train CONFIG [--resume_from_checkpoint [latest|DIR]] [--<training_arg> VALUE ...]\n"
+                   "                             [--set dotted.key=JSON ...]\n");
+    else if (strcmp(command, "evaluate") == 0)
+        fprintf(f, "usage: ctrainer evaluate CONFIG --model DIR [--<training_arg> VALUE ...] [--set dotted.key=JSON ...]\n");
+    else
+        fprintf(f, "usage: ctrainer predict CONFIG --model DIR --output FILE.h5 [--<training_arg> VALUE ...]\n"
+                   "                               [--set dotted.key=JSON ...]\n");
+    fprintf(f, "\nCONFIG is a JSON run config with the sections model, data, loss, metrics, training_args and\n"
+               "callbacks (see docs/config.md). --<training_arg> VALUE overrides one training argument (names as\n"
+               "Hugging Face's TrainingArguments; list them with `ctrainer config --defaults`); --set changes any\n"
+               "value of the config, e.g. --set model.hidden=[512,256]. OMP_NUM_THREADS sets the CPU threads.\n");
+}
+
+/* Exit code of a failed status: 2 for what the user wrote wrong, 1 for what went wrong at run time. */
+static int fail(const char *command, ct_status s) {
+    fprintf(stderr, "ctrainer %s: %s\n", command, ct_last_error());
+    return s == CT_ERR_CONFIG || s == CT_ERR_INVALID_ARG ? 2 : 1;
+}
+
+static int parse(int argc, char **argv, cli_opts *o) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            usage(stdout, o->command);
+            return 0;
+        }
+        bool is_train = strcmp(o->command, "train") == 0;
+        if (strncmp(a, "--", 2) != 0) {
+            if (o->config) {
+                fprintf(stderr, "ctrainer %s: unexpected argument '%s' (the config is '%s')\n", o->command, a, o->config);
+                return 2;
+            }
+            o->config = a;
+            continue;
+        }
+        const char *name = a + 2;
+        const char *eq = strchr(name, '=');
+        char key[128];
+        snprintf(key, sizeof key, "%.*s", (int)(eq ? eq - name : (long)strlen(name)), name);
+        const char *value = eq ? eq + 1 : NULL;
+        if (is_train && strcmp(key, "resume_from_checkpoint") == 0) {
+            /* A bare flag means the newest checkpoint, as "latest". */
+            if (!value && i + 1 < argc && strncmp(argv[i + 1], "--", 2) != 0 && o->config) value = argv[++i];
+            o->resume = value ? value : "latest";
+            continue;
+        }
+        if (!value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ctrainer %s: --%s needs a value\n", o->command, key);
+                return 2;
+            }
+            value = argv[++i];
+        }
+        if (strcmp(key, "set") == 0) {
+            if (o->n_sets == MAX_OPTIONS) return fprintf(stderr, "ctrainer %s: too many --set\n", o->command), 2;
+            o->sets[o->n_sets++] = value;
+        } else if (!is_train && strcmp(key, "model") == 0) {
+            o->model_dir = value;
+        } else if (strcmp(o->command, "predict") == 0 && strcmp(key, "output") == 0) {
+            o->output = value;
+        } else {
+            if (o->n_args == MAX_OPTIONS) return fprintf(stderr, "ctrainer %s: too many options\n", o->command), 2;
+            if (!ct_training_args_find(key)) {
+                /* Let the schema say "did you mean". */
+                ct_training_args scratch;
+                ct_training_args_default(&scratch);
+                ct_status s = ct_training_args_set(&scratch, key, value);
+                ct_training_args_free(&scratch);
+                fprintf(stderr, "ctrainer %s: --%s: %s\n", o->command, key,
+                        s != CT_OK ? ct_last_error() : "unknown option");
+                return 2;
+            }
+            o->args[o->n_args++] = (ct_arg_override){strdup(key), value};
+        }
+    }
+    if (!o->config) {
+        usage(stderr, o->command);
+        return 2;
+    }
+    if (strcmp(o->command, "train") != 0 && !o->model_dir) {
+        fprintf(stderr, "ctrainer %s: --model DIR is required (a directory with model.h5)\n", o->command);
+        return 2;
+    }
+    if (strcmp(o->command, "predict") == 0 && !o->output) {
+        fprintf(stderr, "ctrainer predict: --output FILE.h5 is required\n");
+        return 2;
+    }
+    return -1;
+}
+
+static ct_status load_run(const cli_opts *o, ct_run_purpose purpose, ct_run *r) {
+    ct_run_config c;
+    ct_status s = ct_run_config_load(o->config, &c);
+    /* A config file that cannot be read is the user's to fix, like a malformed one: exit 2. */
+    if (s == CT_ERR_IO) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", ct_last_error()); /* ct_error overwrites the thread's message */
+        return ct_error(CT_ERR_CONFIG, "%s", msg);
+    }
+    CT_TRY(s);
+    for (int i = 0; i < o->n_sets; i++) {
+        s = ct_run_config_set(&c, o->sets[i]);
+        if (s != CT_OK) {
+            ct_run_config_free(&c);
+            return s;
+        }
+    }
+    return ct_run_prepare(r, &c, o->args, o->n_args, purpose);
+}
+
+static ct_status report(ct_trainer *t, const char *split, json_t *metrics) {
+    ct_trainer_log_metrics(t, split, metrics);
+    ct_status s = ct_trainer_save_metrics(t, split, metrics);
+    json_decref(metrics);
+    return s;
+}
+
+/* Writes /logits, /predictions (argmax of the last dimension) and /labels. */
+static ct_status write_predictions(const ct_prediction_output *p, const char *file) {
+    const ct_tensor *logits = &p->predictions;
+    int64_t n = logits->shape[0], c = logits->shape[logits->ndim - 1], rows = (int64_t)(ct_tensor_numel(logits) / (c ? c : 1));
+    int64_t pshape[CT_MAX_DIMS];
+    for (int i = 0; i < logits->ndim - 1; i++) pshape[i] = logits->shape[i];
+    ct_tensor pred = {0};
+    CT_TRY(ct_tensor_alloc(&pred, CT_I64, CT_CPU, logits->ndim - 1, pshape));
+    const float *x = logits->data;
+    int64_t *y = pred.data;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (x[r * c + k] > x[r * c + best]) best = k;
+        y[r] = best;
+    }
+    (void)n;
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : ct_h5_write_tensor(f, "logits", logits);
+    if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
+    if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
+    if (f >= 0) H5Fclose(f);
+    ct_h5_unlock();
+    ct_tensor_free(&pred);
+    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
+    if (s != CT_OK) remove(tmp);
+    return s;
+}
+
+static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
+    ct_train_output out;
+    CT_TRY(ct_trainer_train(t, o->resume, &out));
+    CT_TRY(ct_trainer_save_model(t, NULL));
+    json_t *m = out.metrics;
+    out.metrics = NULL;
+    CT_TRY(report(t, "train", m));
+    CT_TRY(ct_trainer_save_state(t));
+    if (r->n_eval > 0) {
+        CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));
+        json_object_set_new(m, "epoch", json_real(t->state.epoch));
+        CT_TRY(report(t, "eval", m));
+    }
+    if (r->test) {
+        ct_prediction_output p;
+        CT_TRY(ct_trainer_predict(t, r->test, "test", &p));
+        m = p.metrics;
+        p.metrics = NULL;
+        ct_prediction_output_free(&p);
+        CT_TRY(report(t, "test", m));
+    }
+    return CT_OK;
+}
+
+static ct_status run_command(const cli_opts *o, ct_run *r, ct_trainer *t) {
+    bool is_train = strcmp(o->command, "train") == 0;
+    ct_trainer_setup setup = ct_run_setup(r);
+    CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
+    if (is_train) return train(o, r, t);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.h5", o->model_dir);
+    CT_TRY(ct_model_load_h5(&r->model, path));
+    if (strcmp(o->command, "evaluate") == 0) {
+        json_t *m;
+        CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));
+        return report(t, "eval", m);
+    }
+    ct_prediction_output p;
+    CT_TRY(ct_trainer_predict(t, r->test, "test", &p));
+    ct_status s = write_predictions(&p, o->output);
+    json_t *m = p.metrics;
+    p.metrics = NULL;
+    ct_prediction_output_free(&p);
+    if (s != CT_OK) {
+        json_decref(m);
+        return s;
+    }
+    return report(t, "test", m);
+}
+
+int ct_cli_run(int argc, char **argv) {
+    cli_opts o = {.command = argv[0]};
+    int code = parse(argc, argv, &o);
+    if (code < 0) {
+        ct_run_purpose purpose = strcmp(o.command, "train") == 0      ? CT_RUN_TRAIN
+                                 : strcmp(o.command, "evaluate") == 0 ? CT_RUN_EVALUATE
+                                                                      : CT_RUN_PREDICT;
+        ct_run r;
+        ct_status s = load_run(&o, purpose, &r);
+        if (s != CT_OK) {
+            code = fail(o.command, s);
+        } else {
+            ct_trainer t;
+            s = run_command(&o, &r, &t);
+            code = s == CT_OK ? 0 : fail(o.command, s);
+            ct_trainer_free(&t);
+            ct_run_free(&r);
+        }
+    }
+    for (int i = 0; i < o.n_args; i++) free((char *)o.args[i].name);
+    return code;
+}
