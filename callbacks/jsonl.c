@@ -3,13 +3,15 @@
  * metrics come through on_log as well (the Trainer logs them), so they are not written twice.
  * Entries get "step": global_step when they lack it, as HF's log_history entries have it. The file
  * is opened (appending) at train begin, or at the first entry outside training, on the world's
- * process zero only; it is closed at train end. */
+ * process zero only; it is closed at train end. A relative path is inside output_dir. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "callbacks/callback.h"
 #include "callbacks/pyrepr.h"
+#include "core/fs.h"
 #include "core/util.h"
 
 typedef struct jsonl_cb {
@@ -18,8 +20,18 @@ typedef struct jsonl_cb {
     FILE *f;
 } jsonl_cb;
 
-static ct_status open_file(jsonl_cb *j) {
+/* A relative path is taken inside output_dir (created if needed), where the run's other files are. */
+static ct_status open_file(jsonl_cb *j, const ct_training_args *args) {
     if (j->f) return CT_OK;
+    if (j->path[0] != '/' && args && args->output_dir[0]) {
+        CT_TRY(ct_make_dirs(args->output_dir));
+        size_t n = strlen(args->output_dir) + strlen(j->path) + 2;
+        char *full = malloc(n);
+        if (!full) return ct_error(CT_ERR_NOMEM, "out of memory");
+        snprintf(full, n, "%s/%s", args->output_dir, j->path);
+        free(j->path);
+        j->path = full;
+    }
     j->f = fopen(j->path, "a");
     if (!j->f) return ct_error(CT_ERR_IO, "%s: cannot open for appending: %s", j->path, strerror(errno));
     return CT_OK;
@@ -28,14 +40,14 @@ static ct_status open_file(jsonl_cb *j) {
 static ct_status jsonl_train_begin(ct_callback *cb, const ct_callback_args *a) {
     jsonl_cb *j = ct_container_of(cb, jsonl_cb, base);
     if (!a->state->is_world_process_zero) return CT_OK;
-    return open_file(j);
+    return open_file(j, a->args);
 }
 
 static ct_status jsonl_log(ct_callback *cb, const ct_callback_args *a) {
     jsonl_cb *j = ct_container_of(cb, jsonl_cb, base);
     if (!a->state->is_world_process_zero || !a->logs) return CT_OK;
     if (!json_is_object(a->logs)) return ct_error(CT_ERR_INVALID_ARG, "logs must be a JSON object");
-    CT_TRY(open_file(j));
+    CT_TRY(open_file(j, a->args));
     const json_t *line = a->logs;
     json_t *with_step = NULL;
     if (!json_object_get(a->logs, "step")) {

@@ -19,42 +19,104 @@ const char *ct_metric_name(const ct_metric *m) { return m->ops->name; }
 
 /* --- state -------------------------------------------------------------------------------------- */
 
-ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int n_counts, const ct_reduce_op *count_ops,
-                              int n_sums, const ct_reduce_op *sum_ops) {
+/* The four arrays of a declaration, allocated together so that a failure leaves nothing behind. */
+typedef struct decl {
+    int64_t n_counts, n_sums;
+    int64_t *counts;
+    double *sums;
+    ct_reduce_op *count_ops, *sum_ops;
+} decl;
+
+static void decl_free(decl *d) {
+    free(d->counts);
+    free(d->sums);
+    free(d->count_ops);
+    free(d->sum_ops);
+}
+
+static ct_status decl_alloc(decl *d, const char *name, int64_t n_counts, const ct_reduce_op *count_ops, int64_t n_sums,
+                            const ct_reduce_op *sum_ops) {
+    CT_ASSERT(n_counts >= 0 && n_sums >= 0);
+    *d = (decl){.n_counts = n_counts, .n_sums = n_sums};
+    if ((uint64_t)n_counts > SIZE_MAX / sizeof(int64_t) || (uint64_t)n_sums > SIZE_MAX / sizeof(double))
+        return ct_error(CT_ERR_NOMEM, "metric '%s': a state of %lld counts and %lld sums is too large", name,
+                        (long long)n_counts, (long long)n_sums);
+    if (n_counts) {
+        d->counts = malloc((size_t)n_counts * sizeof *d->counts);
+        d->count_ops = malloc((size_t)n_counts * sizeof *d->count_ops);
+    }
+    if (n_sums) {
+        d->sums = malloc((size_t)n_sums * sizeof *d->sums);
+        d->sum_ops = malloc((size_t)n_sums * sizeof *d->sum_ops);
+    }
+    if ((n_counts && (!d->counts || !d->count_ops)) || (n_sums && (!d->sums || !d->sum_ops))) {
+        decl_free(d);
+        *d = (decl){0};
+        return ct_error(CT_ERR_NOMEM, "metric '%s': out of memory for a state of %lld counts and %lld sums", name,
+                        (long long)n_counts, (long long)n_sums);
+    }
+    for (int64_t i = 0; i < n_counts; i++) d->count_ops[i] = count_ops ? count_ops[i] : CT_REDUCE_SUM;
+    for (int64_t i = 0; i < n_sums; i++) d->sum_ops[i] = sum_ops ? sum_ops[i] : CT_REDUCE_SUM;
+    return CT_OK;
+}
+
+/* Replaces m's declaration by d (m's old arrays are freed). */
+static void decl_install(ct_metric *m, decl *d) {
+    free(m->counts);
+    free(m->sums);
+    free(m->count_ops);
+    free(m->sum_ops);
+    m->n_counts = d->n_counts;
+    m->n_sums = d->n_sums;
+    m->counts = d->counts;
+    m->sums = d->sums;
+    m->count_ops = d->count_ops;
+    m->sum_ops = d->sum_ops;
+}
+
+ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int64_t n_counts, const ct_reduce_op *count_ops,
+                              int64_t n_sums, const ct_reduce_op *sum_ops) {
     CT_ASSERT(m && ops);
     CT_ASSERT(ops->size >= offsetof(ct_metric_ops, compute) + sizeof(ops->compute));
     CT_ASSERT(ops->name && ops->update && ops->compute);
-    CT_ASSERT(n_counts >= 0 && n_counts <= CT_METRIC_MAX_FIELDS && n_sums >= 0 && n_sums <= CT_METRIC_MAX_FIELDS);
+    decl d;
+    CT_TRY(decl_alloc(&d, ops->name, n_counts, count_ops, n_sums, sum_ops));
     m->ops = ops;
-    m->n_counts = n_counts;
-    m->n_sums = n_sums;
-    m->counts = n_counts ? calloc((size_t)n_counts, sizeof *m->counts) : NULL;
-    m->sums = n_sums ? calloc((size_t)n_sums, sizeof *m->sums) : NULL;
-    if ((n_counts && !m->counts) || (n_sums && !m->sums)) {
-        free(m->counts);
-        free(m->sums);
-        m->counts = NULL;
-        m->sums = NULL;
-        return ct_error(CT_ERR_NOMEM, "metric '%s': out of memory", ops->name);
-    }
-    for (int i = 0; i < n_counts; i++) m->count_ops[i] = count_ops ? count_ops[i] : CT_REDUCE_SUM;
-    for (int i = 0; i < n_sums; i++) m->sum_ops[i] = sum_ops ? sum_ops[i] : CT_REDUCE_SUM;
+    m->counts = NULL;
+    m->sums = NULL;
+    m->count_ops = m->sum_ops = NULL;
+    m->samples = (ct_metric_samples){0};
+    decl_install(m, &d);
+    ct_metric_reset(m);
+    return CT_OK;
+}
+
+ct_status ct_metric_redeclare(ct_metric *m, int64_t n_counts, const ct_reduce_op *count_ops, int64_t n_sums,
+                              const ct_reduce_op *sum_ops) {
+    CT_ASSERT(m && m->ops);
+    decl d;
+    CT_TRY(decl_alloc(&d, m->ops->name, n_counts, count_ops, n_sums, sum_ops));
+    decl_install(m, &d);
     ct_metric_reset(m);
     return CT_OK;
 }
 
 /* Each field starts at its reduction's identity, so merging a fresh state changes nothing. */
 void ct_metric_reset(ct_metric *m) {
-    for (int i = 0; i < m->n_counts; i++)
+    for (int64_t i = 0; i < m->n_counts; i++)
         m->counts[i] = m->count_ops[i] == CT_REDUCE_MIN ? INT64_MAX : m->count_ops[i] == CT_REDUCE_MAX ? INT64_MIN : 0;
-    for (int i = 0; i < m->n_sums; i++)
+    for (int64_t i = 0; i < m->n_sums; i++)
         m->sums[i] = m->sum_ops[i] == CT_REDUCE_MIN ? INFINITY : m->sum_ops[i] == CT_REDUCE_MAX ? -INFINITY : 0.0;
+    m->samples.n = 0; /* the memory stays for the next evaluation */
 }
 
 void ct_metric_default_destroy(ct_metric *m) {
     if (!m) return;
     free(m->counts);
     free(m->sums);
+    free(m->count_ops);
+    free(m->sum_ops);
+    free(m->samples.values);
     free(m);
 }
 
@@ -66,8 +128,60 @@ void ct_metric_free(ct_metric *m) {
         ct_metric_default_destroy(m);
 }
 
+/* --- per-sample records ------------------------------------------------------------------------- */
+
+ct_status ct_metric_keep_samples(ct_metric *m, int width) {
+    CT_ASSERT(m && width >= 1);
+    ct_metric_samples *r = &m->samples;
+    if (r->width == width) return CT_OK;
+    if (r->n > 0)
+        return ct_error(CT_ERR_STATE, "metric '%s': cannot change the record width from %d to %d while %lld records are held",
+                        ct_metric_name(m), r->width, width, (long long)r->n);
+    free(r->values);
+    *r = (ct_metric_samples){.width = width};
+    return CT_OK;
+}
+
+ct_status ct_metric_samples_reserve(ct_metric *m, int64_t more) {
+    CT_ASSERT(m && more >= 0);
+    ct_metric_samples *r = &m->samples;
+    CT_ASSERT(r->width >= 1);
+    if (more <= r->cap - r->n) return CT_OK;
+    int64_t need = r->n + more, cap = r->cap ? r->cap : 64;
+    while (cap < need) cap = cap > INT64_MAX / 2 ? need : 2 * cap; /* geometric: amortised O(1) per record */
+    if ((uint64_t)cap > SIZE_MAX / sizeof(double) / (uint64_t)r->width)
+        return ct_error(CT_ERR_NOMEM, "metric '%s': %lld records of %d values are too many", ct_metric_name(m),
+                        (long long)need, r->width);
+    double *v = realloc(r->values, (size_t)cap * (size_t)r->width * sizeof *v);
+    if (!v)
+        return ct_error(CT_ERR_NOMEM, "metric '%s': out of memory for %lld records of %d values", ct_metric_name(m),
+                        (long long)cap, r->width);
+    r->values = v;
+    r->cap = cap;
+    return CT_OK;
+}
+
+ct_status ct_metric_samples_append(ct_metric *m, const double *record) {
+    CT_ASSERT(m && record);
+    ct_metric_samples *r = &m->samples;
+    if (r->n == r->cap) CT_TRY(ct_metric_samples_reserve(m, 1));
+    memcpy(r->values + r->n * r->width, record, (size_t)r->width * sizeof *record);
+    r->n++;
+    return CT_OK;
+}
+
+/* --- merging ------------------------------------------------------------------------------------ */
+
+/* No fields and no record width: a metric that declares its state at the first batch and saw none. */
+static bool is_blank(const ct_metric *m) { return m->n_counts == 0 && m->n_sums == 0 && m->samples.width == 0; }
+
+static bool same_shape(const ct_metric *a, const ct_metric *b) {
+    if (is_blank(a) || is_blank(b)) return true;
+    return a->n_counts == b->n_counts && a->n_sums == b->n_sums && a->samples.width == b->samples.width;
+}
+
 bool ct_metric_compatible(const ct_metric *a, const ct_metric *b) {
-    if (a->ops != b->ops || a->n_counts != b->n_counts || a->n_sums != b->n_sums) return false;
+    if (a->ops != b->ops || !same_shape(a, b)) return false;
     return HAS_OP(a->ops, same_config) ? a->ops->same_config(a, b) : true;
 }
 
@@ -83,19 +197,54 @@ static int64_t reduce_int(ct_reduce_op op, int64_t a, int64_t b) {
     return op == CT_REDUCE_MIN ? (b < a ? b : a) : (b > a ? b : a);
 }
 
+/* Why a and b (same ops) cannot merge, for the message. */
+static const char *mismatch(const ct_metric *a, const ct_metric *b) {
+    if (a->ops != b->ops) return "another kind of metric";
+    if (!same_shape(a, b)) {
+        if (a->samples.width != b->samples.width) return "records of a different width";
+        return "a state of another shape (e.g. another number of classes)";
+    }
+    return "different settings";
+}
+
 ct_status ct_metric_merge(ct_metric *dst, const ct_metric *src) {
     CT_ASSERT(dst && src);
     if (!ct_metric_compatible(dst, src))
         return ct_error(CT_ERR_INVALID_ARG, "metric '%s': cannot merge the state of metric '%s' (%s)",
-                        ct_metric_name(dst), ct_metric_name(src),
-                        dst->ops != src->ops ? "another kind of metric" : "different settings");
-    for (int i = 0; i < dst->n_counts; i++) {
+                        ct_metric_name(dst), ct_metric_name(src), mismatch(dst, src));
+    if (is_blank(src)) return CT_OK;
+    /* Everything that can fail happens before dst changes: the adopted declaration, the record room. */
+    decl d = {0};
+    bool adopt = is_blank(dst);
+    if (adopt) CT_TRY(decl_alloc(&d, dst->ops->name, src->n_counts, src->count_ops, src->n_sums, src->sum_ops));
+    if (src->samples.n > 0) {
+        int width = dst->samples.width;
+        if (adopt) dst->samples.width = src->samples.width; /* a blank dst has no records and no memory */
+        ct_status s = ct_metric_samples_reserve(dst, src->samples.n);
+        if (s != CT_OK) {
+            dst->samples.width = width;
+            decl_free(&d);
+            return s;
+        }
+    }
+    if (adopt) {
+        decl_install(dst, &d);
+        dst->samples.width = src->samples.width;
+        ct_metric_reset(dst);
+    }
+    for (int64_t i = 0; i < dst->n_counts; i++) {
         CT_ASSERT(dst->count_ops[i] == src->count_ops[i]);
         dst->counts[i] = reduce_int(dst->count_ops[i], dst->counts[i], src->counts[i]);
     }
-    for (int i = 0; i < dst->n_sums; i++) {
+    for (int64_t i = 0; i < dst->n_sums; i++) {
         CT_ASSERT(dst->sum_ops[i] == src->sum_ops[i]);
         dst->sums[i] = reduce_real(dst->sum_ops[i], dst->sums[i], src->sums[i]);
+    }
+    if (src->samples.n > 0) {
+        ct_metric_samples *r = &dst->samples;
+        memcpy(r->values + r->n * r->width, src->samples.values,
+               (size_t)src->samples.n * (size_t)r->width * sizeof *r->values);
+        r->n += src->samples.n;
     }
     return CT_OK;
 }
@@ -141,11 +290,31 @@ static ct_status check_batch(const ct_eval_batch *b) {
             return ct_error(CT_ERR_SHAPE, "mask %s: expected [%lld] u8 (one entry per row)",
                             ct_tensor_str(k, t, sizeof t), (long long)(rows >= 0 ? rows : k->shape[0]));
         CT_TRY(ct_expect_device("mask", k, CT_CPU));
+        if (rows < 0) rows = k->shape[0];
         const uint8_t *v = k->data;
         for (int64_t i = 0; i < k->shape[0]; i++)
             if (v[i] > 1)
                 return ct_error(CT_ERR_INVALID_ARG, "mask value %u at row %lld; expected 0 (padding) or 1",
                                 (unsigned)v[i], (long long)i);
+    }
+    if (!b->sample_loss != !b->sample_weight)
+        return ct_error(CT_ERR_INVALID_ARG, "sample_loss and sample_weight come together; got only %s",
+                        b->sample_loss ? "sample_loss" : "sample_weight");
+    for (int which = 0; b->sample_loss && which < 2; which++) {
+        const ct_tensor *x = which ? b->sample_weight : b->sample_loss;
+        const char *name = which ? "sample_weight" : "sample_loss";
+        if (x->dtype != CT_F64 || x->ndim != 1 || (rows >= 0 && x->shape[0] != rows))
+            return ct_error(CT_ERR_SHAPE, "%s %s: expected [%lld] float64 (one entry per row)", name,
+                            ct_tensor_str(x, t, sizeof t), (long long)(rows >= 0 ? rows : x->shape[0]));
+        CT_TRY(ct_expect_device(name, x, CT_CPU));
+        rows = x->shape[0];
+    }
+    if (b->sample_weight) {
+        const double *w = b->sample_weight->data;
+        for (int64_t i = 0; i < rows; i++)
+            if (ct_metric_row_real(b, i) && !(w[i] >= 0 && isfinite(w[i])))
+                return ct_error(CT_ERR_INVALID_ARG, "sample_weight %g at row %lld; expected a finite number >= 0",
+                                w[i], (long long)i);
     }
     if (!(b->loss.count >= 0) || !isfinite(b->loss.count))
         return ct_error(CT_ERR_INVALID_ARG, "loss count %g; expected a finite number >= 0", b->loss.count);
@@ -162,6 +331,21 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b) {
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out) {
     CT_ASSERT(m && json_is_object(out));
     ct_status s = m->ops->compute(m, prefix ? prefix : "", out);
+    return s == CT_OK ? s : name_error(m, s);
+}
+
+ct_status ct_metric_uncertainty(const ct_metric *m, const ct_uncertainty_config *cfg, const char *prefix,
+                                json_t *out) {
+    CT_ASSERT(m && cfg && json_is_object(out));
+    ct_status s = CT_OK;
+    if (cfg->resamples < 0 || cfg->resamples > ((int64_t)1 << 32))
+        s = ct_error(CT_ERR_INVALID_ARG, "uncertainty: resamples = %lld; expected 0 (no bootstrap) to 2^32",
+                     (long long)cfg->resamples);
+    else if (!(cfg->confidence > 0 && cfg->confidence < 1))
+        s = ct_error(CT_ERR_INVALID_ARG, "uncertainty: confidence = %g; expected a number in (0, 1), e.g. 0.95",
+                     cfg->confidence);
+    else if (HAS_OP(m->ops, uncertainty))
+        s = m->ops->uncertainty(m, cfg, prefix ? prefix : "", out);
     return s == CT_OK ? s : name_error(m, s);
 }
 
@@ -205,6 +389,20 @@ ct_status ct_metric_check_classification(const ct_eval_batch *b, int64_t *rows, 
     *rows = n;
     *classes = c;
     return CT_OK;
+}
+
+int64_t ct_metric_argmax(const ct_tensor *o, int64_t i) {
+    int64_t c = o->shape[1], best = 0;
+    if (o->dtype == CT_F32) {
+        const float *row = (const float *)o->data + i * c;
+        for (int64_t j = 1; j < c; j++)
+            if (isnan(row[j]) ? !isnan(row[best]) : (!isnan(row[best]) && row[j] > row[best])) best = j;
+    } else {
+        const double *row = (const double *)o->data + i * c;
+        for (int64_t j = 1; j < c; j++)
+            if (isnan(row[j]) ? !isnan(row[best]) : (!isnan(row[best]) && row[j] > row[best])) best = j;
+    }
+    return best;
 }
 
 /* --- sets --------------------------------------------------------------------------------------- */
@@ -265,5 +463,12 @@ ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src) {
 
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out) {
     for (int i = 0; i < s->n; i++) CT_TRY(ct_metric_compute(s->items[i], prefix, out));
+    return CT_OK;
+}
+
+ct_status ct_metric_set_uncertainty(const ct_metric_set *s, const ct_uncertainty_config *cfg, const char *prefix,
+                                    json_t *out) {
+    for (int i = 0; i < s->n; i++)
+        if (HAS_OP(s->items[i]->ops, uncertainty)) CT_TRY(ct_metric_uncertainty(s->items[i], cfg, prefix, out));
     return CT_OK;
 }

@@ -9,9 +9,11 @@
  * Rows whose mask is 0 (padding added by the eval sampler) are skipped by every metric.
  *
  * Built-ins (names as in a run config's "metrics" list):
- *   "loss"             the loss the prediction step computed: sum of losses / their count
+ *   "loss"             the loss the prediction step computed: sum of losses / their count;
+ *                      stderr from per-row losses when given (ct_eval_batch.sample_loss)
  *   "accuracy"         argmax of [N, C] outputs against int labels [N]; ties go to the lowest class
- *                      index and NaN counts as the largest value (torch.argmax, numpy.argmax)
+ *                      index and NaN counts as the largest value (torch.argmax, numpy.argmax);
+ *                      stderr sqrt(p(1-p)/n) and Wilson interval (also top-k), even with resamples 0
  *   {"type": "top_k_accuracy", "k": 5}, or the string "top_5_accuracy": a row counts when fewer than
  *                      k classes rank above its label, where class j ranks above the label y when
  *                      s[j] > s[y], or s[j] == s[y] and j > y (NaN largest). That is exactly
@@ -24,8 +26,11 @@
  *
  * Subclassing: embed ct_metric first in your struct, give it a const ct_metric_ops; size/name and
  * update/compute are required; the state's fields are declared with ct_metric_base_init in the
- * constructor. update() must leave the state unchanged when it fails (count into locals, add at the
- * end). Classification metrics validate their batch with ct_metric_check_classification. */
+ * constructor (or at the first batch with ct_metric_redeclare), per-sample records with
+ * ct_metric_keep_samples. update() must leave the state unchanged when it fails (count into locals,
+ * add at the end; reserve records before appending). Classification metrics validate their batch
+ * with ct_metric_check_classification. The uncertainty op reports "<key>_stderr", "<key>_ci_low"
+ * and "<key>_ci_high" (eval/uncertainty.h has the closed forms and the bootstrap). */
 #ifndef CT_METRIC_H
 #define CT_METRIC_H
 
@@ -44,11 +49,18 @@ typedef struct ct_eval_batch {
     const ct_tensor *labels;  /* [rows, ...] or NULL when the data has no labels */
     const ct_tensor *mask;    /* [rows] u8 (1 = real sample) or NULL: all real */
     ct_loss_value loss;       /* the batch's loss over its real rows; count 0 when none was computed */
+    /* Optional, both or neither: [rows] float64 loss SUM of each row (0 for masked rows) and [rows]
+     * float64 COUNT of each row (its share of loss.count: 1, a class weight, or its number of
+     * non-ignored tokens), so loss.sum = sum of sample_loss and loss.count = sum of sample_weight
+     * over the real rows. The loss metric's standard error comes from them (the per-row means
+     * sample_loss / sample_weight, weighted by sample_weight). NULL when not computed. */
+    const ct_tensor *sample_loss, *sample_weight;
 } ct_eval_batch;
 
 typedef enum ct_reduce_op { CT_REDUCE_SUM, CT_REDUCE_MIN, CT_REDUCE_MAX } ct_reduce_op;
 
 typedef struct ct_metric ct_metric;
+struct ct_uncertainty_config; /* below; named here so the vtable can take it */
 
 typedef struct ct_metric_ops {
     size_t size;
@@ -63,22 +75,67 @@ typedef struct ct_metric_ops {
     /* Optional: whether a and b (same ops) have the same settings (top_k_accuracy: the same k), so
      * that their states may be merged and a set may not hold both. NULL: same ops is enough. */
     bool (*same_config)(const ct_metric *a, const ct_metric *b);
+    /* Optional: adds "<key>_stderr", "<key>_ci_low" and "<key>_ci_high" for each value compute()
+     * writes (see ct_uncertainty_config). NULL: the metric reports no uncertainty. */
+    ct_status (*uncertainty)(const ct_metric *m, const struct ct_uncertainty_config *cfg, const char *prefix,
+                             json_t *out);
 } ct_metric_ops;
 
-#define CT_METRIC_MAX_FIELDS 16
+/* How uncertainty is estimated: a closed form where one exists (a mean's standard error, a
+ * binomial proportion), otherwise a percentile bootstrap with `resamples` draws from a Philox stream
+ * keyed by `seed`, so the same data and seed give the same interval. `confidence` is the interval's
+ * coverage (0.95). Metrics computed from a confusion matrix resample its cells (one multinomial draw
+ * of n over the C x C cells per resample, O(resamples x C^2)); metrics that need per-sample data
+ * resample the kept samples. */
+typedef struct ct_uncertainty_config {
+    int64_t resamples; /* >= 0; 0 turns bootstrapping off (closed forms still apply) */
+    double confidence; /* in (0, 1) */
+    uint64_t seed;
+} ct_uncertainty_config;
+
+/* Per-sample records, for metrics no fixed-size statistic can give (AUROC, average precision) and
+ * for bootstrapping them: `width` doubles per sample (a score and a label, or C scores and a label),
+ * appended in the order samples arrive; merge appends the other state's records after these, so
+ * merging shards in rank order keeps dataset order. Kept only by metrics that declare them. */
+typedef struct ct_metric_samples {
+    int width;       /* doubles per record; 0 = no records */
+    int64_t n, cap;  /* records held / allocated */
+    double *values;  /* n x width, owned */
+} ct_metric_samples;
+
 struct ct_metric {
     const ct_metric_ops *ops;
-    int n_counts, n_sums;
-    int64_t *counts; /* owned state, zero after reset */
+    int64_t n_counts, n_sums;  /* any number of fields (a confusion matrix has C x C counts) */
+    int64_t *counts;           /* owned state, zero after reset */
     double *sums;
-    ct_reduce_op count_ops[CT_METRIC_MAX_FIELDS], sum_ops[CT_METRIC_MAX_FIELDS];
+    ct_reduce_op *count_ops, *sum_ops; /* owned, one per field */
+    ct_metric_samples samples;
 };
 
 /* Sets ops and declares the state: n_counts int64 fields and n_sums float64 fields with their
- * reductions (NULL: all sums). Allocates the state; reset to zero (min fields to +inf/INT64_MAX,
- * max to -inf/INT64_MIN). */
-ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int n_counts, const ct_reduce_op *count_ops,
-                              int n_sums, const ct_reduce_op *sum_ops);
+ * reductions (NULL: all sums), any number of each. Allocates the state and the reduction arrays
+ * (released by ct_metric_default_destroy); reset to zero (min fields to +inf/INT64_MAX, max to
+ * -inf/INT64_MIN). No per-sample records until ct_metric_keep_samples. On failure nothing is left
+ * allocated and m may simply be freed. */
+ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int64_t n_counts, const ct_reduce_op *count_ops,
+                              int64_t n_sums, const ct_reduce_op *sum_ops);
+/* Redeclares the state of a metric whose shape is known only from its first batch (a confusion
+ * matrix learns C there): same contract as ct_metric_base_init, the state is reset, m->ops kept.
+ * On failure the old declaration is kept. A state with no fields and no record width is "blank":
+ * it merges with any state of the same kind (adopting its declaration), so a process or a split
+ * that saw no batch merges cleanly. */
+ct_status ct_metric_redeclare(ct_metric *m, int64_t n_counts, const ct_reduce_op *count_ops, int64_t n_sums,
+                              const ct_reduce_op *sum_ops);
+/* Declares that m keeps `width` (>= 1) doubles per sample in m->samples (call it in the constructor,
+ * after ct_metric_base_init, or later on an empty state; the width is then fixed). Reset empties
+ * the records and keeps the memory; merge appends the other state's records (same width required). */
+ct_status ct_metric_keep_samples(ct_metric *m, int width);
+/* Appends one record of m->samples.width doubles; storage grows geometrically (amortised O(1), no
+ * allocation per sample). On CT_ERR_NOMEM the records are unchanged. */
+ct_status ct_metric_samples_append(ct_metric *m, const double *record);
+/* Makes room for `more` further records at once (an update() that knows its batch's row count
+ * reserves first, so appending cannot fail half-way and the state stays unchanged on failure). */
+ct_status ct_metric_samples_reserve(ct_metric *m, int64_t more);
 void ct_metric_reset(ct_metric *m);
 /* Validates what every metric relies on, then calls update. Outputs may be NULL (a loss-only batch)
  * and are otherwise float32/float64 [rows, ...] on the CPU; labels, when given, have the same rows;
@@ -89,6 +146,11 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b);
 ct_status ct_metric_merge(ct_metric *dst, const ct_metric *src);
 /* Adds m's values to the JSON object out; prefix NULL means "". */
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out);
+/* Adds m's "<key>_stderr", "<key>_ci_low", "<key>_ci_high" to out (prefix NULL means ""); a metric
+ * without the uncertainty op adds nothing. cfg: resamples in [0, 2^32], confidence in (0, 1), else
+ * CT_ERR_INVALID_ARG. Errors start "metric '<name>': ". Helpers for the op: eval/uncertainty.h. */
+ct_status ct_metric_uncertainty(const ct_metric *m, const struct ct_uncertainty_config *cfg, const char *prefix,
+                                json_t *out);
 void ct_metric_free(ct_metric *m);
 void ct_metric_default_destroy(ct_metric *m);
 const char *ct_metric_name(const ct_metric *m);
@@ -105,6 +167,9 @@ ct_status ct_metric_put(json_t *out, const char *prefix, const char *name, doubl
  * with every label of a real row in [0, C). Writes rows and C. Errors name the tensors and the
  * first bad label (the wrapper's "metric '<name>': " prefix is added by ct_metric_update). */
 ct_status ct_metric_check_classification(const ct_eval_batch *b, int64_t *rows, int64_t *classes);
+/* The predicted class of row i of outputs [rows, C] float32/float64: the first maximum, NaN being
+ * larger than any number (torch.argmax, numpy.argmax). */
+int64_t ct_metric_argmax(const ct_tensor *outputs, int64_t i);
 /* Row i is real: no mask or mask[i] != 0. */
 static inline bool ct_metric_row_real(const ct_eval_batch *b, int64_t i) {
     return !b->mask || ((const uint8_t *)b->mask->data)[i] != 0;
@@ -141,5 +206,116 @@ ct_status ct_metric_set_update(ct_metric_set *s, const ct_eval_batch *b);
 /* dst.items[i] = merge(dst.items[i], src.items[i]); the sets must hold the same metrics in order. */
 ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src);
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out);
+/* ct_metric_uncertainty for every metric of the set that has the op, in order. */
+ct_status ct_metric_set_uncertainty(const ct_metric_set *s, const struct ct_uncertainty_config *cfg,
+                                    const char *prefix, json_t *out);
+
+/* --- confusion-matrix metrics (eval/metrics_confusion.c) ---------------------------------------- */
+
+/* Single-label classification metrics over argmax(outputs [rows, C]) and int labels [rows], all
+ * computed from one C x C int64 confusion matrix (rows: true class, columns: predicted class, as
+ * scikit-learn's confusion_matrix). C is the outputs' width at the first batch and then fixed (a
+ * later batch with another C is CT_ERR_SHAPE); a state that saw no batch is blank and merges with
+ * any. Specs and keys (prefix "eval"):
+ *   "confusion_matrix"                   eval_confusion_matrix: [[...], ...] C lists of C counts
+ *   {"type": "f1", "average": A}         eval_f1_<A>; A in micro, macro (the default), weighted,
+ *                                        per_class; also the strings "f1" and "f1_<A>"
+ *   the same for "precision" and "recall" eval_precision_macro, eval_recall_per_class, ...
+ *   "mcc"                                eval_mcc (Matthews correlation, multiclass)
+ *   "balanced_accuracy"                  eval_balanced_accuracy
+ * Definitions are scikit-learn's with zero_division = 0 (its default "warn" without the warning):
+ *   precision_k = tp/(tp+fp), recall_k = tp/(tp+fn), f1_k = 2tp/(2tp+fp+fn), 0 when the denominator
+ *   is 0; micro pools the counts (= accuracy for single-label data); macro is the unweighted mean
+ *   over the classes that occur in the labels or the predictions (scikit-learn's labels=None: a
+ *   class never seen either way does not drag the mean down); weighted weighs class k by its
+ *   support (true count); per_class lists all C classes (labels=range(C)) as a JSON list.
+ *   mcc = (c s - sum_k t_k p_k) / sqrt((s^2 - sum p_k^2)(s^2 - sum t_k^2)), 0 when the root is 0;
+ *   balanced accuracy = the mean recall over classes with support > 0.
+ * Uncertainty (not for confusion_matrix, which reports counts): a percentile bootstrap that resamples
+ * the confusion matrix's cells, one multinomial draw of n over the C^2 cells per resample with the
+ * observed proportions, the metric recomputed from the drawn matrix: O(resamples x C^2), the same
+ * law as resampling the n samples one by one. per_class gives lists of stderr / ci_low / ci_high.
+ * resamples = 0: no uncertainty keys. */
+typedef enum ct_average {
+    CT_AVERAGE_MICRO,
+    CT_AVERAGE_MACRO,
+    CT_AVERAGE_WEIGHTED,
+    CT_AVERAGE_PER_CLASS
+} ct_average;
+typedef enum ct_confusion_kind {
+    CT_CONFUSION_MATRIX,
+    CT_CONFUSION_PRECISION,
+    CT_CONFUSION_RECALL,
+    CT_CONFUSION_F1,
+    CT_CONFUSION_MCC,
+    CT_CONFUSION_BALANCED_ACCURACY
+} ct_confusion_kind;
+/* average matters for precision, recall and f1 only (pass CT_AVERAGE_MACRO otherwise). */
+ct_status ct_confusion_metric_create(ct_confusion_kind kind, ct_average average, ct_metric **out);
+/* The names ct_confusion_metric_from_json accepts as a string or a "type", NULL-terminated
+ * ("f1_macro" style spellings are accepted as strings too but not listed). */
+extern const char *const ct_confusion_metric_names[];
+/* Whether name is one of them or a "<precision|recall|f1>_<average>" spelling. */
+bool ct_confusion_metric_knows(const char *name);
+ct_status ct_confusion_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
+/* The confusion matrix of a confusion metric that has seen data: C and the C x C counts (m->counts;
+ * C = 0 when blank). */
+int64_t ct_confusion_classes(const ct_metric *m);
+/* The raw bootstrap values of a confusion metric (not confusion_matrix): *values (malloc'd, to
+ * free) holds cfg->resamples values per output value, value v of resample b at v * resamples + b;
+ * *n_values is 1, or C for per_class. For tests and benchmarks; ct_metric_uncertainty summarises
+ * the same values. CT_ERR_STATE when the metric has seen no sample. */
+ct_status ct_confusion_bootstrap_values(const ct_metric *m, const struct ct_uncertainty_config *cfg, double **values,
+                                        int *n_values);
+
+/* --- regression metrics (eval/metrics_regression.c) -------------------------------------------- */
+
+/* "mse", "rmse", "mae", "r2" over float outputs and float targets [rows] or [rows, k], as
+ * scikit-learn's multioutput="uniform_average". rmse and r2 average per-output values, so they keep
+ * per-output fields: num_outputs 0 learns k from the first batch, >= 1 fixes it; mse and mae take
+ * any k (num_outputs >= 1 only checks it). See the file for the state and the uncertainty (mse,
+ * mae: closed form; rmse, r2: bootstrap over rows). */
+typedef enum ct_regression_kind {
+    CT_REGRESSION_MSE,
+    CT_REGRESSION_RMSE,
+    CT_REGRESSION_MAE,
+    CT_REGRESSION_R2
+} ct_regression_kind;
+ct_status ct_regression_metric_create(ct_regression_kind kind, int64_t num_outputs, ct_metric **out);
+/* Their names, NULL-terminated, for ct_metric_from_json's dispatch and "did you mean" list. */
+extern const char *const ct_regression_metric_names[];
+/* From a spec whose name or "type" is one of ct_regression_metric_names: "r2", or
+ * {"type": "r2", "num_outputs": 3} (optional, >= 1). Errors are CT_ERR_CONFIG and start with path. */
+ct_status ct_regression_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
+
+/* --- language-model token metrics (eval/metrics_lm.c) ------------------------------------------- */
+
+/* "token_loss" (mean token cross-entropy), "perplexity" (its exp), "token_accuracy" over logits
+ * [rows, T, V] and int64/int32 labels [rows, T] (labels already aligned with the logits' positions),
+ * skipping tokens whose label is ignore_index (default -100). Uncertainty: bootstrap over sequences
+ * (rows), or with resamples = 0 the closed-form sequence-level (cluster) standard error. */
+typedef enum ct_lm_kind { CT_LM_TOKEN_LOSS, CT_LM_PERPLEXITY, CT_LM_TOKEN_ACCURACY } ct_lm_kind;
+ct_status ct_lm_metric_create(ct_lm_kind kind, int64_t ignore_index, ct_metric **out);
+extern const char *const ct_lm_metric_names[];
+/* "perplexity", or {"type": "perplexity", "ignore_index": -1}. Errors are CT_ERR_CONFIG at path. */
+ct_status ct_lm_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
+
+/* --- ranking metrics (eval/metrics_ranking.c) --------------------------------------------------- */
+
+/* "auroc" and "average_precision", exactly as scikit-learn's roc_auc_score and
+ * average_precision_score (ties included). Binary: outputs [rows] or [rows, 1] (the score) or
+ * [rows, 2] (two logits; the score is logit1 - logit0), labels 0/1. Multiclass, outputs [rows, C]
+ * with C >= 3: one-vs-rest over the float64 softmax probabilities, averaged "macro" (key "auroc",
+ * "average_precision") or "weighted" by class support (key "auroc_weighted", ...). They keep one
+ * record per sample ((score, label) or (C probabilities, label)); undefined values (a class with no
+ * positives or, for AUROC, no negatives) are JSON null. Uncertainty: percentile bootstrap over the
+ * samples, O(resamples x C x n) after one sort per class. See the file for the rules. */
+typedef enum ct_ranking_kind { CT_RANKING_AUROC, CT_RANKING_AVERAGE_PRECISION } ct_ranking_kind;
+typedef enum ct_ranking_average { CT_RANKING_MACRO, CT_RANKING_WEIGHTED } ct_ranking_average;
+ct_status ct_ranking_metric_create(ct_ranking_kind kind, ct_ranking_average average, ct_metric **out);
+/* Their names, NULL-terminated, for ct_metric_from_json's dispatch and "did you mean" list. */
+extern const char *const ct_ranking_metric_names[];
+/* "auroc", or {"type": "auroc", "average": "weighted"}. Errors are CT_ERR_CONFIG at path. */
+ct_status ct_ranking_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
 
 #endif

@@ -1,5 +1,16 @@
-/* The built-in metrics (loss, accuracy, top_k_accuracy), their JSON specs, and metric sets from a
- * run config's "metrics" list.
+/* The built-in metrics (loss, accuracy, top_k_accuracy), the JSON specs of every metric family
+ * (dispatching to metrics_confusion.c, metrics_regression.c, metrics_lm.c, metrics_ranking.c), and
+ * metric sets from a run config's "metrics" list.
+ *
+ * Uncertainty, all closed forms (eval/uncertainty.h), reported even with resamples = 0:
+ *  - accuracy and top-k accuracy are binomial proportions: stderr sqrt(p(1-p)/n), Wilson interval.
+ *  - loss: when every batch that carried a loss also carried per-row losses (ct_eval_batch's
+ *    sample_loss = the row's loss sum, sample_weight = its count), the rows are the sampled units
+ *    and the loss sum(sample_loss) / sum(sample_weight) is a ratio estimator; its stderr is the
+ *    delta-method one, se^2 = n/(n-1) sum_i (s_i - L w_i)^2 / (sum w)^2 (s_i the row's loss sum,
+ *    w_i its weight, n the real rows), kept as mergeable sums of w, s, w^2, w s, s^2
+ *    (ct_ratio_sums); with unit weights it is the mean's s/sqrt(n). Normal interval. Without per-row
+ *    losses (or when some batch lacked them) the loss has no uncertainty keys.
  *
  * Each state is integers and float64 sums only, so any split of the data merges to the same state.
  * Classification metrics count into locals and add to the state at the end, so a failing batch
@@ -15,6 +26,7 @@
 #include "core/json.h"
 #include "core/util.h"
 #include "eval/metric.h"
+#include "eval/uncertainty.h"
 
 /* Rows * classes above which the counting loops run on several threads (integer counts: the result
  * is the same for any thread count). */
@@ -45,9 +57,30 @@ DEFINE_RANKING(double, f64)
 
 /* --- loss --------------------------------------------------------------------------------------- */
 
-enum { LOSS_SUM, LOSS_COUNT };
+/* UNCOVERED: the loss count of batches without per-row losses (a sum over rows, so any split of the
+ * data gives the same state); LOSS_ROWS: real rows that came with per-row losses. */
+enum { LOSS_SUM, LOSS_COUNT, UNCOVERED, R_W, R_WL, R_W2, R_W2L, R_W2L2, LOSS_SUMS };
+enum { LOSS_ROWS, LOSS_COUNTS };
 
 static ct_status loss_update(ct_metric *m, const ct_eval_batch *b) {
+    if (b->sample_loss) {
+        /* check_batch validated both tensors: float64 [rows], weights finite and >= 0 */
+        const double *l = b->sample_loss->data, *w = b->sample_weight->data;
+        int64_t rows = b->sample_loss->shape[0], n = 0;
+        ct_ratio_sums r = {0};
+        for (int64_t i = 0; i < rows; i++)
+            if (ct_metric_row_real(b, i)) {
+                ct_ratio_sums_add_total(&r, w[i], l[i]);
+                n++;
+            }
+        m->counts[LOSS_ROWS] += n;
+        m->sums[R_W] += r.w;
+        m->sums[R_WL] += r.wl;
+        m->sums[R_W2] += r.w2;
+        m->sums[R_W2L] += r.w2l;
+        m->sums[R_W2L2] += r.w2l2;
+    } else
+        m->sums[UNCOVERED] += b->loss.count;
     m->sums[LOSS_SUM] += b->loss.sum;
     m->sums[LOSS_COUNT] += b->loss.count;
     return CT_OK;
@@ -58,15 +91,28 @@ static ct_status loss_compute(const ct_metric *m, const char *prefix, json_t *ou
     return ct_metric_put(out, prefix, "loss", m->sums[LOSS_SUM] / m->sums[LOSS_COUNT]);
 }
 
-static const ct_metric_ops loss_ops = {
-    .size = sizeof(ct_metric_ops), .name = "loss", .update = loss_update, .compute = loss_compute};
+static ct_status loss_uncertainty(const ct_metric *m, const ct_uncertainty_config *cfg, const char *prefix,
+                                  json_t *out) {
+    if (m->sums[LOSS_COUNT] == 0 || m->sums[UNCOVERED] > 0 || m->counts[LOSS_ROWS] == 0) return CT_OK;
+    ct_ratio_sums r = {.n = (double)m->counts[LOSS_ROWS], .w = m->sums[R_W], .wl = m->sums[R_WL],
+                       .w2 = m->sums[R_W2], .w2l = m->sums[R_W2L], .w2l2 = m->sums[R_W2L2]};
+    double mean, se, lo, hi;
+    ct_ratio_interval(&r, cfg->confidence, &mean, &se, &lo, &hi);
+    return ct_uncertainty_put(out, prefix, "loss", se, lo, hi);
+}
+
+static const ct_metric_ops loss_ops = {.size = sizeof(ct_metric_ops),
+                                       .name = "loss",
+                                       .update = loss_update,
+                                       .compute = loss_compute,
+                                       .uncertainty = loss_uncertainty};
 
 ct_status ct_loss_metric_create(ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;
     ct_metric *m = calloc(1, sizeof *m);
     if (!m) return ct_error(CT_ERR_NOMEM, "metric 'loss': out of memory");
-    ct_status s = ct_metric_base_init(m, &loss_ops, 0, NULL, 2, NULL);
+    ct_status s = ct_metric_base_init(m, &loss_ops, LOSS_COUNTS, NULL, LOSS_SUMS, NULL);
     if (s != CT_OK) {
         free(m);
         return s;
@@ -102,8 +148,19 @@ static ct_status accuracy_compute(const ct_metric *m, const char *prefix, json_t
     return ct_metric_put(out, prefix, "accuracy", (double)m->counts[CORRECT] / (double)m->counts[TOTAL]);
 }
 
-static const ct_metric_ops accuracy_ops = {
-    .size = sizeof(ct_metric_ops), .name = "accuracy", .update = accuracy_update, .compute = accuracy_compute};
+static ct_status accuracy_uncertainty(const ct_metric *m, const ct_uncertainty_config *cfg, const char *prefix,
+                                      json_t *out) {
+    if (m->counts[TOTAL] == 0) return CT_OK;
+    double p, se, lo, hi;
+    ct_proportion_interval(m->counts[CORRECT], m->counts[TOTAL], cfg->confidence, &p, &se, &lo, &hi);
+    return ct_uncertainty_put(out, prefix, "accuracy", se, lo, hi);
+}
+
+static const ct_metric_ops accuracy_ops = {.size = sizeof(ct_metric_ops),
+                                           .name = "accuracy",
+                                           .update = accuracy_update,
+                                           .compute = accuracy_compute,
+                                           .uncertainty = accuracy_uncertainty};
 
 ct_status ct_accuracy_metric_create(ct_metric **out) {
     CT_ASSERT(out);
@@ -155,11 +212,22 @@ static ct_status top_k_compute(const ct_metric *m, const char *prefix, json_t *o
 
 static bool top_k_same_config(const ct_metric *a, const ct_metric *b) { return top_k_of(a) == top_k_of(b); }
 
+static ct_status top_k_uncertainty(const ct_metric *m, const ct_uncertainty_config *cfg, const char *prefix,
+                                   json_t *out) {
+    if (m->counts[TOTAL] == 0) return CT_OK;
+    char name[64];
+    snprintf(name, sizeof name, "top_%lld_accuracy", (long long)top_k_of(m));
+    double p, se, lo, hi;
+    ct_proportion_interval(m->counts[CORRECT], m->counts[TOTAL], cfg->confidence, &p, &se, &lo, &hi);
+    return ct_uncertainty_put(out, prefix, name, se, lo, hi);
+}
+
 static const ct_metric_ops top_k_ops = {.size = sizeof(ct_metric_ops),
                                         .name = "top_k_accuracy",
                                         .update = top_k_update,
                                         .compute = top_k_compute,
-                                        .same_config = top_k_same_config};
+                                        .same_config = top_k_same_config,
+                                        .uncertainty = top_k_uncertainty};
 
 ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out) {
     CT_ASSERT(out);
@@ -179,7 +247,34 @@ ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out) {
 
 /* --- JSON --------------------------------------------------------------------------------------- */
 
-static const char *const metric_names[] = {"loss", "accuracy", "top_k_accuracy", NULL};
+static const char *const basic_names[] = {"loss", "accuracy", "top_k_accuracy", NULL};
+
+/* The other metric families: their names (as strings or "type"s) and their JSON constructors. A
+ * family's from_json is called only for a name it lists (or, with `knows`, accepts). */
+typedef struct family {
+    const char *const *names;
+    bool (*knows)(const char *name);
+    ct_status (*from_json)(const json_t *spec, const char *path, ct_metric **out);
+} family;
+static const family families[] = {
+    {ct_confusion_metric_names, ct_confusion_metric_knows, ct_confusion_metric_from_json},
+    {ct_regression_metric_names, NULL, ct_regression_metric_from_json},
+    {ct_lm_metric_names, NULL, ct_lm_metric_from_json},
+    {ct_ranking_metric_names, NULL, ct_ranking_metric_from_json},
+};
+#define N_FAMILIES (sizeof families / sizeof families[0])
+
+static bool listed(const char *const *names, const char *name) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], name) == 0) return true;
+    return false;
+}
+
+static const family *family_of(const char *name) {
+    for (size_t f = 0; f < N_FAMILIES; f++)
+        if (families[f].knows ? families[f].knows(name) : listed(families[f].names, name)) return &families[f];
+    return NULL;
+}
 
 /* "top_5_accuracy": the key spelling of {"type": "top_k_accuracy", "k": 5}. Returns k, or 0. */
 static int64_t parse_top_k_name(const char *name) {
@@ -192,9 +287,18 @@ static int64_t parse_top_k_name(const char *name) {
 }
 
 static ct_status unknown_metric(const char *path, const char *what, const char *name) {
-    const char *hint = ct_closest_word(name, metric_names);
+    const char *all[64];
+    char known[1024] = "";
+    size_t n = 0, len = 0;
+    for (int i = 0; basic_names[i] && n < 63; i++) all[n++] = basic_names[i];
+    for (size_t f = 0; f < N_FAMILIES; f++)
+        for (int i = 0; families[f].names[i] && n < 63; i++) all[n++] = families[f].names[i];
+    all[n] = NULL;
+    const char *hint = ct_closest_word(name, all);
     if (hint) return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s', did you mean '%s'?", path, what, name, hint);
-    return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s' (known: loss, accuracy, top_k_accuracy)", path, what, name);
+    for (size_t i = 0; i < n && len < sizeof known; i++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", all[i]);
+    return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s' (known: %s)", path, what, name, known);
 }
 
 /* Constructor errors are about the spec's values: report them as config errors at its path. */
@@ -220,7 +324,10 @@ ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **
     CT_ASSERT(out);
     *out = NULL;
     if (!path) path = "metric";
-    if (json_is_string(spec)) return metric_from_name(json_string_value(spec), path, out);
+    if (json_is_string(spec)) {
+        const family *f = family_of(json_string_value(spec));
+        return f ? f->from_json(spec, path, out) : metric_from_name(json_string_value(spec), path, out);
+    }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"accuracy\") or an object with a \"type\"", path);
     const char *type;
@@ -240,6 +347,8 @@ ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **
         CT_TRY(ct_json_check_keys(spec, path, keys));
         return metric_from_name(type, path, out);
     }
+    const family *f = family_of(type);
+    if (f) return f->from_json(spec, path, out);
     return unknown_metric(type_path, "metric type", type);
 }
 

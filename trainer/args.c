@@ -124,6 +124,10 @@ typedef struct field_info {
       "Evaluation metric that ranks checkpoints; loss when load_best_model_at_end and not set.")                       \
     X(greater_is_better, BOOL, S_TRIBOOL, "null", NULL, NULL, 0, -1,                                                   \
       "Whether a larger metric_for_best_model is better; null means unless its name ends in loss.")                    \
+    X(eval_bootstrap_resamples, INT, S_I64, "1000", NULL, NULL, 0, 0,                                                  \
+      "ctrainer: bootstrap resamples behind each metric's standard error and interval; 0 keeps closed forms only.")    \
+    X(eval_confidence_level, REAL, S_F64, "0.95", NULL, NULL, 0, 0,                                                    \
+      "ctrainer: coverage of the confidence interval reported with each evaluation metric.")                          \
     X(logging_strategy, ENUM, S_ENUM, "\"steps\"", interval_names, interval_values, 0, 0,                              \
       "When to log the training loss and learning rate.")                                                              \
     X(logging_steps, REAL, S_F64, "500", NULL, NULL, F_COUNT, 0,                                                       \
@@ -852,6 +856,10 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "save_total_limit", "must be >= 0 (0 or null keeps every checkpoint), got %lld",
                    (long long)a->save_total_limit);
     if (a->seed < 0) return bad(path, "seed", "must be >= 0, got %lld", (long long)a->seed);
+    if (a->eval_bootstrap_resamples < 0)
+        return bad(path, "eval_bootstrap_resamples", "must be >= 0, got %lld", (long long)a->eval_bootstrap_resamples);
+    if (!(a->eval_confidence_level > 0 && a->eval_confidence_level < 1))
+        return bad(path, "eval_confidence_level", "must be in (0, 1), got %g", a->eval_confidence_level);
     if (a->data_seed < -1)
         return bad(path, "data_seed", "must be >= 0 (or null: seed), got %lld", (long long)a->data_seed);
 

@@ -86,6 +86,9 @@ typedef struct ct_training_args {
     bool load_best_model_at_end;                  /* false */
     char metric_for_best_model[CT_ARGS_NAME_MAX]; /* "" = unset; "loss" when load_best_model_at_end */
     int greater_is_better;                        /* -1 = unset: derived from the metric's name */
+    /* uncertainty of evaluation metrics (ctrainer's own; Hugging Face has none) */
+    int64_t eval_bootstrap_resamples; /* 1000; 0 = closed forms only */
+    double eval_confidence_level;     /* 0.95 */
     /* logging */
     ct_interval logging_strategy; /* "steps" */
     double logging_steps;         /* 500 */

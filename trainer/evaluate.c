@@ -8,14 +8,38 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/h5io.h"
 #include "trainer/trainer_impl.h"
 
 typedef struct eval_run {
     ct_dataset *ds;
     bool test;                 /* use get_test_dataloader */
-    ct_prediction_output *out; /* NULL: metrics only */
+    ct_prediction_output *out; /* where outputs are kept (predict, or compute_metrics); NULL: none */
+    ct_tensor sample_loss, sample_weight; /* per-row losses for the loss metric's standard error */
     int64_t samples, steps;
 } eval_run;
+
+/* Per-row (sum, count) of the trainer's loss over the real rows, for the loss metric's standard
+ * error. Only with the default compute_loss: an override may weigh rows its own way, and the
+ * per-row values would then not add up to the batch's loss. */
+static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const ct_tensor *outputs,
+                            ct_eval_batch *eb) {
+    if (CT_TRAINER_HOOK(t, compute_loss) || !r->sample_loss.data || eb->loss.count <= 0) return CT_OK;
+    double *l = r->sample_loss.data, *w = r->sample_weight.data;
+    for (int64_t i = 0; i < b->rows; i++) {
+        l[i] = w[i] = 0;
+        if (i >= b->valid) continue;
+        ct_tensor o = ct_tensor_rows(outputs, i, 1), y = ct_tensor_rows(&b->labels, i, 1);
+        ct_loss_value v;
+        CT_TRY(ct_loss_forward(t->loss, &o, &y, &v));
+        l[i] = v.sum;
+        w[i] = v.count;
+    }
+    r->sample_loss.shape[0] = r->sample_weight.shape[0] = b->rows;
+    eb->sample_loss = &r->sample_loss;
+    eb->sample_weight = &r->sample_weight;
+    return CT_OK;
+}
 
 /* Copies the real rows of a batch into the prediction arrays at their dataset indices. */
 static void keep_rows(ct_prediction_output *p, const ct_batch *b, const ct_tensor *outputs) {
@@ -53,6 +77,7 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         ct_tensor outputs;
         CT_TRY(ct_trainer_prediction_step(t, b, false, &loss, &outputs));
         ct_eval_batch eb = {.outputs = &outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
+        CT_TRY(row_losses(t, r, b, &outputs, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
         if (r->out) keep_rows(r->out, b, &outputs);
         r->samples += b->valid;
@@ -63,35 +88,64 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
     return CT_OK;
 }
 
+static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double *runtime) {
+    if (r->out) CT_TRY(alloc_outputs(t, r->ds, r->out));
+    int64_t bs[1] = {t->args.per_device_eval_batch_size};
+    CT_TRY(ct_tensor_alloc(&r->sample_loss, CT_F64, CT_CPU, 1, bs));
+    CT_TRY(ct_tensor_alloc(&r->sample_weight, CT_F64, CT_CPU, 1, bs));
+    bool was_training = t->model->root->training;
+    ct_model_train(t->model, false);
+    double t0 = ct_trainer_now();
+    ct_status s = run_batches(t, r, loader);
+    *runtime = ct_trainer_now() - t0;
+    ct_model_train(t->model, was_training);
+    return s;
+}
+
+/* The metrics of a finished pass: the metric set's values and their uncertainty, compute_metrics'
+ * values, and the speed metrics. */
+static ct_status finish_metrics(ct_trainer *t, eval_run *r, const char *prefix, double runtime, json_t *m) {
+    CT_TRY(ct_metric_set_compute(&t->metrics, prefix, m));
+    ct_uncertainty_config u = {.resamples = t->args.eval_bootstrap_resamples,
+                               .confidence = t->args.eval_confidence_level,
+                               .seed = (uint64_t)t->args.seed};
+    CT_TRY(ct_metric_set_uncertainty(&t->metrics, &u, prefix, m));
+    ct_status (*cm)(ct_trainer *, const ct_prediction_output *, const char *, json_t *) =
+        CT_TRAINER_HOOK(t, compute_metrics);
+    if (cm && ct_trainer_is_world_process_zero(t)) {
+        ct_status s = cm(t, r->out, prefix, m);
+        if (s != CT_OK) return ct_error_prefix(s, "compute_metrics: ");
+    }
+    double total_batch = (double)(t->args.per_device_eval_batch_size * t->world_size);
+    ct_trainer_speed_metrics(m, prefix, runtime, (double)r->samples, ceil((double)r->samples / total_batch));
+    return CT_OK;
+}
+
 /* One pass over r->ds: metrics (with speed metrics) into a new object *metrics. */
 static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix, json_t **metrics) {
     *metrics = NULL;
     ct_loader *loader;
     CT_TRY(r->test ? ct_trainer_get_test_dataloader(t, r->ds, &loader) : ct_trainer_get_eval_dataloader(t, r->ds, &loader));
-    if (r->out) {
-        ct_status s = alloc_outputs(t, r->ds, r->out);
-        if (s != CT_OK) {
-            ct_loader_free(loader);
-            return s;
-        }
-    }
-    bool was_training = t->model->root->training;
-    ct_model_train(t->model, false);
-    double t0 = ct_trainer_now();
-    ct_status s = run_batches(t, r, loader);
-    double runtime = ct_trainer_now() - t0;
-    ct_model_train(t->model, was_training);
+    /* compute_metrics sees every output: keep them even when the caller does not want them. */
+    ct_prediction_output kept = {0};
+    bool keep_for_hook = !r->out && CT_TRAINER_HOOK(t, compute_metrics);
+    if (keep_for_hook) r->out = &kept;
+    double runtime = 0;
+    ct_status s = run_loop(t, r, loader, &runtime);
     ct_loader_free(loader);
-    CT_TRY(s);
-    json_t *m = json_object();
-    if (!m) return ct_error(CT_ERR_NOMEM, "out of memory");
-    s = ct_metric_set_compute(&t->metrics, prefix, m);
+    ct_tensor_free(&r->sample_loss);
+    ct_tensor_free(&r->sample_weight);
+    json_t *m = s == CT_OK ? json_object() : NULL;
+    if (s == CT_OK && !m) s = ct_error(CT_ERR_NOMEM, "out of memory");
+    if (s == CT_OK) s = finish_metrics(t, r, prefix, runtime, m);
+    if (keep_for_hook) {
+        ct_prediction_output_free(&kept);
+        r->out = NULL;
+    }
     if (s != CT_OK) {
         json_decref(m);
         return s;
     }
-    double total_batch = (double)(t->args.per_device_eval_batch_size * t->world_size);
-    ct_trainer_speed_metrics(m, prefix, runtime, (double)r->samples, ceil((double)r->samples / total_batch));
     *metrics = m;
     return CT_OK;
 }
@@ -174,4 +228,38 @@ void ct_prediction_output_free(ct_prediction_output *p) {
     ct_tensor_free(&p->label_ids);
     json_decref(p->metrics);
     memset(p, 0, sizeof *p);
+}
+
+/* Writes /logits, /predictions (argmax of the last dimension) and /labels. */
+ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char *file) {
+    const ct_tensor *logits = &p->predictions;
+    if (logits->dtype != CT_F32 || logits->ndim < 2)
+        return ct_error(CT_ERR_DTYPE, "save predictions: logits must be float32 [N, ..., C]");
+    int64_t c = logits->shape[logits->ndim - 1], rows = ct_tensor_numel(logits) / (c ? c : 1);
+    int64_t pshape[CT_MAX_DIMS];
+    for (int i = 0; i < logits->ndim - 1; i++) pshape[i] = logits->shape[i];
+    ct_tensor pred = {0};
+    CT_TRY(ct_tensor_alloc(&pred, CT_I64, CT_CPU, logits->ndim - 1, pshape));
+    const float *x = logits->data;
+    int64_t *y = pred.data;
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (x[r * c + k] > x[r * c + best]) best = k;
+        y[r] = best;
+    }
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : ct_h5_write_tensor(f, "logits", logits);
+    if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
+    if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
+    if (f >= 0) H5Fclose(f);
+    ct_h5_unlock();
+    ct_tensor_free(&pred);
+    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
+    if (s != CT_OK) remove(tmp);
+    return s;
 }

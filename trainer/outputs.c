@@ -6,27 +6,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/fs.h"
 #include "trainer/model_io.h"
 #include "trainer/trainer_impl.h"
-
-/* mkdir -p */
-ct_status ct_make_dirs(const char *dir) {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", dir);
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0') continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST)
-            return ct_error(CT_ERR_IO, "cannot create directory '%s': %s", path, strerror(errno));
-        *p = c;
-        if (!c) break;
-    }
-    struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return ct_error(CT_ERR_IO, "'%s' is not a directory", dir);
-    return CT_OK;
-}
 
 /* Writes a JSON value to `file` through a temporary name, indented as Hugging Face's files. */
 ct_status ct_write_json_file(const json_t *v, const char *file) {
@@ -66,8 +48,13 @@ ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) {
 
 ct_status ct_trainer_store_callback_state(ct_trainer *t) {
     CT_TRY(ct_callbacks_save_state(&t->callbacks, t->state.stateful_callbacks));
+    /* A checkpoint is taken at a step boundary once that step's log, evaluation and save have run,
+     * when their flags are down (their events reset them); a save in progress must not leave
+     * should_save up for the resumed run, which would save again at its first chance. */
+    ct_trainer_control c = t->control;
+    c.should_log = c.should_evaluate = c.should_save = false;
     json_t *control;
-    CT_TRY(ct_trainer_control_save_state(&t->control, &control));
+    CT_TRY(ct_trainer_control_save_state(&c, &control));
     if (json_object_set_new(t->state.stateful_callbacks, "TrainerControl", control) != 0)
         return ct_error(CT_ERR_NOMEM, "out of memory");
     return CT_OK;
@@ -82,21 +69,61 @@ ct_status ct_trainer_save_state(ct_trainer *t) {
     return ct_trainer_state_save(&t->state, path);
 }
 
-/* Hugging Face prints "  key = value" with keys padded to the longest; reals as Python would. */
+static bool has_suffix(const char *k, const char *suffix) {
+    size_t n = strlen(k), m = strlen(suffix);
+    return n > m && strcmp(k + n - m, suffix) == 0;
+}
+
+/* A value as printed in the table: integers as such, reals with 4 significant digits. */
+static void format_value(const json_t *v, char *buf, size_t cap) {
+    if (json_is_integer(v)) snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v)) snprintf(buf, cap, "%.4g", json_real_value(v));
+    else if (json_is_null(v)) snprintf(buf, cap, "nan");
+    else {
+        char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+        snprintf(buf, cap, "%s", text ? text : "?");
+        free(text);
+    }
+}
+
+/* Hugging Face's "  key = value" lines, as a table: a metric with an uncertainty (the keys
+ * <key>_stderr, <key>_ci_low, <key>_ci_high) gets them on its own row. */
 void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metrics) {
     if (!ct_trainer_is_world_process_zero(t)) return;
     printf("***** %s metrics *****\n", split);
-    size_t width = 0;
+    int width = 6;
     const char *k;
     const json_t *v;
-    json_object_foreach((json_t *)metrics, k, v) if (strlen(k) > width) width = strlen(k);
+    json_object_foreach((json_t *)metrics, k, v) if ((int)strlen(k) > width && strlen(k) < 80) width = (int)strlen(k);
+    bool any_interval = false;
+    json_object_foreach((json_t *)metrics, k, v) any_interval |= has_suffix(k, "_stderr");
+    if (any_interval)
+        printf("  %-*s %12s %12s   %.0f%% interval\n", width, "metric", "value", "stderr",
+               t->args.eval_confidence_level * 100);
     json_object_foreach((json_t *)metrics, k, v) {
-        if (json_is_integer(v)) printf("  %-*s = %lld\n", (int)width, k, (long long)json_integer_value(v));
-        else if (json_is_real(v)) printf("  %-*s = %.4g\n", (int)width, k, json_real_value(v));
-        else {
-            char *text = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
-            printf("  %-*s = %s\n", (int)width, k, text ? text : "?");
-            free(text);
+        if (has_suffix(k, "_stderr") || has_suffix(k, "_ci_low") || has_suffix(k, "_ci_high")) continue;
+        char value[256], key[256];
+        format_value(v, value, sizeof value);
+        snprintf(key, sizeof key, "%s_stderr", k);
+        const json_t *se = json_object_get(metrics, key);
+        if (!any_interval) {
+            printf("  %-*s = %s\n", width, k, value);
+        } else if (!se) {
+            printf("  %-*s %12s\n", width, k, value);
+        } else {
+            char lo[64] = "", hi[64] = "", sev[64];
+            format_value(se, sev, sizeof sev);
+            snprintf(key, sizeof key, "%s_ci_low", k);
+            const json_t *l = json_object_get(metrics, key);
+            snprintf(key, sizeof key, "%s_ci_high", k);
+            const json_t *h = json_object_get(metrics, key);
+            if (l && h) {
+                format_value(l, lo, sizeof lo);
+                format_value(h, hi, sizeof hi);
+                printf("  %-*s %12s %12s   [%s, %s]\n", width, k, value, sev, lo, hi);
+            } else {
+                printf("  %-*s %12s %12s\n", width, k, value, sev);
+            }
         }
     }
     fflush(stdout);

@@ -219,9 +219,7 @@ static ct_status install_callbacks(ct_trainer *t) {
     else CT_TRY(ct_printer_callback_create(stdout, &cb));
     CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     if (t->args.report_to & CT_REPORT_JSONL) {
-        char path[CT_ARGS_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/log.jsonl", t->args.output_dir);
-        CT_TRY(ct_jsonl_callback_create(path, &cb));
+        CT_TRY(ct_jsonl_callback_create("log.jsonl", &cb)); /* relative: inside output_dir */
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
     return CT_OK;

@@ -2,6 +2,7 @@
 #ifndef CT_TRAINER_IMPL_H
 #define CT_TRAINER_IMPL_H
 
+#include "core/fs.h"
 #include "trainer/trainer.h"
 
 /* The application's hook `member` when its ops table has one (not NULL, and the table was written
@@ -19,8 +20,6 @@ void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, doub
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
  * ExportableState), before trainer_state.json is written. */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);
-/* mkdir -p. */
-ct_status ct_make_dirs(const char *dir);
 /* Writes v to file (indented, keys sorted) through a temporary name and a rename. */
 ct_status ct_write_json_file(const json_t *v, const char *file);
 

@@ -98,7 +98,14 @@ check(p.returncode == 0, f"test_args --dump-defaults failed: {p.stderr}")
 ours = json.loads(p.stdout) if p.returncode == 0 else {}
 hf = hf_args().to_dict()
 check(len(ours) >= 40, f"only {len(ours)} arguments dumped")
+# ctrainer's own arguments: they must NOT collide with a Hugging Face name, and keep their defaults.
+CTRAINER_ONLY = {"eval_bootstrap_resamples": 1000, "eval_confidence_level": 0.95}
+for name, value in CTRAINER_ONLY.items():
+    check(name not in hf, f"{name}: ctrainer's own argument now clashes with a Hugging Face field")
+    check(ours.get(name) == value, f"{name}: default {ours.get(name)!r}, expected {value!r}")
 for name, value in ours.items():
+    if name in CTRAINER_ONLY:
+        continue
     check(name in hf, f"{name}: not a Hugging Face TrainingArguments field")
     if name in hf:
         check(same(value, hf[name]), f"{name}: default {value!r}, Hugging Face {hf[name]!r}")

@@ -5,7 +5,12 @@
  * of any random split equal one state over everything, exactly; results do not depend on the batch
  * size); masks (padding rows with any label are ignored); edge cases (a class never predicted, all
  * right, all wrong, one sample, k >= C, one class, no samples); keys and prefixes; a user metric
- * with MIN/MAX fields and a destroy override; and every error message.
+ * with MIN/MAX fields and a destroy override; and every error message. The metric core's newer parts:
+ * state declarations of any size, blank states that adopt the other's declaration on merge,
+ * per-sample records (append, reserve, reset, merge appending in order, width mismatches), the
+ * uncertainty wrappers, and the closed forms of the basic metrics (accuracy and top-k: Wilson;
+ * loss: the ratio estimator from per-row losses, checked against its direct formula, and no keys
+ * when a batch lacked per-row losses), with the per-row tensors' validation.
  *
  * `test_metrics --compute IN.h5` is the mode tests/oracle/test_metrics.py drives to compare with
  * scikit-learn: IN.h5 holds attribute "spec" (JSON: "metrics", "prefix", "batch_size", "ranks") and
@@ -19,6 +24,7 @@
 #include "core/rng.h"
 #include "core/util.h"
 #include "eval/metric.h"
+#include "eval/uncertainty.h"
 #include "testlib.h"
 
 static ct_rng rng;
@@ -662,7 +668,15 @@ static void test_json(void) {
     CHECK_ERR(set_from("[\"accuracy\", \"loss\", \"acuracy\"]", &s), CT_ERR_CONFIG,
               "metrics[2]: unknown metric 'acuracy', did you mean 'accuracy'?");
     CHECK(s.n == 0 && s.items == NULL, "failed set is empty");
-    CHECK_ERR(set_from("[\"f1\"]", &s), CT_ERR_CONFIG, "metrics[0]: unknown metric 'f1' (known: loss, accuracy, top_k_accuracy)");
+    CHECK_ERR(set_from("[\"qqqqqqqq\"]", &s), CT_ERR_CONFIG,
+              "metrics[0]: unknown metric 'qqqqqqqq' (known: loss, accuracy, top_k_accuracy, confusion_matrix, precision");
+    CHECK_ERR(set_from("[\"balanced_acuracy\"]", &s), CT_ERR_CONFIG,
+              "metrics[0]: unknown metric 'balanced_acuracy', did you mean 'balanced_accuracy'?");
+    CHECK_ERR(set_from("[{\"type\": \"f1\", \"average\": \"macr\"}]", &s), CT_ERR_CONFIG,
+              "metrics[0].average: unknown average 'macr', did you mean 'macro'?");
+    CHECK_ERR(set_from("[{\"type\": \"mcc\", \"average\": \"macro\"}]", &s), CT_ERR_CONFIG, "metrics[0]");
+    CHECK_ERR(set_from("[\"f1\", {\"type\": \"f1\", \"average\": \"macro\"}]", &s), CT_ERR_CONFIG,
+              "metrics[1]: metric 'f1' is listed twice");
     CHECK_ERR(set_from("[{\"type\": \"top_k_acuracy\", \"k\": 3}]", &s), CT_ERR_CONFIG,
               "metrics[0].type: unknown metric type 'top_k_acuracy', did you mean 'top_k_accuracy'?");
     CHECK_ERR(set_from("[{\"type\": \"top_k_accuracy\"}]", &s), CT_ERR_CONFIG, "metrics[0]: missing required key 'k'");
@@ -682,6 +696,211 @@ static void test_json(void) {
     j = json_loads("[\"acc\"]", 0, NULL);
     CHECK_ERR(ct_metric_set_from_json(j, "run.metrics", &s), CT_ERR_CONFIG, "run.metrics[0]: unknown metric 'acc'");
     json_decref(j);
+}
+
+
+/* --- the core's newer parts --------------------------------------------------------------------- */
+
+/* A metric that keeps records of width 2 (value, row index) and declares its fields at the first
+ * batch: 3 counts then, like a metric that learns its shape from the data. */
+static ct_status rec_update(ct_metric *m, const ct_eval_batch *b) {
+    int64_t rows = b->labels->shape[0], real = 0;
+    for (int64_t i = 0; i < rows; i++) real += ct_metric_row_real(b, i);
+    if (m->n_counts == 0) CT_TRY(ct_metric_redeclare(m, 3, NULL, 1, NULL));
+    if (m->samples.width == 0) CT_TRY(ct_metric_keep_samples(m, 2));
+    CT_TRY(ct_metric_samples_reserve(m, real));
+    int64_t cap = m->samples.cap;
+    for (int64_t i = 0; i < rows; i++)
+        if (ct_metric_row_real(b, i)) {
+            double r[2] = {(double)ct_metric_label(b->labels, i), (double)i};
+            CT_TRY(ct_metric_samples_append(m, r));
+            m->counts[0]++;
+            m->sums[0] += r[0];
+        }
+    CT_ASSERT(m->samples.cap == cap); /* reserved: no growth while appending */
+    return CT_OK;
+}
+static ct_status rec_compute(const ct_metric *m, const char *prefix, json_t *out) {
+    return m->n_counts ? ct_metric_put(out, prefix, "records", (double)m->samples.n) : CT_OK;
+}
+static const ct_metric_ops rec_ops = {.size = sizeof(ct_metric_ops), .name = "records", .update = rec_update,
+                                      .compute = rec_compute};
+
+static void test_samples(void) {
+    /* large declarations: no field limit any more */
+    ct_metric *big = calloc(1, sizeof *big);
+    CHECK_OK(ct_metric_base_init(big, &rec_ops, 100000, NULL, 70000, NULL));
+    CHECK(big->n_counts == 100000 && big->counts[99999] == 0 && big->sum_ops[69999] == CT_REDUCE_SUM, "big state");
+    ct_metric_free(big);
+
+    int64_t n = 1 + (int64_t)ct_rng_below(&rng, 3000);
+    int64_t *lab = malloc((size_t)n * sizeof *lab);
+    uint8_t *mask = malloc((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        lab[i] = (int64_t)ct_rng_below(&rng, 1000);
+        mask[i] = ct_rng_uniform(&rng) < 0.8;
+    }
+    ct_tensor l = ct_tensor_view(lab, CT_I64, CT_CPU, 1, &n), k = ct_tensor_view(mask, CT_U8, CT_CPU, 1, &n);
+    ct_metric *whole = calloc(1, sizeof *whole), *merged = calloc(1, sizeof *merged);
+    CHECK_OK(ct_metric_base_init(whole, &rec_ops, 0, NULL, 0, NULL));
+    CHECK_OK(ct_metric_base_init(merged, &rec_ops, 0, NULL, 0, NULL));
+    ct_eval_batch b = {.labels = &l, .mask = &k};
+    CHECK_OK(ct_metric_update(whole, &b));
+    int64_t real = 0;
+    for (int64_t i = 0; i < n; i++) real += mask[i];
+    CHECK(whole->samples.n == real && whole->samples.width == 2, "records: %lld of %lld", (long long)whole->samples.n,
+          (long long)real);
+    /* pieces in order, some empty (blank), merged: the same records in the same order */
+    for (int64_t start = 0; start < n;) {
+        int64_t want = (int64_t)ct_rng_below(&rng, 400), len = CT_MIN(n - start, want); /* CT_MIN evaluates twice */
+        ct_tensor lp = ct_tensor_rows(&l, start, len), kp = ct_tensor_rows(&k, start, len);
+        ct_metric *piece = calloc(1, sizeof *piece);
+        CHECK_OK(ct_metric_base_init(piece, &rec_ops, 0, NULL, 0, NULL));
+        ct_eval_batch pb = {.labels = &lp, .mask = &kp};
+        if (len > 0) CHECK_OK(ct_metric_update(piece, &pb));
+        CHECK_OK(ct_metric_merge(merged, piece));
+        ct_metric_free(piece);
+        start += len;
+    }
+    bool same = merged->samples.n == whole->samples.n && merged->n_counts == 3 && merged->counts[0] == whole->counts[0];
+    for (int64_t i = 0; same && i < whole->samples.n; i++) same = merged->samples.values[2 * i] == whole->samples.values[2 * i];
+    CHECK(same, "merged records equal the whole's, in order");
+    /* a blank state adopts a used one; reset keeps the memory */
+    ct_metric *blank = calloc(1, sizeof *blank);
+    CHECK_OK(ct_metric_base_init(blank, &rec_ops, 0, NULL, 0, NULL));
+    CHECK_OK(ct_metric_merge(blank, whole));
+    CHECK(blank->samples.n == real && blank->counts[0] == whole->counts[0] && blank->sums[0] == whole->sums[0],
+          "blank adopts");
+    double *mem = blank->samples.values;
+    ct_metric_reset(blank);
+    CHECK(blank->samples.n == 0 && blank->samples.values == mem && blank->samples.width == 2 && blank->counts[0] == 0,
+          "reset empties the records and keeps the memory");
+    /* widths must agree */
+    ct_metric *wide = calloc(1, sizeof *wide);
+    CHECK_OK(ct_metric_base_init(wide, &rec_ops, 3, NULL, 1, NULL));
+    CHECK_OK(ct_metric_keep_samples(wide, 5));
+    CHECK_ERR(ct_metric_merge(wide, whole), CT_ERR_INVALID_ARG, "metric 'records'", "records of a different width");
+    double r5[5] = {1, 2, 3, 4, 5};
+    CHECK_OK(ct_metric_samples_append(wide, r5));
+    CHECK_ERR(ct_metric_keep_samples(wide, 2), CT_ERR_STATE, "cannot change the record width from 5 to 2");
+    CHECK_OK(ct_metric_keep_samples(wide, 5));
+    CHECK(wide->samples.n == 1 && wide->samples.values[4] == 5, "append copies the record");
+    /* a blank state merging a blank one stays blank */
+    ct_metric *b1 = calloc(1, sizeof *b1), *b2 = calloc(1, sizeof *b2);
+    CHECK_OK(ct_metric_base_init(b1, &rec_ops, 0, NULL, 0, NULL));
+    CHECK_OK(ct_metric_base_init(b2, &rec_ops, 0, NULL, 0, NULL));
+    CHECK_OK(ct_metric_merge(b1, b2));
+    CHECK(b1->n_counts == 0 && b1->samples.width == 0, "blank + blank = blank");
+    /* uncertainty: a metric without the op writes nothing */
+    json_t *out = json_object();
+    ct_uncertainty_config cfg = {.resamples = 10, .confidence = 0.95, .seed = 1};
+    CHECK_OK(ct_metric_uncertainty(whole, &cfg, "eval", out));
+    CHECK(json_object_size(out) == 0, "no uncertainty op: no key");
+    json_decref(out);
+    ct_metric_free(b1);
+    ct_metric_free(b2);
+    ct_metric_free(wide);
+    ct_metric_free(blank);
+    ct_metric_free(whole);
+    ct_metric_free(merged);
+    free(lab);
+    free(mask);
+}
+
+static void test_basic_uncertainty(void) {
+    int64_t c = 2 + (int64_t)ct_rng_below(&rng, 8), n = 10 + (int64_t)ct_rng_below(&rng, 2000);
+    data d;
+    data_make(&d, n, c, CT_F32, CT_I64, CONTINUOUS, 0.2);
+    ((uint8_t *)d.mask.data)[n - 1] = 1; /* at least one real row */
+    ct_tensor_set(&d.labels, n - 1, 0);
+    ct_metric_set s = make_set(2);
+    /* per-row losses: a sum and a weight (tokens) per row, masked rows 0 */
+    int64_t n1 = n;
+    ct_tensor sl, sw;
+    CT_ASSERT(ct_tensor_alloc(&sl, CT_F64, CT_CPU, 1, &n1) == CT_OK && ct_tensor_alloc(&sw, CT_F64, CT_CPU, 1, &n1) == CT_OK);
+    double W = 0, WL = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double w = real_row(&d, i) ? (double)ct_rng_below(&rng, 9) : 0, l = w * d.losses[i];
+        ((double *)sw.data)[i] = w;
+        ((double *)sl.data)[i] = l;
+        W += w;
+        WL += l;
+    }
+    int64_t bs = 1 + (int64_t)ct_rng_below(&rng, 64);
+    for (int64_t r = 0; r < n; r += bs) {
+        ct_tensor o, l, k;
+        int64_t len = CT_MIN(bs, n - r);
+        ct_eval_batch b = batch_of(&d, r, len, &o, &l, &k);
+        ct_tensor slb = ct_tensor_rows(&sl, r, len), swb = ct_tensor_rows(&sw, r, len);
+        b.sample_loss = &slb;
+        b.sample_weight = &swb;
+        b.loss.sum = b.loss.count = 0;
+        for (int64_t i = r; i < r + len; i++)
+            if (real_row(&d, i)) {
+                b.loss.sum += ((double *)sl.data)[i];
+                b.loss.count += ((double *)sw.data)[i];
+            }
+        CHECK_OK(ct_metric_set_update(&s, &b));
+    }
+    ct_uncertainty_config cfg = {.resamples = 0, .confidence = 0.9, .seed = 0};
+    json_t *out = json_object();
+    CHECK_OK(ct_metric_set_compute(&s, "eval", out));
+    CHECK_OK(ct_metric_set_uncertainty(&s, &cfg, "eval", out));
+    ref r = reference(&d, 2);
+    if (W > 0 && r.total > 1) {
+        double L = WL / W, ss = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (real_row(&d, i)) {
+                double e = ((double *)sl.data)[i] - L * ((double *)sw.data)[i];
+                ss += e * e;
+            }
+        double se = sqrt((double)r.total / (double)(r.total - 1) * ss) / W;
+        CHECK_NEAR(get_real(out, "eval_loss"), L, 1e-13);
+        CHECK_NEAR(get_real(out, "eval_loss_stderr"), se, 1e-8);
+        CHECK_NEAR(get_real(out, "eval_loss_ci_high") - get_real(out, "eval_loss"), ct_confidence_z(0.9) * se, 1e-7);
+    }
+    double p, se, lo, hi;
+    ct_proportion_interval(r.correct, r.total, 0.9, &p, &se, &lo, &hi);
+    CHECK(get_real(out, "eval_accuracy_stderr") == se && get_real(out, "eval_accuracy_ci_low") == lo &&
+              get_real(out, "eval_accuracy_ci_high") == hi,
+          "accuracy: the Wilson closed form, even with resamples 0");
+    ct_proportion_interval(r.top_hits, r.total, 0.9, &p, &se, &lo, &hi);
+    CHECK(get_real(out, "eval_top_2_accuracy_stderr") == se && get_real(out, "eval_top_2_accuracy_ci_high") == hi,
+          "top-k: the Wilson closed form");
+    CHECK(json_object_size(out) == 12, "3 values and 9 uncertainty keys: %zu", json_object_size(out));
+    json_decref(out);
+
+    /* one batch without per-row losses: no loss uncertainty (its rows would be missing) */
+    ct_tensor o, l, k;
+    int64_t first = 0;
+    while (!real_row(&d, first)) first++; /* a real row: a batch of padding carries no loss */
+    ct_eval_batch b = batch_of(&d, first, 1, &o, &l, &k);
+    CHECK_OK(ct_metric_set_update(&s, &b));
+    out = json_object();
+    CHECK_OK(ct_metric_set_uncertainty(&s, &cfg, "eval", out));
+    CHECK(!json_object_get(out, "eval_loss_stderr") && json_object_get(out, "eval_accuracy_stderr"),
+          "a batch without per-row losses: no loss stderr");
+    json_decref(out);
+
+    /* validation of the per-row tensors */
+    ct_tensor slb = ct_tensor_rows(&sl, first, 1), swb = ct_tensor_rows(&sw, first, 1), sw2 = ct_tensor_rows(&sw, 0, 2);
+    b.sample_loss = &slb;
+    CHECK_ERR(ct_metric_update(s.items[0], &b), CT_ERR_INVALID_ARG, "metric 'loss': sample_loss and sample_weight come together");
+    b.sample_weight = &sw2;
+    CHECK_ERR(ct_metric_update(s.items[0], &b), CT_ERR_SHAPE, "metric 'loss': sample_weight", "expected [1] float64");
+    double neg = -1;
+    ct_tensor negt = ct_tensor_view(&neg, CT_F64, CT_CPU, 1, (int64_t[]){1});
+    b.sample_weight = &negt;
+    b.mask = NULL;
+    CHECK_ERR(ct_metric_update(s.items[0], &b), CT_ERR_INVALID_ARG, "sample_weight -1 at row 0");
+    b.sample_weight = &swb;
+    ct_tensor lab32 = ct_tensor_rows(&d.labels, first, 1);
+    b.sample_loss = &lab32; /* int64 */
+    CHECK_ERR(ct_metric_update(s.items[0], &b), CT_ERR_SHAPE, "sample_loss");
+    ct_tensor_free(&sl);
+    ct_tensor_free(&sw);
+    ct_metric_set_free(&s);
+    data_free(&d);
 }
 
 /* --- the oracle's mode -------------------------------------------------------------------------- */
@@ -769,5 +988,7 @@ int main(int argc, char **argv) {
     test_user_metric();
     test_errors();
     test_json();
+    test_samples();
+    test_basic_uncertainty();
     return ct_test_finish();
 }

@@ -23,6 +23,9 @@
 
 static char tmp_root[256];
 
+/* Every kind of built-in metric, for the batch-size independence check. */
+#define EVAL_METRICS "[\"accuracy\", \"top_2_accuracy\", \"f1_macro\", \"f1_per_class\", \"precision_weighted\", \"recall_micro\", \"mcc\", \"balanced_accuracy\", \"confusion_matrix\", \"auroc\", \"average_precision\"]"
+
 /* --- data and model ------------------------------------------------------------------------------ */
 
 /* n samples of dim features, labels in [0, classes) with about `ignored` of them -100. */
@@ -95,7 +98,45 @@ static ct_status rec_training_step(ct_trainer *t, const ct_batch *b, ct_loss_val
     return CT_OK;
 }
 
+/* Hugging Face's compute_metrics: accuracy recomputed from every output and label of the set, plus
+ * a check that they arrive in dataset order (row i's label is the dataset's label i). */
+static ct_dataset *order_reference;
+static int compute_metrics_calls;
+
+static ct_status rec_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
+                                     json_t *metrics) {
+    (void)t;
+    compute_metrics_calls++;
+    int64_t n = p->predictions.shape[0], c = p->predictions.shape[1], correct = 0, in_order = 0;
+    const float *z = p->predictions.data;
+    const int64_t *y = p->label_ids.data;
+    ct_tensor fx, fy;
+    CT_TRY(ct_dataset_alloc_batch(order_reference, n, &fx, &fy));
+    int64_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = i;
+    ct_fetch_ctx ctx = {0};
+    ct_status s = ct_dataset_get_batch(order_reference, idx, n, &ctx, &fx, &fy);
+    for (int64_t i = 0; s == CT_OK && i < n; i++) {
+        int64_t best = 0;
+        for (int64_t k = 1; k < c; k++)
+            if (z[i * c + k] > z[i * c + best]) best = k;
+        correct += best == y[i];
+        in_order += y[i] == ((int64_t *)fy.data)[i];
+    }
+    free(idx);
+    ct_tensor_free(&fx);
+    ct_tensor_free(&fy);
+    CT_TRY(s);
+    char key[64];
+    snprintf(key, sizeof key, "%s_my_accuracy", prefix);
+    json_object_set_new(metrics, key, json_real((double)correct / (double)n));
+    snprintf(key, sizeof key, "%s_labels_in_order", prefix);
+    json_object_set_new(metrics, key, json_integer(in_order == n));
+    return CT_OK;
+}
+
 static const ct_trainer_ops rec_ops = {.size = sizeof(ct_trainer_ops), .training_step = rec_training_step};
+static const ct_trainer_ops metrics_ops = {.size = sizeof(ct_trainer_ops), .compute_metrics = rec_compute_metrics};
 
 typedef struct recorder {
     ct_callback base;
@@ -444,6 +485,113 @@ static void test_rotation(int64_t limit, const char *const *keep, const char *co
     ct_training_args_free(&a);
 }
 
+/* --- compute_metrics ------------------------------------------------------------------------------------ */
+
+static void test_compute_metrics(void) {
+    ct_training_args a;
+    test_args(&a, "compute_metrics");
+    a.per_device_eval_batch_size = 5; /* 37 samples: the last batch is short */
+    ct_dataset *train = make_data(60, 6, 4, 0, CT_F32, 3), *eval = make_data(37, 6, 4, 0, CT_F32, 4);
+    ct_model m;
+    CHECK_OK(make_model(&m, 6, 4, CT_F32, 10));
+    json_t *list = json_pack("[s]", "accuracy");
+    ct_trainer_setup setup = {.model = &m, .train_dataset = train, .n_eval = 1, .metrics = list};
+    setup.eval_datasets[0] = eval;
+    ct_trainer t;
+    CHECK_OK(ct_trainer_init(&t, &metrics_ops, &a, &setup));
+    order_reference = eval;
+    compute_metrics_calls = 0;
+    ct_train_output out;
+    CHECK_OK(ct_trainer_train(&t, NULL, &out));
+    json_t *metrics = NULL;
+    CHECK_OK(ct_trainer_evaluate(&t, NULL, "eval", &metrics));
+    CHECK(compute_metrics_calls == 1, "compute_metrics called %d times", compute_metrics_calls);
+    CHECK(json_integer_value(json_object_get(metrics, "eval_labels_in_order")) == 1,
+          "compute_metrics did not get the labels in dataset order");
+    double mine = json_number_value(json_object_get(metrics, "eval_my_accuracy")),
+           theirs = json_number_value(json_object_get(metrics, "eval_accuracy"));
+    CHECK(mine == theirs && json_is_number(json_object_get(metrics, "eval_accuracy")),
+          "compute_metrics' accuracy %.17g != the accuracy metric's %.17g", mine, theirs);
+    /* every metric comes with an uncertainty: accuracy's closed form, the loss's from per-row losses */
+    const char *keys[] = {"eval_accuracy_stderr", "eval_accuracy_ci_low", "eval_accuracy_ci_high",
+                          "eval_loss_stderr", "eval_loss_ci_low", "eval_loss_ci_high", NULL};
+    for (int i = 0; keys[i]; i++) CHECK(json_is_number(json_object_get(metrics, keys[i])), "metrics lack %s", keys[i]);
+    double lo = json_number_value(json_object_get(metrics, "eval_loss_ci_low")),
+           hi = json_number_value(json_object_get(metrics, "eval_loss_ci_high")),
+           loss = json_number_value(json_object_get(metrics, "eval_loss"));
+    CHECK(lo < loss && loss < hi, "eval_loss %g outside its interval [%g, %g]", loss, lo, hi);
+    json_decref(metrics);
+    ct_prediction_output p;
+    CHECK_OK(ct_trainer_predict(&t, eval, "test", &p));
+    CHECK(compute_metrics_calls == 2 && json_is_number(json_object_get(p.metrics, "test_my_accuracy")),
+          "predict did not call compute_metrics");
+    ct_prediction_output_free(&p);
+    ct_train_output_free(&out);
+    ct_trainer_free(&t);
+    json_decref(list);
+    ct_model_free(&m);
+    ct_dataset_free(train);
+    ct_dataset_free(eval);
+    ct_training_args_free(&a);
+}
+
+/* --- evaluation does not depend on the eval batch size ------------------------------------------------- */
+
+/* The metrics of `list` on one eval set of 203 samples, with eval batch size bs. */
+static json_t *evaluate_with_batch(int64_t bs, const json_t *list) {
+    ct_training_args a;
+    test_args(&a, "eval_batch");
+    a.per_device_eval_batch_size = bs;
+    ct_dataset *eval = make_data(203, 6, 4, 0, CT_F32, 21);
+    ct_model m;
+    json_t *metrics = NULL;
+    if (make_model(&m, 6, 4, CT_F32, bs) != CT_OK) abort();
+    ct_trainer_setup setup = {.model = &m, .n_eval = 1, .metrics = list};
+    setup.eval_datasets[0] = eval;
+    ct_trainer t;
+    CHECK_OK(ct_trainer_init(&t, NULL, &a, &setup));
+    CHECK_OK(ct_trainer_evaluate(&t, NULL, "eval", &metrics));
+    ct_trainer_free(&t);
+    ct_model_free(&m);
+    ct_dataset_free(eval);
+    ct_training_args_free(&a);
+    return metrics;
+}
+
+static bool is_speed_key(const char *k) {
+    return strstr(k, "_runtime") || strstr(k, "_per_second");
+}
+
+static void test_eval_batch_independence(void) {
+    json_t *list = json_loads(EVAL_METRICS, 0, NULL);
+    CHECK(list != NULL, "bad metric list");
+    json_t *ref = evaluate_with_batch(64, list);
+    const int64_t sizes[] = {1, 7, 203, 250};
+    for (size_t i = 0; ref && i < CT_ARRAY_LEN(sizes); i++) {
+        json_t *m = evaluate_with_batch(sizes[i], list);
+        const char *k;
+        json_t *v;
+        int compared = 0;
+        json_object_foreach(ref, k, v) {
+            if (is_speed_key(k)) continue;
+            json_t *w = json_object_get(m, k);
+            compared++;
+            if (json_is_number(v) && json_is_number(w)) {
+                double x = json_number_value(v), y = json_number_value(w);
+                /* counts are exact; float64 sums may differ in the last bits with the summation order */
+                CHECK(fabs(x - y) <= 1e-12 * fmax(fabs(x), 1e-300), "eval batch %lld: %s = %.17g vs %.17g with batch 64",
+                      (long long)sizes[i], k, y, x);
+            } else {
+                CHECK(json_equal(v, w), "eval batch %lld: %s differs from batch 64's", (long long)sizes[i], k);
+            }
+        }
+        CHECK(compared >= 8, "only %d metrics compared", compared);
+        json_decref(m);
+    }
+    json_decref(ref);
+    json_decref(list);
+}
+
 /* --- outputs ------------------------------------------------------------------------------------------- */
 
 static void test_outputs(void) {
@@ -509,6 +657,8 @@ int main(void) {
     static const char *const gone1[] = {"checkpoint-4", "checkpoint-8", "checkpoint-10", NULL};
     test_rotation(1, keep1, gone1);
     test_outputs();
+    test_compute_metrics();
+    test_eval_batch_independence();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
