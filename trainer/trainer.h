@@ -46,6 +46,9 @@ typedef struct ct_prediction_output {
     json_t *metrics;       /* "<prefix>_loss", ..., "<prefix>_runtime", ... */
 } ct_prediction_output;
 void ct_prediction_output_free(ct_prediction_output *p);
+/* Writes /logits (the outputs, float32), /predictions (int64 argmax of the last dimension) and, when
+ * there are labels, /labels to an HDF5 file (through a temporary name), in dataset order. */
+ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char *file);
 
 /* What train() returns (Hugging Face's TrainOutput). */
 typedef struct ct_train_output {
@@ -57,6 +60,21 @@ typedef struct ct_train_output {
 void ct_train_output_free(ct_train_output *o);
 
 typedef struct ct_trainer ct_trainer;
+
+/* Where the training loop stands, and the values it carries between optimizer steps: what a
+ * checkpoint needs, besides the model, optimizer, scheduler and trainer state, for the resumed run to
+ * log exactly what the uninterrupted one would have. */
+typedef struct ct_train_progress {
+    int64_t epoch;        /* the epoch in progress */
+    int64_t next_batch;   /* its next global batch */
+    bool epoch_done;      /* its end-of-epoch events have run: resume at the next epoch */
+    double tr_loss;       /* sum of step losses since the last log */
+    double total_loss;    /* sum of the step losses already logged */
+    int64_t last_logged_step;
+    double grad_norm;     /* of the last step */
+    bool has_grad_norm;
+    double learning_rate; /* of the last step */
+} ct_train_progress;
 
 typedef struct ct_trainer_ops {
     size_t size; /* sizeof(ct_trainer_ops) when the table was written */
@@ -93,6 +111,11 @@ typedef struct ct_trainer_ops {
     /* Floating-point operations of one training batch (forward + backward); feeds total_flos.
      * Default: Hugging Face's estimate, 6 x parameters x samples. */
     double (*floating_point_ops)(ct_trainer *t, const ct_batch *b);
+    /* Hugging Face's compute_metrics: called on the main process after each evaluation and
+     * prediction pass with every output and label of the set in dataset order (p->metrics is NULL
+     * then); adds its own values to `metrics` under "<prefix>_<name>". Setting it makes the
+     * evaluation loop keep the outputs (memory: samples x outputs). NULL: none (no default). */
+    ct_status (*compute_metrics)(ct_trainer *t, const ct_prediction_output *p, const char *prefix, json_t *metrics);
 } ct_trainer_ops;
 
 /* What a trainer is built from. Datasets may be NULL where not needed (no eval set without an
@@ -131,6 +154,7 @@ struct ct_trainer {
     /* internal: the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
     ct_tensor dloss;
     double train_start_time;
+    ct_train_progress progress; /* internal: where the training loop is, saved in checkpoints */
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar
@@ -140,8 +164,14 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
                           const ct_trainer_setup *setup);
 void ct_trainer_free(ct_trainer *t);
 
-/* The training loop. resume_from_checkpoint: NULL, "latest" or a checkpoint directory. */
+/* The training loop. resume_from_checkpoint: NULL, "latest" (the newest valid checkpoint in
+ * output_dir) or a checkpoint directory; the resumed run continues exactly where the checkpoint was
+ * taken (same batches, same numbers as the uninterrupted run). While it runs, SIGTERM and SIGINT
+ * stop it at the next optimizer-step boundary: it saves a checkpoint there and returns
+ * CT_ERR_INTERRUPTED (ct_trainer_stop_signal() then says which signal). */
 ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct_train_output *out);
+/* The signal that stopped the last ct_trainer_train (0: none). */
+int ct_trainer_stop_signal(void);
 
 /* The wrappers the core calls (NULL hook -> default; errors prefixed with the hook's name). */
 ct_status ct_trainer_get_train_dataloader(ct_trainer *t, ct_loader **out);
