@@ -6,6 +6,8 @@
  *   evaluate  loads --model DIR's weights and evaluates the eval sets (or the test set).
  *   predict   loads --model DIR's weights and writes the test set's logits, predicted classes and
  *             labels to --output FILE.h5, in dataset order.
+ * train --resume_from_checkpoint [latest|DIR] continues a run exactly; SIGTERM/SIGINT stop training at
+ * the next step with a checkpoint and exit 128 + the signal.
  * Options shared by all three: --<training_argument> VALUE (any name of `ctrainer config --defaults`)
  * and --set dotted.key=JSON, applied after the config's own values. */
 #include <stdio.h>
@@ -13,7 +15,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "core/h5io.h"
 #include "core/ops.h"
 #include "trainer/model_io.h"
 #include "trainer/run.h"
@@ -46,6 +47,8 @@ static void usage(FILE *f, const char *command) {
 /* Exit code of a failed status: 2 for what the user wrote wrong, 1 for what went wrong at run time. */
 static int fail(const char *command, ct_status s) {
     fprintf(stderr, "ctrainer %s: %s\n", command, ct_last_error());
+    /* Stopped by SIGTERM/SIGINT after saving a checkpoint: the shell's code for that signal. */
+    if (s == CT_ERR_INTERRUPTED) return 128 + ct_trainer_stop_signal();
     return s == CT_ERR_CONFIG || s == CT_ERR_INVALID_ARG ? 2 : 1;
 }
 
@@ -147,39 +150,6 @@ static ct_status report(ct_trainer *t, const char *split, json_t *metrics) {
     return s;
 }
 
-/* Writes /logits, /predictions (argmax of the last dimension) and /labels. */
-static ct_status write_predictions(const ct_prediction_output *p, const char *file) {
-    const ct_tensor *logits = &p->predictions;
-    int64_t n = logits->shape[0], c = logits->shape[logits->ndim - 1], rows = (int64_t)(ct_tensor_numel(logits) / (c ? c : 1));
-    int64_t pshape[CT_MAX_DIMS];
-    for (int i = 0; i < logits->ndim - 1; i++) pshape[i] = logits->shape[i];
-    ct_tensor pred = {0};
-    CT_TRY(ct_tensor_alloc(&pred, CT_I64, CT_CPU, logits->ndim - 1, pshape));
-    const float *x = logits->data;
-    int64_t *y = pred.data;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < c; k++)
-            if (x[r * c + k] > x[r * c + best]) best = k;
-        y[r] = best;
-    }
-    (void)n;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", file);
-    ct_h5_lock();
-    ct_h5_quiet();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : ct_h5_write_tensor(f, "logits", logits);
-    if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
-    if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
-    if (f >= 0) H5Fclose(f);
-    ct_h5_unlock();
-    ct_tensor_free(&pred);
-    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
-    if (s != CT_OK) remove(tmp);
-    return s;
-}
-
 static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
     ct_train_output out;
     CT_TRY(ct_trainer_train(t, o->resume, &out));
@@ -219,7 +189,7 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_trainer *t) {
     }
     ct_prediction_output p;
     CT_TRY(ct_trainer_predict(t, r->test, "test", &p));
-    ct_status s = write_predictions(&p, o->output);
+    ct_status s = ct_prediction_output_save_h5(&p, o->output);
     json_t *m = p.metrics;
     p.metrics = NULL;
     ct_prediction_output_free(&p);

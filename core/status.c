@@ -23,6 +23,7 @@ const char *ct_status_str(ct_status s) {
     case CT_ERR_UNSUPPORTED: return "unsupported";
     case CT_ERR_NUMERIC: return "non-finite value";
     case CT_ERR_STATE: return "wrong call order";
+    case CT_ERR_INTERRUPTED: return "interrupted";
     }
     return "unknown status";
 }

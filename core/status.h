@@ -30,6 +30,7 @@ typedef enum ct_status {
     CT_ERR_UNSUPPORTED = -9, /* a valid request this build or backend cannot serve */
     CT_ERR_NUMERIC = -10,    /* NaN or inf where a finite value is required */
     CT_ERR_STATE = -11,      /* a call made in the wrong order (e.g. forward before setup) */
+    CT_ERR_INTERRUPTED = -12, /* stopped on request (SIGTERM, SIGINT) after saving what resuming needs */
 } ct_status;
 
 /* A short, stable name for a status ("shape mismatch"), never NULL. */

@@ -7,8 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_io.h"
 #include "trainer/model_io.h"
 #include "trainer/trainer_impl.h"
 
@@ -68,7 +70,7 @@ ct_status ct_checkpoint_list(const char *dir, char ***out, int *n) {
     char **list = s == CT_OK && cnt ? malloc((size_t)cnt * sizeof *list) : NULL;
     if (s == CT_OK && cnt && !list) s = ct_error(CT_ERR_NOMEM, "out of memory");
     if (s == CT_OK) {
-        qsort(e, (size_t)cnt, sizeof *e, by_step);
+        if (cnt) qsort(e, (size_t)cnt, sizeof *e, by_step);
         for (int i = 0; i < cnt; i++) list[i] = e[i].path;
         *out = list;
         *n = cnt;
@@ -98,6 +100,65 @@ static ct_status remove_tree(const char *path) {
 static bool same_path(const char *a, const char *b) {
     struct stat x, y;
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* --- the loop's progress: exact doubles as C99 hex floats, which read back bit for bit --------------- */
+
+static json_t *hex_double(double v) {
+    char buf[64];
+    snprintf(buf, sizeof buf, "%a", v);
+    return json_string(buf);
+}
+
+static ct_status write_progress(const ct_trainer *t, const char *file) {
+    const ct_train_progress *p = &t->progress;
+    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o}", "format",
+                          "ctrainer-progress", "rank", t->rank, "world_size", t->world_size, "epoch",
+                          (json_int_t)p->epoch, "next_batch", (json_int_t)p->next_batch, "epoch_done", p->epoch_done,
+                          "tr_loss", hex_double(p->tr_loss), "total_loss", hex_double(p->total_loss),
+                          "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
+                          "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate));
+    if (!o) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status s = ct_write_json_file(o, file);
+    json_decref(o);
+    return s;
+}
+
+static ct_status read_double(const json_t *o, const char *file, const char *key, double *out) {
+    const char *text = json_string_value(json_object_get(o, key));
+    char *end;
+    if (!text) return ct_error(CT_ERR_FORMAT, "%s: no \"%s\"", file, key);
+    *out = strtod(text, &end);
+    if (*end) return ct_error(CT_ERR_FORMAT, "%s: \"%s\" is not a number: '%s'", file, key, text);
+    return CT_OK;
+}
+
+static ct_status read_progress(const char *file, ct_train_progress *p) {
+    json_error_t err;
+    json_t *o = json_load_file(file, 0, &err);
+    if (!o) return ct_error(CT_ERR_FORMAT, "%s:%d:%d: %s", file, err.line, err.column, err.text);
+    ct_train_progress v = {0};
+    json_t *e = json_object_get(o, "epoch"), *b = json_object_get(o, "next_batch"),
+           *l = json_object_get(o, "last_logged_step");
+    ct_status s = json_is_integer(e) && json_is_integer(b) && json_is_integer(l)
+                      ? CT_OK
+                      : ct_error(CT_ERR_FORMAT, "%s: epoch, next_batch and last_logged_step must be integers", file);
+    if (s == CT_OK) {
+        v.epoch = json_integer_value(e);
+        v.next_batch = json_integer_value(b);
+        v.last_logged_step = json_integer_value(l);
+        v.epoch_done = json_is_true(json_object_get(o, "epoch_done"));
+        v.has_grad_norm = json_is_true(json_object_get(o, "has_grad_norm"));
+        if (v.epoch < 0 || v.next_batch < 0 || v.last_logged_step < 0)
+            s = ct_error(CT_ERR_FORMAT, "%s: negative position", file);
+    }
+    if (s == CT_OK) s = read_double(o, file, "tr_loss", &v.tr_loss);
+    if (s == CT_OK) s = read_double(o, file, "total_loss", &v.total_loss);
+    if (s == CT_OK) s = read_double(o, file, "grad_norm", &v.grad_norm);
+    if (s == CT_OK) s = read_double(o, file, "learning_rate", &v.learning_rate);
+    json_decref(o);
+    if (s == CT_OK) *p = v;
+    return s;
 }
 
 /* Hugging Face's _sorted_checkpoints + _rotate_checkpoints. */
@@ -144,9 +205,63 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
     CT_TRY(ct_trainer_store_callback_state(t));
     CT_TRY(ct_trainer_state_save(&t->state, path));
-    CT_TRY(remove_tree(dir));
-    if (rename(tmp, dir) != 0) return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, dir, strerror(errno));
+    if (!t->args.save_only_model) {
+        snprintf(path, sizeof path, "%s/optimizer.h5", tmp);
+        CT_TRY(ct_optimizer_save_h5(t->optimizer, path));
+        snprintf(path, sizeof path, "%s/scheduler.json", tmp);
+        CT_TRY(ct_scheduler_save_json(t->lr_scheduler, path));
+        snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
+        CT_TRY(write_progress(t, path));
+    }
+    CT_TRY(ct_checkpoint_write_manifest(tmp));
+    CT_TRY(ct_checkpoint_commit(tmp, dir));
     return rotate(t);
+}
+
+ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
+    char dir[4096], path[4300];
+    CT_TRY(ct_checkpoint_resolve(t->args.output_dir, spec, dir, sizeof dir));
+    snprintf(path, sizeof path, "%s/optimizer.h5", dir);
+    if (access(path, F_OK) != 0)
+        return ct_error(CT_ERR_STATE, "%s was saved with save_only_model: it has no optimizer state to resume from",
+                        dir);
+    ct_train_progress p;
+    snprintf(path, sizeof path, "%s/rng_state_%d.json", dir, t->rank);
+    CT_TRY(read_progress(path, &p));
+    ct_trainer_state st;
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    CT_TRY(ct_trainer_state_init(&st));
+    ct_status s = ct_trainer_state_load(&st, path);
+    /* Everything that can fail on a mismatch (another model, another optimizer) comes before the
+     * trainer's own state changes. */
+    if (s == CT_OK) {
+        snprintf(path, sizeof path, "%s/model.h5", dir);
+        s = ct_model_load_h5(t->model, path);
+    }
+    if (s == CT_OK) {
+        snprintf(path, sizeof path, "%s/optimizer.h5", dir);
+        s = ct_optimizer_load_h5(t->optimizer, path);
+    }
+    if (s == CT_OK) {
+        snprintf(path, sizeof path, "%s/scheduler.json", dir);
+        s = ct_scheduler_load_json(t->lr_scheduler, path);
+    }
+    if (s == CT_OK) s = ct_callbacks_load_state(&t->callbacks, st.stateful_callbacks, "stateful_callbacks");
+    const json_t *control = s == CT_OK ? json_object_get(st.stateful_callbacks, "TrainerControl") : NULL;
+    if (control) s = ct_trainer_control_load_state(&t->control, control, "stateful_callbacks.TrainerControl");
+    if (s != CT_OK) {
+        ct_trainer_state_free(&st);
+        return ct_error_prefix(s, "resume from %s: ", dir);
+    }
+    st.is_world_process_zero = t->state.is_world_process_zero;
+    st.is_local_process_zero = t->state.is_local_process_zero;
+    ct_trainer_state_free(&t->state);
+    t->state = st;
+    t->progress = p;
+    if (ct_trainer_is_world_process_zero(t))
+        fprintf(stderr, "Resuming from %s: step %lld, epoch %lld, batch %lld%s\n", dir, (long long)st.global_step,
+                (long long)p.epoch, (long long)p.next_batch, p.epoch_done ? " (epoch done)" : "");
+    return CT_OK;
 }
 
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t) {

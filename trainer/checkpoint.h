@@ -1,8 +1,9 @@
 /* Checkpoints: output_dir/checkpoint-<global_step>/ directories, their rotation, and loading the best.
  *
- * A checkpoint holds the model (model.h5, trainer/model_io.h), trainer_state.json and the resolved
- * training arguments (training_args.json); it is written into a temporary directory and renamed
- * when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
+ * A checkpoint holds everything a run needs to continue exactly (trainer/checkpoint_io.h lists the
+ * files): the model, optimizer and scheduler state, trainer_state.json, the loop's progress and the
+ * arguments. It is written into a temporary directory with a manifest of sizes and checksums, fsync'd
+ * and renamed when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
  * Face's _rotate_checkpoints: with save_total_limit N the oldest checkpoints go, but never the best
  * one (it is moved to the end of the deletion order), and with a limit of 1 the best and the last
  * both stay. */
@@ -15,6 +16,10 @@
 ct_status ct_trainer_save_checkpoint(ct_trainer *t);
 /* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one. */
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+/* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
+ * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
+ * after the optimizer and scheduler exist. Nothing of the trainer's own state changes on failure. */
+ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
 /* Loads the weights of state.best_model_checkpoint into the model. */
 ct_status ct_trainer_load_best_model(ct_trainer *t);
 /* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free

@@ -11,7 +11,9 @@
  * gradients are scaled by 1 / (the step's total count), so the update is that of one batch holding
  * every micro-batch. The loss logged for a step is the step's sum / count; "loss" in the logs is the
  * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF. */
+#define _GNU_SOURCE /* sigaction */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,16 +30,12 @@ double ct_trainer_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* What the loop carries between steps (HF's tr_loss, _total_loss_scalar, _globalstep_last_logged). */
-typedef struct loop {
-    ct_trainer *t;
-    double tr_loss;           /* sum of step losses since the last log */
-    double total_loss;        /* sum of step losses already logged */
-    int64_t last_logged_step;
-    double grad_norm;         /* of the last step; NAN when clipping is off */
-    double learning_rate;     /* of the last step */
-    bool has_grad_norm;
-} loop;
+/* The signal that asked the run to stop (0: none). Set by the handler, read at step boundaries. */
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+int ct_trainer_stop_signal(void) { return stop_signal; }
 
 static ct_callback_args event_args(ct_trainer *t) {
     return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
@@ -104,8 +102,8 @@ static double round4(double x) {
     return strtod(buf, NULL);
 }
 
-static ct_status maybe_log_save_evaluate(loop *L) {
-    ct_trainer *t = L->t;
+static ct_status maybe_log_save_evaluate(ct_trainer *t) {
+    ct_train_progress *L = &t->progress;
     if (t->control.should_log && t->state.global_step > L->last_logged_step) {
         int64_t steps = t->state.global_step - L->last_logged_step;
         json_t *logs = json_object();
@@ -129,11 +127,23 @@ static ct_status maybe_log_save_evaluate(loop *L) {
     return CT_OK;
 }
 
+/* After a signal asked to stop: save a checkpoint here, at a step boundary, and stop with
+ * CT_ERR_INTERRUPTED. */
+static ct_status honour_stop_signal(ct_trainer *t) {
+    int sig = stop_signal;
+    if (!sig) return CT_OK;
+    char dir[CT_ARGS_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
+    CT_TRY(ct_trainer_save_checkpoint(t)); /* replaces one just saved at this step: same content */
+    return ct_error(CT_ERR_INTERRUPTED, "stopped by signal %d at step %lld; the checkpoint %s holds the run: "
+                    "resume with --resume_from_checkpoint latest", sig, (long long)t->state.global_step, dir);
+}
+
 /* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
  * asked to stop the epoch or the run. */
-static ct_status optimizer_step(loop *L, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
+static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
                                 int64_t steps_in_epoch, bool *stop) {
-    ct_trainer *t = L->t;
+    ct_train_progress *L = &t->progress;
     ct_loss_value step_loss = {0, 0};
     int64_t n_train = ct_dataset_length(t->train_dataset);
     for (int64_t i = 0; i < n; i++) {
@@ -175,24 +185,32 @@ static ct_status optimizer_step(loop *L, ct_loader *loader, int64_t epoch, int64
     ct_model_zero_grad(t->model);
     t->state.global_step++;
     t->state.epoch = (double)epoch + (double)(first + n) / (double)steps_in_epoch;
+    L->epoch = epoch;
+    L->next_batch = first + n;
+    L->epoch_done = false;
     CT_TRY(fire(t, CT_ON_STEP_END));
-    CT_TRY(maybe_log_save_evaluate(L));
+    CT_TRY(maybe_log_save_evaluate(t));
+    CT_TRY(honour_stop_signal(t));
     *stop = t->control.should_epoch_stop || t->control.should_training_stop;
     return CT_OK;
 }
 
-static ct_status run_epoch(loop *L, ct_loader *loader, int64_t epoch, int64_t steps_in_epoch) {
-    ct_trainer *t = L->t;
-    CT_TRY(ct_loader_start_epoch(loader, epoch));
+/* Epoch `epoch` from global batch `first` (0, or where a resumed run stopped). */
+static ct_status run_epoch(ct_trainer *t, ct_loader *loader, int64_t epoch, int64_t first, int64_t steps_in_epoch) {
+    CT_TRY(ct_loader_set_position(loader, (ct_loader_position){.epoch = epoch, .batch = first}));
     CT_TRY(fire(t, CT_ON_EPOCH_BEGIN));
     int64_t ga = t->args.gradient_accumulation_steps;
     bool stop = false;
-    for (int64_t first = 0; first < steps_in_epoch && !stop; first += ga) {
+    for (; first < steps_in_epoch && !stop; first += ga) {
         int64_t n = steps_in_epoch - first < ga ? steps_in_epoch - first : ga;
-        CT_TRY(optimizer_step(L, loader, epoch, first, n, steps_in_epoch, &stop));
+        CT_TRY(optimizer_step(t, loader, epoch, first, n, steps_in_epoch, &stop));
     }
     CT_TRY(fire(t, CT_ON_EPOCH_END));
-    return maybe_log_save_evaluate(L);
+    t->progress.epoch = epoch;
+    t->progress.next_batch = steps_in_epoch;
+    t->progress.epoch_done = true;
+    CT_TRY(maybe_log_save_evaluate(t));
+    return honour_stop_signal(t);
 }
 
 void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps) {
@@ -207,9 +225,6 @@ void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, doub
 }
 
 static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
-    if (resume)
-        return ct_error(CT_ERR_UNSUPPORTED, "resume_from_checkpoint '%s': resuming is not available in this build",
-                        resume);
     const ct_training_args *a = &t->args;
     int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
     if (len <= 0) return ct_error(CT_ERR_CONFIG, "the training dataset gives no batches");
@@ -223,24 +238,32 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     }
     if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
+    t->progress = (ct_train_progress){.grad_norm = NAN};
+    if (resume) CT_TRY(ct_trainer_resume(t, resume));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
     t->train_start_time = ct_trainer_now();
-    loop L = {.t = t, .grad_norm = NAN};
+    ct_train_progress *L = &t->progress;
     CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
-    if (a->eval_on_start) {
+    /* A resumed run evaluated on start the first time; doing it again would add a log entry the
+     * uninterrupted run does not have. */
+    if (a->eval_on_start && !resume) {
         bool ignored;
         CT_TRY(evaluate_during_training(t, false, &ignored));
     }
-    for (int64_t epoch = 0; epoch < epochs; epoch++) {
-        CT_TRY(run_epoch(&L, loader, epoch, len));
-        if (t->control.should_training_stop) break;
+    int64_t first_epoch = L->epoch_done ? L->epoch + 1 : L->epoch, first_batch = L->epoch_done ? 0 : L->next_batch;
+    /* Resumed from the run's last step: nothing is left to train (the flow callback would only stop
+     * the run after one more step). */
+    if (t->state.global_step >= max_steps) t->control.should_training_stop = true;
+    for (int64_t epoch = first_epoch; epoch < epochs && !t->control.should_training_stop; epoch++) {
+        CT_TRY(run_epoch(t, loader, epoch, epoch == first_epoch ? first_batch : 0, len));
     }
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
-    L.total_loss += L.tr_loss;
+    L->total_loss += L->tr_loss;
+    L->tr_loss = 0;
     double runtime = ct_trainer_now() - t->train_start_time;
-    double train_loss = L.total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
+    double train_loss = L->total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
     json_t *m = json_object();
     ct_trainer_speed_metrics(m, "train", runtime,
                   (double)max_steps * (double)(a->per_device_train_batch_size * ga * t->world_size),
@@ -265,7 +288,15 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     ct_loader *loader;
     CT_TRY(ct_trainer_get_train_dataloader(t, &loader));
     bool flush = ct_set_flush_denormal(true);
+    /* SIGTERM / SIGINT (pre-emption, Ctrl-C) stop the run at the next step boundary with a checkpoint. */
+    struct sigaction act = {.sa_handler = on_stop_signal}, old_term, old_int;
+    sigemptyset(&act.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGTERM, &act, &old_term);
+    sigaction(SIGINT, &act, &old_int);
     ct_status s = train(t, loader, resume_from_checkpoint, out);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGINT, &old_int, NULL);
     ct_set_flush_denormal(flush);
     ct_loader_free(loader);
     if (s != CT_OK) ct_train_output_free(out);

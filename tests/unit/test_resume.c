@@ -1,0 +1,269 @@
+/* Exact resume: a run interrupted (mid-epoch, at an epoch boundary, inside a gradient-accumulation
+ * cycle, by SIGTERM) and resumed from its latest checkpoint logs exactly what the uninterrupted run
+ * logs (loss, learning_rate, grad_norm, eval values at every step; only timings may differ) and ends
+ * with bit-identical weights. The model has dropout, so the randomness keyed by step and sample
+ * position is exercised too. Then the errors: nothing to resume from, another model, another
+ * optimizer, a checkpoint saved with save_only_model. */
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/rng.h"
+#include "core/util.h"
+#include "model/layers.h"
+#include "testlib.h"
+#include "trainer/trainer.h"
+
+static char tmp_root[256];
+
+static ct_dataset *make_data(int64_t n, uint64_t seed) {
+    ct_rng rng;
+    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
+    ct_tensor x, y;
+    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, 6}) != CT_OK ||
+        ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){n}) != CT_OK)
+        abort();
+    for (int64_t i = 0; i < n * 6; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&rng) * 2 - 1);
+    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&rng) * 3);
+    ct_dataset *ds;
+    if (ct_tensor_dataset_create(&x, &y, 3, &ds) != CT_OK) abort();
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+    return ds;
+}
+
+static ct_status make_model(ct_model *m, int64_t hidden) {
+    json_t *spec = json_pack("{s:s, s:[I], s:i, s:f}", "type", "mlp", "hidden", (json_int_t)hidden, "num_classes", 3,
+                             "dropout", 0.2);
+    ct_module *root;
+    ct_status s = ct_module_from_json(spec, "model", &root);
+    json_decref(spec);
+    CT_TRY(s);
+    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 16, .seed = 5};
+    return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {6}}, &o);
+}
+
+/* 100 samples, batch 10, accumulation 2: 5 optimizer steps per epoch, 3 epochs = 15 steps. */
+static void run_args(ct_training_args *a, const char *name) {
+    ct_training_args_default(a);
+    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", tmp_root, name);
+    a->disable_tqdm = true;
+    a->per_device_train_batch_size = 10;
+    a->per_device_eval_batch_size = 16;
+    a->gradient_accumulation_steps = 2;
+    a->num_train_epochs = 3;
+    a->learning_rate = 5e-3;
+    a->warmup_steps = 3;
+    a->logging_steps = 2;
+    a->eval_strategy = CT_INTERVAL_STEPS;
+    a->eval_steps = 4;
+    a->save_strategy = CT_INTERVAL_STEPS;
+    a->save_steps = 3;
+    a->eval_bootstrap_resamples = 50;
+}
+
+/* A callback that fails (a simulated crash) or raises a signal at one event of one step. */
+typedef struct crasher {
+    ct_callback base;
+    ct_event event;
+    int64_t step; /* global_step at which to act (for epoch events: the epoch index) */
+    int signal;   /* 0: fail; otherwise raise this signal */
+    int fired;
+} crasher;
+
+static ct_status crash_here(ct_callback *cb, const ct_callback_args *a, ct_event e) {
+    crasher *c = ct_container_of(cb, crasher, base);
+    bool epoch_event = e == CT_ON_EPOCH_BEGIN || e == CT_ON_EPOCH_END;
+    int64_t at = epoch_event ? (int64_t)floor(a->state->epoch + 1e-9) : a->state->global_step;
+    if (c->fired || e != c->event || at != c->step) return CT_OK;
+    c->fired = 1;
+    if (c->signal) {
+        raise(c->signal);
+        return CT_OK;
+    }
+    return ct_error(CT_ERR_IO, "simulated crash");
+}
+
+#define HOOK(ev, name) \
+    static ct_status name(ct_callback *cb, const ct_callback_args *a) { return crash_here(cb, a, ev); }
+HOOK(CT_ON_STEP_END, c_step_end)
+HOOK(CT_ON_SUBSTEP_END, c_substep_end)
+HOOK(CT_ON_EPOCH_BEGIN, c_epoch_begin)
+HOOK(CT_ON_EPOCH_END, c_epoch_end)
+
+static const ct_callback_ops crasher_ops = {.size = sizeof(ct_callback_ops),
+                                            .name = "crasher",
+                                            .on_step_end = c_step_end,
+                                            .on_substep_end = c_substep_end,
+                                            .on_epoch_begin = c_epoch_begin,
+                                            .on_epoch_end = c_epoch_end};
+
+typedef struct outcome {
+    ct_status status;
+    json_t *log;       /* log_history without timings */
+    ct_tensor weights; /* copy of the final flat parameters */
+} outcome;
+
+static bool timing_key(const char *k) { return strstr(k, "runtime") || strstr(k, "per_second"); }
+
+static json_t *without_timings(const json_t *hist) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(hist, i, e) {
+        json_t *c = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(e, k, v) if (!timing_key(k)) json_object_set(c, k, v);
+        json_array_append_new(out, c);
+    }
+    return out;
+}
+
+/* One ct_trainer_train call on fresh objects; crash (optional) is handed to the trainer. */
+static outcome run(const ct_training_args *a, const char *resume, crasher *crash, int64_t hidden) {
+    outcome o = {0};
+    ct_dataset *train = make_data(100, 1), *eval = make_data(30, 2);
+    ct_model m;
+    if (make_model(&m, hidden) != CT_OK) abort();
+    ct_callback_list cbs = {0};
+    if (crash) ct_callback_list_add(&cbs, &crash->base);
+    ct_trainer_setup setup = {.model = &m, .train_dataset = train, .n_eval = 1, .callbacks = &cbs};
+    setup.eval_datasets[0] = eval;
+    ct_trainer t;
+    o.status = ct_trainer_init(&t, NULL, a, &setup);
+    ct_callback_list_free(&cbs);
+    if (o.status == CT_OK) {
+        ct_train_output out;
+        o.status = ct_trainer_train(&t, resume, &out);
+        if (o.status == CT_OK) ct_train_output_free(&out);
+        o.log = without_timings(t.state.log_history);
+        ct_tensor_alloc(&o.weights, CT_F32, CT_CPU, 1, m.params.values.shape);
+        memcpy(o.weights.data, m.params.values.data, ct_tensor_nbytes(&o.weights));
+        ct_trainer_free(&t);
+    }
+    ct_model_free(&m);
+    ct_dataset_free(train);
+    ct_dataset_free(eval);
+    return o;
+}
+
+static void outcome_free(outcome *o) {
+    json_decref(o->log);
+    ct_tensor_free(&o->weights);
+}
+
+static void compare(const char *label, const outcome *want, const outcome *got) {
+    CHECK(got->status == CT_OK, "%s: the resumed run failed: %s", label, ct_last_error());
+    if (got->status != CT_OK) return;
+    CHECK(json_array_size(got->log) == json_array_size(want->log), "%s: %zu log entries, uninterrupted %zu", label,
+          json_array_size(got->log), json_array_size(want->log));
+    for (size_t i = 0; i < json_array_size(want->log); i++) {
+        json_t *w = json_array_get(want->log, i), *g = json_array_get(got->log, i);
+        if (!json_equal(w, g)) {
+            char *ws = json_dumps(w, JSON_SORT_KEYS), *gs = json_dumps(g, JSON_SORT_KEYS);
+            CHECK(false, "%s: log entry %zu differs:\n  resumed       %s\n  uninterrupted %s", label, i, gs, ws);
+            free(ws);
+            free(gs);
+            break;
+        }
+    }
+    CHECK(memcmp(want->weights.data, got->weights.data, ct_tensor_nbytes(&want->weights)) == 0,
+          "%s: final weights are not bit-identical", label);
+}
+
+static void rm_rf(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static void interrupted(const char *name, const outcome *want, ct_event event, int64_t step, int sig) {
+    ct_training_args a;
+    run_args(&a, name);
+    rm_rf(a.output_dir);
+    crasher *c = calloc(1, sizeof *c);
+    c->base.ops = &crasher_ops;
+    c->event = event;
+    c->step = step;
+    c->signal = sig;
+    outcome first = run(&a, NULL, c, 8);
+    ct_status expected = sig ? CT_ERR_INTERRUPTED : CT_ERR_IO;
+    CHECK(first.status == expected, "%s: the interrupted run returned %s: %s", name, ct_status_str(first.status),
+          ct_last_error());
+    if (sig) CHECK(ct_trainer_stop_signal() == sig, "%s: stop signal %d", name, ct_trainer_stop_signal());
+    outcome second = run(&a, "latest", NULL, 8);
+    compare(name, want, &second);
+    outcome_free(&first);
+    outcome_free(&second);
+    ct_training_args_free(&a);
+}
+
+static void test_errors(const outcome *want) {
+    (void)want;
+    ct_training_args a;
+    run_args(&a, "errors");
+    rm_rf(a.output_dir);
+    outcome none = run(&a, "latest", NULL, 8);
+    CHECK_ERR(none.status, CT_ERR_IO, "no checkpoint in");
+    outcome_free(&none);
+    a.max_steps = 3;
+    outcome first = run(&a, NULL, NULL, 8);
+    CHECK_OK(first.status);
+    outcome_free(&first);
+    outcome other_model = run(&a, "latest", NULL, 12);
+    CHECK_ERR(other_model.status, CT_ERR_SHAPE, "resume from", "checkpoint-3", "1.weight", "[8, 6]", "expected [12, 6]");
+    outcome_free(&other_model);
+    snprintf(a.optim, sizeof a.optim, "sgd");
+    outcome other_optim = run(&a, "latest", NULL, 8);
+    CHECK(other_optim.status != CT_OK && strstr(ct_last_error(), "sgd") && strstr(ct_last_error(), "adam"),
+          "resuming AdamW state into SGD: %s", ct_last_error());
+    outcome_free(&other_optim);
+    snprintf(a.optim, sizeof a.optim, "adamw_torch");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/checkpoint-3", a.output_dir);
+    outcome named = run(&a, dir, NULL, 8); /* a directory by name works too */
+    CHECK_OK(named.status);
+    outcome_free(&named);
+    ct_training_args_free(&a);
+    run_args(&a, "only_model");
+    rm_rf(a.output_dir);
+    a.max_steps = 3;
+    a.save_only_model = true;
+    outcome only = run(&a, NULL, NULL, 8);
+    outcome_free(&only);
+    outcome again = run(&a, "latest", NULL, 8);
+    CHECK_ERR(again.status, CT_ERR_STATE, "save_only_model");
+    outcome_free(&again);
+    ct_training_args_free(&a);
+}
+
+int main(void) {
+    ct_test_begin("test_resume");
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_resume_XXXXXX");
+    if (!mkdtemp(tmp_root)) return 1;
+    ct_training_args a;
+    run_args(&a, "uninterrupted");
+    outcome want = run(&a, NULL, NULL, 8);
+    CHECK_OK(want.status);
+    CHECK(json_array_size(want.log) > 10, "only %zu log entries", json_array_size(want.log));
+    ct_training_args_free(&a);
+    /* checkpoints at steps 3, 6, 9, 12, 15; epochs end at steps 5, 10, 15 */
+    interrupted("mid-epoch", &want, CT_ON_STEP_END, 8, 0);
+    interrupted("across an epoch boundary", &want, CT_ON_EPOCH_BEGIN, 2, 0);
+    interrupted("inside an accumulation cycle", &want, CT_ON_SUBSTEP_END, 10, 0);
+    interrupted("SIGTERM mid-epoch", &want, CT_ON_STEP_END, 7, SIGTERM);
+    /* saved after the last step of epoch 2 but before its end-of-epoch events: they must run on resume */
+    interrupted("SIGTERM at the last step of an epoch", &want, CT_ON_STEP_END, 10, SIGTERM);
+    /* saved after the end-of-epoch events of epoch 1: they must not run again */
+    interrupted("SIGTERM at the end of an epoch", &want, CT_ON_EPOCH_END, 1, SIGTERM);
+    interrupted("SIGINT inside an accumulation cycle", &want, CT_ON_SUBSTEP_END, 4, SIGINT);
+    test_errors(&want);
+    outcome_free(&want);
+    rm_rf(tmp_root);
+    return ct_test_finish();
+}
