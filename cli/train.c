@@ -47,6 +47,7 @@ static void usage(FILE *f, const char *command) {
 /* Exit code of a failed status: 2 for what the user wrote wrong, 1 for what went wrong at run time. */
 static int fail(const char *command, ct_status s) {
     fprintf(stderr, "ctrainer %s: %s\n", command, ct_last_error());
+    fflush(stderr);
     /* Stopped by SIGTERM/SIGINT after saving a checkpoint: the shell's code for that signal. */
     if (s == CT_ERR_INTERRUPTED) return 128 + ct_trainer_stop_signal();
     return s == CT_ERR_CONFIG || s == CT_ERR_INVALID_ARG ? 2 : 1;
@@ -189,7 +190,7 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_trainer *t) {
     }
     ct_prediction_output p;
     CT_TRY(ct_trainer_predict(t, r->test, "test", &p));
-    ct_status s = ct_prediction_output_save_h5(&p, o->output);
+    ct_status s = ct_trainer_is_world_process_zero(t) ? ct_prediction_output_save_h5(&p, o->output) : CT_OK;
     json_t *m = p.metrics;
     p.metrics = NULL;
     ct_prediction_output_free(&p);
@@ -214,7 +215,10 @@ int ct_cli_run(int argc, char **argv) {
         } else {
             ct_trainer t;
             s = run_command(&o, &r, &t);
+            if (s != CT_OK && t.comm && t.world_size > 1) ct_error_prefix(s, "rank %d/%d: ", t.rank, t.world_size);
             code = s == CT_OK ? 0 : fail(o.command, s);
+            /* One failing process must not leave the others waiting in a collective. */
+            if (s != CT_OK && s != CT_ERR_INTERRUPTED && t.comm && t.world_size > 1) ct_comm_abort(t.comm, code);
             ct_trainer_free(&t);
             ct_run_free(&r);
         }

@@ -41,6 +41,7 @@
 
 #include "core/status.h"
 #include "core/tensor.h"
+#include "dist/comm.h"
 #include "model/loss.h"
 
 /* One evaluation batch as metrics see it. */
@@ -206,6 +207,15 @@ ct_status ct_metric_set_update(ct_metric_set *s, const ct_eval_batch *b);
 /* dst.items[i] = merge(dst.items[i], src.items[i]); the sets must hold the same metrics in order. */
 ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src);
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out);
+
+/* --- across processes (eval/metric_reduce.c) ------------------------------------------------------ */
+
+/* Combines the states of every process of c: each field all-reduced with its reduction (every
+ * process gets the whole set's counts and sums), per-sample records gathered to `root` in rank
+ * order (dataset order for contiguous shards; the other processes keep only their own). Every
+ * process must call it; CT_ERR_STATE when states have different layouts on different processes. */
+ct_status ct_metric_reduce(ct_metric *m, ct_comm *c, int root);
+ct_status ct_metric_set_reduce(ct_metric_set *s, ct_comm *c, int root);
 /* ct_metric_uncertainty for every metric of the set that has the op, in order. */
 ct_status ct_metric_set_uncertainty(const ct_metric_set *s, const struct ct_uncertainty_config *cfg,
                                     const char *prefix, json_t *out);

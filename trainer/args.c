@@ -34,6 +34,7 @@ static const char *const log_names[] = {"passive", "debug", "info", "warning", "
 static const int log_values[] = {CT_LOG_PASSIVE, CT_LOG_DEBUG, CT_LOG_INFO,
                                  CT_LOG_WARNING, CT_LOG_ERROR, CT_LOG_CRITICAL};
 static const char *const optim_names[] = {"adamw_torch", "adamw", "adam", "sgd", NULL};
+static const char *const sharding_names[] = {"none", "zero1", NULL};
 static const ct_optim_kind optim_kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_SGD};
 /* report_to: "none" and "all" are words for the empty and the full set; the others are bits. */
 static const char *const report_names[] = {"none", "all", "jsonl", NULL};
@@ -145,6 +146,12 @@ typedef struct field_info {
       "Where logs go besides the console: jsonl writes output_dir/log.jsonl; all or none.")                            \
     X(disable_tqdm, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                           \
       "Hide the progress bar (it is also hidden when stderr is not a terminal).")                                      \
+    X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
+      "Seconds a process waits for the others in a collective before the whole job ends with an error.")               \
+    X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
+      "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
+    X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                        \
+      "ctrainer: none (every process holds the optimizer state) or zero1 (each holds a shard; ZeRO stage 1).")        \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
     X(data_seed, INT, S_I64, "null", NULL, NULL, 0, -1, "Seed of the data sampler; null means seed.")
 
@@ -856,6 +863,7 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "save_total_limit", "must be >= 0 (0 or null keeps every checkpoint), got %lld",
                    (long long)a->save_total_limit);
     if (a->seed < 0) return bad(path, "seed", "must be >= 0, got %lld", (long long)a->seed);
+    if (a->ddp_timeout <= 0) return bad(path, "ddp_timeout", "must be > 0 seconds, got %lld", (long long)a->ddp_timeout);
     if (a->eval_bootstrap_resamples < 0)
         return bad(path, "eval_bootstrap_resamples", "must be >= 0, got %lld", (long long)a->eval_bootstrap_resamples);
     if (!(a->eval_confidence_level > 0 && a->eval_confidence_level < 1))

@@ -99,6 +99,10 @@ typedef struct ct_training_args {
     bool log_on_each_node;           /* true */
     unsigned report_to;              /* "none" by default here; "jsonl" writes output_dir/log.jsonl */
     bool disable_tqdm;               /* false; the bar is also off when stderr is not a terminal */
+    /* several processes */
+    int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
+    bool save_on_each_node;       /* false: only the world's process zero writes checkpoints */
+    char optimizer_sharding[16];  /* ctrainer's own: "none" (DDP) or "zero1" (optimizer state sharded) */
     /* randomness */
     int64_t seed;      /* 42 */
     int64_t data_seed; /* -1 = unset: seed */

@@ -112,8 +112,10 @@ static json_t *hex_double(double v) {
 
 static ct_status write_progress(const ct_trainer *t, const char *file) {
     const ct_train_progress *p = &t->progress;
-    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o}", "format",
-                          "ctrainer-progress", "rank", t->rank, "world_size", t->world_size, "epoch",
+    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o}", "format",
+                          "ctrainer-progress", "rank", t->rank, "world_size", t->world_size, "global_batch_size",
+                          (json_int_t)(t->args.per_device_train_batch_size * t->world_size),
+                          "gradient_accumulation_steps", (json_int_t)t->args.gradient_accumulation_steps, "epoch",
                           (json_int_t)p->epoch, "next_batch", (json_int_t)p->next_batch, "epoch_done", p->epoch_done,
                           "tr_loss", hex_double(p->tr_loss), "total_loss", hex_double(p->total_loss),
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
@@ -133,10 +135,36 @@ static ct_status read_double(const json_t *o, const char *file, const char *key,
     return CT_OK;
 }
 
-static ct_status read_progress(const char *file, ct_train_progress *p) {
+/* The saved position counts global batches of a given size, grouped into optimizer steps: a run
+ * with another global batch (per_device_train_batch_size x processes) or another accumulation would
+ * read it as other samples, so those changes are refused; another number of processes with the
+ * same global batch is fine. */
+static ct_status check_batching(const ct_trainer *t, const json_t *o, const char *file) {
+    json_int_t g = json_integer_value(json_object_get(o, "global_batch_size")),
+               ga = json_integer_value(json_object_get(o, "gradient_accumulation_steps"));
+    int64_t mine = t->args.per_device_train_batch_size * t->world_size;
+    if (g && g != mine)
+        return ct_error(CT_ERR_CONFIG,
+                        "%s: the checkpoint was taken with a global batch of %lld samples "
+                        "(per_device_train_batch_size x processes), this run has %lld (%lld x %d): its position "
+                        "would point at other samples",
+                        file, (long long)g, (long long)mine, (long long)t->args.per_device_train_batch_size,
+                        t->world_size);
+    if (ga && ga != t->args.gradient_accumulation_steps)
+        return ct_error(CT_ERR_CONFIG, "%s: the checkpoint was taken with gradient_accumulation_steps %lld, this run has %lld",
+                        file, (long long)ga, (long long)t->args.gradient_accumulation_steps);
+    return CT_OK;
+}
+
+static ct_status read_progress(const ct_trainer *t, const char *file, ct_train_progress *p) {
     json_error_t err;
     json_t *o = json_load_file(file, 0, &err);
     if (!o) return ct_error(CT_ERR_FORMAT, "%s:%d:%d: %s", file, err.line, err.column, err.text);
+    ct_status bs = check_batching(t, o, file);
+    if (bs != CT_OK) {
+        json_decref(o);
+        return bs;
+    }
     ct_train_progress v = {0};
     json_t *e = json_object_get(o, "epoch"), *b = json_object_get(o, "next_batch"),
            *l = json_object_get(o, "last_logged_step");
@@ -185,6 +213,9 @@ static ct_status rotate(ct_trainer *t) {
     return s;
 }
 
+static ct_status write_main_files(ct_trainer *t, const char *tmp);
+static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp);
+
 ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     char dir[4096], tmp[4200];
     snprintf(dir, sizeof dir, "%s/" PREFIX "%lld", t->args.output_dir, (long long)t->state.global_step);
@@ -198,7 +229,17 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
         if (t->state.best_global_step == t->state.global_step || stat(best, &st) == 0)
             snprintf(t->state.best_model_checkpoint, sizeof t->state.best_model_checkpoint, "%s", best);
     }
-    if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
+    t->saved_step = t->state.global_step;
+    t->saved_epoch_done = t->progress.epoch_done;
+    if (t->world_size > 1) return save_distributed(t, dir, tmp);
+    CT_TRY(write_main_files(t, tmp));
+    CT_TRY(ct_checkpoint_write_manifest(tmp));
+    CT_TRY(ct_checkpoint_commit(tmp, dir));
+    return rotate(t);
+}
+
+/* What process zero writes: model, trainer state, optimizer, scheduler, its own progress. */
+static ct_status write_main_files(ct_trainer *t, const char *tmp) {
     CT_TRY(remove_tree(tmp));
     CT_TRY(ct_trainer_save_model(t, tmp));
     char path[4300];
@@ -213,9 +254,31 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
         snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
         CT_TRY(write_progress(t, path));
     }
-    CT_TRY(ct_checkpoint_write_manifest(tmp));
-    CT_TRY(ct_checkpoint_commit(tmp, dir));
-    return rotate(t);
+    return CT_OK;
+}
+
+/* Several processes: rank 0 writes the shared files into the temporary directory, every other rank
+ * adds its own progress file, and rank 0 seals the manifest and commits once all have written.
+ * Barriers order the steps; a failure on any rank surfaces as that rank's error (and the others'
+ * timeout), never as a half-written checkpoint under the final name. */
+static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp) {
+    ct_status s = t->rank == 0 ? write_main_files(t, tmp) : CT_OK;
+    CT_TRY(ct_comm_barrier(t->comm));
+    CT_TRY(s);
+    if (t->rank != 0 && !t->args.save_only_model) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
+        s = write_progress(t, path);
+    }
+    CT_TRY(ct_comm_barrier(t->comm));
+    CT_TRY(s);
+    if (t->rank == 0) {
+        s = ct_checkpoint_write_manifest(tmp);
+        if (s == CT_OK) s = ct_checkpoint_commit(tmp, dir);
+        if (s == CT_OK) s = rotate(t);
+    }
+    CT_TRY(ct_comm_barrier(t->comm));
+    return s;
 }
 
 ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
@@ -226,8 +289,11 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
         return ct_error(CT_ERR_STATE, "%s was saved with save_only_model: it has no optimizer state to resume from",
                         dir);
     ct_train_progress p;
+    /* A run resumed on another number of processes has no file of its own: the position is global
+     * (a global batch index), so rank 0's says where every process continues. */
     snprintf(path, sizeof path, "%s/rng_state_%d.json", dir, t->rank);
-    CT_TRY(read_progress(path, &p));
+    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/rng_state_0.json", dir);
+    CT_TRY(read_progress(t, path, &p));
     ct_trainer_state st;
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     CT_TRY(ct_trainer_state_init(&st));

@@ -6,6 +6,7 @@
  * predictions land at their samples' dataset indices, so they come out in dataset order. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/h5io.h"
@@ -88,6 +89,46 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
     return CT_OK;
 }
 
+/* Each process evaluated its contiguous shard: metric states are all-reduced (records gathered to
+ * rank 0 in dataset order), and kept outputs, which each process wrote only at its own samples'
+ * indices (zeros elsewhere), are summed: adding zeros is exact, so every process gets them all. */
+static ct_status reduce_across_processes(ct_trainer *t, eval_run *r) {
+    if (t->world_size <= 1) return CT_OK;
+    CT_TRY(ct_metric_set_reduce(&t->metrics, t->comm, 0));
+    CT_TRY(ct_comm_all_reduce_i64(t->comm, &r->samples, 1, CT_SUM));
+    if (!r->out) return CT_OK;
+    CT_TRY(ct_comm_all_reduce(t->comm, &r->out->predictions, CT_SUM));
+    if (r->out->label_ids.data) CT_TRY(ct_comm_all_reduce(t->comm, &r->out->label_ids, CT_SUM));
+    return CT_OK;
+}
+
+/* Rank 0 computed the metrics (it holds the gathered records); every process gets its values, so
+ * decisions taken from them (best model, early stopping, a plateau scheduler) agree everywhere. */
+static ct_status share_metrics(ct_trainer *t, json_t **m) {
+    if (t->world_size <= 1) return CT_OK;
+    char *text = t->rank == 0 ? json_dumps(*m, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
+    if (t->rank == 0 && !text) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status s = ct_comm_all_reduce_i64(t->comm, &len, 1, CT_MAX);
+    ct_tensor buf = {0};
+    int64_t words = (len + 7) / 8;
+    if (s == CT_OK) s = ct_tensor_alloc(&buf, CT_I64, CT_CPU, 1, &words);
+    if (s == CT_OK && text) memcpy(buf.data, text, (size_t)len);
+    if (s == CT_OK) s = ct_comm_broadcast(t->comm, &buf, 0);
+    free(text);
+    if (s == CT_OK && t->rank != 0) {
+        json_error_t err;
+        json_t *shared = json_loads(buf.data, 0, &err);
+        if (!shared) s = ct_error(CT_ERR_FORMAT, "the metrics broadcast from rank 0 do not parse: %s", err.text);
+        else {
+            json_decref(*m);
+            *m = shared;
+        }
+    }
+    ct_tensor_free(&buf);
+    return s;
+}
+
 static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double *runtime) {
     if (r->out) CT_TRY(alloc_outputs(t, r->ds, r->out));
     int64_t bs[1] = {t->args.per_device_eval_batch_size};
@@ -97,6 +138,7 @@ static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double 
     ct_model_train(t->model, false);
     double t0 = ct_trainer_now();
     ct_status s = run_batches(t, r, loader);
+    if (s == CT_OK) s = reduce_across_processes(t, r);
     *runtime = ct_trainer_now() - t0;
     ct_model_train(t->model, was_training);
     return s;
@@ -105,6 +147,9 @@ static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double 
 /* The metrics of a finished pass: the metric set's values and their uncertainty, compute_metrics'
  * values, and the speed metrics. */
 static ct_status finish_metrics(ct_trainer *t, eval_run *r, const char *prefix, double runtime, json_t *m) {
+    /* With several processes only rank 0 holds the gathered records: it computes, the others
+     * receive its numbers (share_metrics). */
+    if (t->rank != 0) return CT_OK;
     CT_TRY(ct_metric_set_compute(&t->metrics, prefix, m));
     ct_uncertainty_config u = {.resamples = t->args.eval_bootstrap_resamples,
                                .confidence = t->args.eval_confidence_level,
@@ -112,7 +157,7 @@ static ct_status finish_metrics(ct_trainer *t, eval_run *r, const char *prefix, 
     CT_TRY(ct_metric_set_uncertainty(&t->metrics, &u, prefix, m));
     ct_status (*cm)(ct_trainer *, const ct_prediction_output *, const char *, json_t *) =
         CT_TRAINER_HOOK(t, compute_metrics);
-    if (cm && ct_trainer_is_world_process_zero(t)) {
+    if (cm) {
         ct_status s = cm(t, r->out, prefix, m);
         if (s != CT_OK) return ct_error_prefix(s, "compute_metrics: ");
     }
@@ -138,6 +183,7 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     json_t *m = s == CT_OK ? json_object() : NULL;
     if (s == CT_OK && !m) s = ct_error(CT_ERR_NOMEM, "out of memory");
     if (s == CT_OK) s = finish_metrics(t, r, prefix, runtime, m);
+    if (s == CT_OK) s = share_metrics(t, &m);
     if (keep_for_hook) {
         ct_prediction_output_free(&kept);
         r->out = NULL;

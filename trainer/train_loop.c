@@ -130,13 +130,18 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
 /* After a signal asked to stop: save a checkpoint here, at a step boundary, and stop with
  * CT_ERR_INTERRUPTED. */
 static ct_status honour_stop_signal(ct_trainer *t) {
-    int sig = stop_signal;
+    int64_t sig = stop_signal;
+    /* All processes stop at the same step, or the checkpoint's collectives would not pair up. */
+    if (t->world_size > 1) CT_TRY(ct_comm_all_reduce_i64(t->comm, &sig, 1, CT_MAX));
     if (!sig) return CT_OK;
+    stop_signal = (sig_atomic_t)sig;
     char dir[CT_ARGS_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
-    CT_TRY(ct_trainer_save_checkpoint(t)); /* replaces one just saved at this step: same content */
+    /* The step's own save may have just written this very state. */
+    if (t->saved_step != t->state.global_step || t->saved_epoch_done != t->progress.epoch_done)
+        CT_TRY(ct_trainer_save_checkpoint(t));
     return ct_error(CT_ERR_INTERRUPTED, "stopped by signal %d at step %lld; the checkpoint %s holds the run: "
-                    "resume with --resume_from_checkpoint latest", sig, (long long)t->state.global_step, dir);
+                    "resume with --resume_from_checkpoint latest", (int)sig, (long long)t->state.global_step, dir);
 }
 
 /* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
@@ -145,7 +150,8 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
                                 int64_t steps_in_epoch, bool *stop) {
     ct_train_progress *L = &t->progress;
     ct_loss_value step_loss = {0, 0};
-    int64_t n_train = ct_dataset_length(t->train_dataset);
+    double step_flos = 0;
+    int64_t n_train = ct_dataset_length(t->train_dataset), B = t->args.per_device_train_batch_size;
     for (int64_t i = 0; i < n; i++) {
         int64_t step = first + i;
         ct_batch *b;
@@ -156,13 +162,24 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
         /* Randomness that touches samples (dropout) is keyed by the step and the sample's global
          * position, so it does not depend on batch size splits or the number of processes. */
         ct_model_set_step(t->model, (uint64_t)t->state.global_step,
-                          epoch * n_train + b->index * t->args.per_device_train_batch_size * t->world_size);
-        ct_loss_value lv;
-        CT_TRY(ct_trainer_training_step(t, b, &lv));
+                          epoch * n_train + b->index * B * t->world_size + (int64_t)t->rank * B);
+        ct_loss_value lv = {0, 0};
+        /* In the short last global batch some processes may have no samples: they add nothing but
+         * still take part in the step's collectives. */
+        if (b->rows > 0) CT_TRY(ct_trainer_training_step(t, b, &lv));
         step_loss = ct_loss_value_add(step_loss, lv);
-        t->state.total_flos += ct_trainer_floating_point_ops(t, b);
+        if (b->rows > 0) step_flos += ct_trainer_floating_point_ops(t, b);
         if (i + 1 < n) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
+    /* Every process's gradient sums, loss, count and flops: the step is that of one global batch. */
+    if (t->world_size > 1) {
+        double totals[3] = {step_loss.sum, step_loss.count, step_flos};
+        CT_TRY(ct_trainer_all_reduce_grads(t));
+        CT_TRY(ct_comm_all_reduce_f64(t->comm, totals, 3, CT_SUM));
+        step_loss = (ct_loss_value){totals[0], totals[1]};
+        step_flos = totals[2];
+    }
+    t->state.total_flos += step_flos;
     double loss = ct_loss_value_mean(step_loss);
     if (t->args.logging_nan_inf_filter && !isfinite(loss))
         L->tr_loss += L->tr_loss / (double)(1 + t->state.global_step - L->last_logged_step);
@@ -240,6 +257,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
     t->progress = (ct_train_progress){.grad_norm = NAN};
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
+    CT_TRY(ct_trainer_broadcast_params(t));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);

@@ -225,10 +225,41 @@ static ct_status install_callbacks(ct_trainer *t) {
     return CT_OK;
 }
 
+/* 64-bit FNV-1a: a hash to compare configs across processes, not a cryptographic one. */
+static uint64_t fnv1a(uint64_t h, const char *text) {
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) h = (h ^ *p) * 0x100000001b3ull;
+    return h;
+}
+
+/* Every process must run the same resolved arguments and config, or the collectives would pair up
+ * mismatched buffers: compared before any work, with an error on every rank. */
+static ct_status check_same_config(ct_trainer *t, const json_t *config) {
+    json_t *a;
+    CT_TRY(ct_training_args_to_json(&t->args, &a));
+    char *at = json_dumps(a, JSON_SORT_KEYS | JSON_COMPACT);
+    char *ct = config ? json_dumps(config, JSON_SORT_KEYS | JSON_COMPACT) : NULL;
+    json_decref(a);
+    uint64_t h = 0xcbf29ce484222325ull;
+    if (at) h = fnv1a(h, at);
+    if (ct) h = fnv1a(h, ct);
+    free(at);
+    free(ct);
+    return ct_comm_check_same(t->comm, h, "the resolved run config and training arguments");
+}
+
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
+    if (in->comm) {
+        t->comm = in->comm;
+    } else {
+        CT_TRY(ct_comm_create_default((double)t->args.ddp_timeout, &t->comm));
+        t->owns_comm = true;
+    }
+    t->rank = t->comm->rank;
+    t->world_size = t->comm->world_size;
+    if (t->world_size > 1) CT_TRY(check_same_config(t, in->config));
     t->model = in->model;
     if (in->loss) {
         t->loss = in->loss;
@@ -269,6 +300,7 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
     memset(t, 0, sizeof *t);
     t->ops = ops;
     t->world_size = 1;
+    t->saved_step = -1;
     ct_status s = init(t, args, in);
     if (s != CT_OK) ct_trainer_free(t);
     return s;
@@ -285,13 +317,14 @@ void ct_trainer_free(ct_trainer *t) {
     ct_tensor_free(&t->dloss);
     json_decref(t->config);
     ct_training_args_free(&t->args);
+    if (t->owns_comm) ct_comm_free(t->comm);
     const ct_trainer_ops *ops = t->ops;
     memset(t, 0, sizeof *t);
     t->ops = ops;
 }
 
 bool ct_trainer_is_world_process_zero(const ct_trainer *t) { return t->rank == 0; }
-bool ct_trainer_is_local_process_zero(const ct_trainer *t) { return t->rank == 0; }
+bool ct_trainer_is_local_process_zero(const ct_trainer *t) { return t->comm ? t->comm->local_rank == 0 : t->rank == 0; }
 
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb) { return ct_callback_list_add(&t->callbacks, cb); }
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name) {

@@ -15,8 +15,14 @@
  * Trainer scales the gradients by 1 / (the step's total count) before clipping and stepping. So a
  * batch of 96 and 3 accumulated batches of 32 give the same update, up to float rounding.
  *
- * Ownership: the model, datasets and loss given to ct_trainer_init are borrowed and must outlive the
- * trainer; the optimizer, scheduler, loaders, metrics, callbacks and state belong to the trainer. */
+ * Data parallelism: with a communicator of W processes (mpirun -np W), every process runs this loop
+ * on its slice of each global batch; parameters start from rank 0's, gradient sums and the step's
+ * count are all-reduced, so W processes x batch B give the update of one process with batch W x B.
+ * Evaluation reduces metric states (and gathers per-sample records) so its numbers do not depend on W.
+ *
+ * Ownership: the model, datasets, loss and communicator given to ct_trainer_init are borrowed and must
+ * outlive the trainer; the optimizer, scheduler, loaders, metrics, callbacks and state belong to the
+ * trainer. */
 #ifndef CT_TRAINER_H
 #define CT_TRAINER_H
 
@@ -29,6 +35,7 @@
 #include "core/status.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "dist/comm.h"
 #include "eval/metric.h"
 #include "model/loss.h"
 #include "model/model.h"
@@ -131,6 +138,8 @@ typedef struct ct_trainer_setup {
     json_t *config;           /* the resolved run config, saved with models (borrowed; may be NULL) */
     ct_callback_list *callbacks; /* moved into the trainer (the list is left empty), after the
                                   * built-ins and before on_init_end; may be NULL */
+    ct_comm *comm;               /* the processes of a data-parallel run (borrowed); NULL: the trainer
+                                  * creates ct_comm_create_default (MPI under mpirun, else single) */
 } ct_trainer_setup;
 
 struct ct_trainer {
@@ -150,11 +159,15 @@ struct ct_trainer {
     ct_trainer_state state;
     ct_trainer_control control;
     ct_callback_list callbacks;
+    ct_comm *comm; /* rank and world size come from it */
+    bool owns_comm;
     int rank, world_size;
     /* internal: the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
     ct_tensor dloss;
     double train_start_time;
     ct_train_progress progress; /* internal: where the training loop is, saved in checkpoints */
+    int64_t saved_step;         /* internal: global_step of the last checkpoint written (-1: none) */
+    bool saved_epoch_done;      /* and its progress.epoch_done */
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar

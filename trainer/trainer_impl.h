@@ -11,6 +11,11 @@
     ((t)->ops && (t)->ops->size >= offsetof(ct_trainer_ops, member) + sizeof((t)->ops->member) ? (t)->ops->member \
                                                                                                 : NULL)
 
+/* Data parallelism (trainer/ddp.c): rank 0's parameters and buffers to every process; the gradient
+ * sums of every process added up (bucketed non-blocking all-reduce). No-ops for one process. */
+ct_status ct_trainer_broadcast_params(ct_trainer *t);
+ct_status ct_trainer_all_reduce_grads(ct_trainer *t);
+
 /* Seconds on a monotonic clock. */
 double ct_trainer_now(void);
 /* Adds Hugging Face's speed_metrics to m: <split>_runtime, <split>_samples_per_second and

@@ -224,11 +224,36 @@ static void test_errors(const outcome *want) {
           "resuming AdamW state into SGD: %s", ct_last_error());
     outcome_free(&other_optim);
     snprintf(a.optim, sizeof a.optim, "adamw_torch");
+    a.per_device_train_batch_size = 5; /* the saved position counts batches of 10 */
+    outcome other_batch = run(&a, "latest", NULL, 8);
+    CHECK_ERR(other_batch.status, CT_ERR_CONFIG, "global batch of 10 samples", "this run has 5");
+    outcome_free(&other_batch);
+    a.per_device_train_batch_size = 10;
+    a.gradient_accumulation_steps = 3;
+    outcome other_ga = run(&a, "latest", NULL, 8);
+    CHECK_ERR(other_ga.status, CT_ERR_CONFIG, "gradient_accumulation_steps 2, this run has 3");
+    outcome_free(&other_ga);
+    a.gradient_accumulation_steps = 2;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/checkpoint-3", a.output_dir);
     outcome named = run(&a, dir, NULL, 8); /* a directory by name works too */
     CHECK_OK(named.status);
     outcome_free(&named);
+    ct_training_args_free(&a);
+    /* an allowed change: more epochs. The run continues from its last checkpoint to the new end. */
+    run_args(&a, "more_epochs");
+    rm_rf(a.output_dir);
+    a.num_train_epochs = 2;
+    outcome two = run(&a, NULL, NULL, 8);
+    CHECK_OK(two.status);
+    a.num_train_epochs = 3;
+    outcome three = run(&a, "latest", NULL, 8);
+    CHECK_OK(three.status);
+    json_t *last = json_array_get(three.log, json_array_size(three.log) - 1);
+    CHECK(json_integer_value(json_object_get(last, "step")) == 15, "more epochs: the run ended at step %lld",
+          (long long)json_integer_value(json_object_get(last, "step")));
+    outcome_free(&two);
+    outcome_free(&three);
     ct_training_args_free(&a);
     run_args(&a, "only_model");
     rm_rf(a.output_dir);

@@ -1,0 +1,97 @@
+/* Communicators: the collectives data-parallel training and evaluation need, behind one vtable.
+ *
+ * Implementations: "single" (one process; every collective is a copy or a no-op) and "mpi"
+ * (OpenMPI; `mpirun -np N ctrainer ...` or `srun`). ct_comm_create_default picks MPI when the process
+ * was launched by mpirun/srun with more than one rank (OMPI_COMM_WORLD_SIZE / PMI_SIZE /
+ * SLURM_NTASKS > 1) and single otherwise, so a plain `ctrainer train` never needs mpirun. The GPU
+ * issue adds NCCL behind the same table.
+ *
+ * Buffers are ct_tensors (CPU for MPI). All-reduce is in place. Non-blocking all-reduce returns a
+ * request completed by ct_comm_wait, so gradient buckets can travel while backward still runs.
+ *
+ * Failure: every blocking call and every wait gives up after the communicator's timeout
+ * (ddp_timeout seconds, default 1800) and returns CT_ERR_STATE naming the collective and the rank;
+ * ct_comm_abort ends every rank of the job (MPI_Abort) with an exit code, so a rank that fails never
+ * leaves the others hanging. Messages carry "rank R/W" so logs from several ranks can be told apart.
+ *
+ * The vtable follows the project's rule: size first, members only appended, NULL = unsupported
+ * (CT_ERR_UNSUPPORTED) except where a default is stated. */
+#ifndef CT_COMM_H
+#define CT_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/tensor.h"
+
+typedef enum ct_reduce { CT_SUM = 0, CT_MIN = 1, CT_MAX = 2 } ct_reduce;
+
+typedef struct ct_comm ct_comm;
+typedef struct ct_comm_request ct_comm_request; /* an in-flight non-blocking collective */
+
+typedef struct ct_comm_ops {
+    size_t size;
+    const char *name; /* "single", "mpi" */
+    /* In place over t (f32, f64 or i64; any shape, contiguous). */
+    ct_status (*all_reduce)(ct_comm *c, ct_tensor *t, ct_reduce op);
+    /* Non-blocking all_reduce; *req is completed (and freed) by ct_comm_wait. t must stay untouched
+     * until then. */
+    ct_status (*all_reduce_start)(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req);
+    ct_status (*wait)(ct_comm *c, ct_comm_request *req);
+    /* t on `root` is copied to every rank's t (same shape and dtype everywhere). */
+    ct_status (*broadcast)(ct_comm *c, ct_tensor *t, int root);
+    /* out = concatenation of every rank's `in` (same numel everywhere), rank order; out.numel =
+     * world x in.numel. */
+    ct_status (*all_gather)(ct_comm *c, const ct_tensor *in, ct_tensor *out);
+    /* Variable counts: rank r sends in (any numel n_r, same dtype); on root, *out is allocated
+     * (caller frees with ct_tensor_free) as the 1-D concatenation in rank order; elsewhere *out is
+     * left empty. */
+    ct_status (*gather_v)(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out);
+    /* in has world x n elements; rank r receives the op-reduction of every rank's block r into out
+     * (n elements). */
+    ct_status (*reduce_scatter)(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op);
+    ct_status (*barrier)(ct_comm *c);
+    /* Ends the whole job with exit code `code` (never returns). */
+    void (*abort)(ct_comm *c, int code);
+    void (*destroy)(ct_comm *c);
+} ct_comm_ops;
+
+struct ct_comm {
+    const ct_comm_ops *ops;
+    int rank, world_size;
+    int local_rank, local_world_size; /* within this node */
+    double timeout_s;                 /* ddp_timeout */
+};
+
+/* One process: rank 0 of 1. */
+ct_status ct_comm_single_create(ct_comm **out);
+/* MPI_COMM_WORLD (initialising MPI with MPI_THREAD_FUNNELED if needed; finalised by destroy of the
+ * last MPI communicator). */
+ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out);
+/* MPI when launched by mpirun/srun with several ranks, single otherwise. */
+ct_status ct_comm_create_default(double timeout_s, ct_comm **out);
+
+/* The wrappers: validate (dtype, shapes, contiguity), then call the op; errors say
+ * "<collective> (rank R/W): ...". */
+ct_status ct_comm_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op);
+ct_status ct_comm_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req);
+ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req);
+ct_status ct_comm_broadcast(ct_comm *c, ct_tensor *t, int root);
+ct_status ct_comm_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out);
+ct_status ct_comm_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out);
+ct_status ct_comm_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op);
+ct_status ct_comm_barrier(ct_comm *c);
+void ct_comm_abort(ct_comm *c, int code);
+void ct_comm_free(ct_comm *c);
+
+/* Helpers over the wrappers. */
+/* All-reduce of n doubles / int64s in memory (metric states). */
+ct_status ct_comm_all_reduce_f64(ct_comm *c, double *v, int64_t n, ct_reduce op);
+ct_status ct_comm_all_reduce_i64(ct_comm *c, int64_t *v, int64_t n, ct_reduce op);
+/* Checks that every rank holds the same 64-bit value (a config hash): CT_ERR_CONFIG on every rank,
+ * naming the ranks that differ from rank 0, when they do not. `what` names the value. */
+ct_status ct_comm_check_same(ct_comm *c, uint64_t value, const char *what);
+
+#endif
