@@ -175,9 +175,10 @@ static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
     return CT_OK;
 }
 
-static ct_status run_command(const cli_opts *o, ct_run *r, ct_trainer *t) {
+static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_trainer *t) {
     bool is_train = strcmp(o->command, "train") == 0;
     ct_trainer_setup setup = ct_run_setup(r);
+    setup.comm = comm;
     CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
     if (is_train) return train(o, r, t);
     char path[4096];
@@ -213,13 +214,20 @@ int ct_cli_run(int argc, char **argv) {
         if (s != CT_OK) {
             code = fail(o.command, s);
         } else {
+            /* The program owns the communicator, so that it can still print a failing process's
+             * message and end the other processes after the trainer is gone. */
+            ct_comm *comm = NULL;
             ct_trainer t;
-            s = run_command(&o, &r, &t);
-            if (s != CT_OK && t.comm && t.world_size > 1) ct_error_prefix(s, "rank %d/%d: ", t.rank, t.world_size);
+            memset(&t, 0, sizeof t);
+            s = ct_comm_create_default((double)r.args.ddp_timeout, &comm);
+            if (s == CT_OK) s = run_command(&o, &r, comm, &t);
+            bool several = comm && comm->world_size > 1;
+            if (s != CT_OK && several) ct_error_prefix(s, "rank %d/%d: ", comm->rank, comm->world_size);
             code = s == CT_OK ? 0 : fail(o.command, s);
             /* One failing process must not leave the others waiting in a collective. */
-            if (s != CT_OK && s != CT_ERR_INTERRUPTED && t.comm && t.world_size > 1) ct_comm_abort(t.comm, code);
+            if (s != CT_OK && s != CT_ERR_INTERRUPTED && several) ct_comm_abort(comm, code);
             ct_trainer_free(&t);
+            ct_comm_free(comm);
             ct_run_free(&r);
         }
     }

@@ -3,16 +3,26 @@
  * Implementations: "single" (one process; every collective is a copy or a no-op) and "mpi"
  * (OpenMPI; `mpirun -np N ctrainer ...` or `srun`). ct_comm_create_default picks MPI when the process
  * was launched by mpirun/srun with more than one rank (OMPI_COMM_WORLD_SIZE / PMI_SIZE /
- * SLURM_NTASKS > 1) and single otherwise, so a plain `ctrainer train` never needs mpirun. The GPU
- * issue adds NCCL behind the same table.
+ * SLURM_STEP_NUM_TASKS > 1; not SLURM_NTASKS, which a batch script that is one process also has) and
+ * single otherwise, so a plain `ctrainer train` never needs mpirun (single never touches MPI). The
+ * GPU issue adds NCCL behind the same table.
  *
- * Buffers are ct_tensors (CPU for MPI). All-reduce is in place. Non-blocking all-reduce returns a
- * request completed by ct_comm_wait, so gradient buckets can travel while backward still runs.
+ * Buffers are ct_tensors (CPU for MPI: CT_ERR_DEVICE otherwise; single's no-op collectives accept
+ * any device, its copies CPU only). Reductions (all_reduce, reduce_scatter) take f32, f64 and i64;
+ * broadcast, all_gather and gather_v move any dtype. All-reduce is in place. Non-blocking all-reduce
+ * returns a request completed by ct_comm_wait, so gradient buckets can travel while backward still
+ * runs; MPI without a progress thread moves data only inside MPI calls, so each start (and each
+ * wait) also pushes the buckets already in flight.
  *
  * Failure: every blocking call and every wait gives up after the communicator's timeout
  * (ddp_timeout seconds, default 1800) and returns CT_ERR_STATE naming the collective and the rank;
  * ct_comm_abort ends every rank of the job (MPI_Abort) with an exit code, so a rank that fails never
  * leaves the others hanging. Messages carry "rank R/W" so logs from several ranks can be told apart.
+ * A collective given up at the timeout stays in flight inside MPI (nothing can cancel one): its
+ * buffers may still be written, and every later call on that communicator fails with CT_ERR_STATE
+ * ("unusable"); the only sensible next step is ct_comm_abort. Errors found by the wrappers'
+ * validation are local (the other ranks, which passed theirs, wait until their timeout), except
+ * gather_v's dtype and size checks, which every rank makes on the gathered counts.
  *
  * The vtable follows the project's rule: size first, members only appended, NULL = unsupported
  * (CT_ERR_UNSUPPORTED) except where a default is stated. */
@@ -43,17 +53,19 @@ typedef struct ct_comm_ops {
     /* t on `root` is copied to every rank's t (same shape and dtype everywhere). */
     ct_status (*broadcast)(ct_comm *c, ct_tensor *t, int root);
     /* out = concatenation of every rank's `in` (same numel everywhere), rank order; out.numel =
-     * world x in.numel. */
+     * world x in.numel. `in` may be this rank's own block of out (in place, as ZeRO-1 gathers
+     * parameter shards); any other overlap is CT_ERR_INVALID_ARG. */
     ct_status (*all_gather)(ct_comm *c, const ct_tensor *in, ct_tensor *out);
     /* Variable counts: rank r sends in (any numel n_r, same dtype); on root, *out is allocated
-     * (caller frees with ct_tensor_free) as the 1-D concatenation in rank order; elsewhere *out is
-     * left empty. */
+     * (caller frees with ct_tensor_free) as the 1-D concatenation in rank order; elsewhere, and on
+     * the root when every count is 0, *out is empty (numel 0, data NULL; ct_tensor_free is safe).
+     * Whatever *out held before is overwritten, not freed. */
     ct_status (*gather_v)(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out);
     /* in has world x n elements; rank r receives the op-reduction of every rank's block r into out
-     * (n elements). */
+     * (n elements). in and out must not overlap. */
     ct_status (*reduce_scatter)(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op);
     ct_status (*barrier)(ct_comm *c);
-    /* Ends the whole job with exit code `code` (never returns). */
+    /* Ends the whole job with exit code `code` (never returns; NULL: exit(code) of this process). */
     void (*abort)(ct_comm *c, int code);
     void (*destroy)(ct_comm *c);
 } ct_comm_ops;
@@ -68,7 +80,8 @@ struct ct_comm {
 /* One process: rank 0 of 1. */
 ct_status ct_comm_single_create(ct_comm **out);
 /* MPI_COMM_WORLD (initialising MPI with MPI_THREAD_FUNNELED if needed; finalised by destroy of the
- * last MPI communicator). */
+ * last MPI communicator, after which MPI cannot be initialised again in this process: keep one
+ * communicator for the whole run). Create and use it on one thread, the one that initialised MPI. */
 ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out);
 /* MPI when launched by mpirun/srun with several ranks, single otherwise. */
 ct_status ct_comm_create_default(double timeout_s, ct_comm **out);

@@ -134,6 +134,7 @@ static void group_append(ct_param_group *g, int64_t offset, int64_t count) {
 static void free_base(ct_optimizer *opt) {
     for (int i = 0; i < opt->n_groups; i++) free(opt->groups[i].ranges);
     for (int i = 0; i < opt->n_state; i++) ct_tensor_free(&opt->state[i].tensor);
+    ct_tensor_free(&opt->scratch);
     opt->n_groups = opt->n_state = 0;
 }
 
@@ -151,6 +152,8 @@ ct_status ct_optimizer_base_init(ct_optimizer *opt, const ct_optimizer_ops *ops,
                         ct_dtype_name(ps->dtype));
     opt->params = ps->values;
     opt->grads = ps->grads;
+    opt->shard_offset = 0;
+    opt->full_numel = ct_tensor_numel(&ps->values);
     opt->n_groups = 2;
     opt->groups[0] = (ct_param_group){.name = "decay", .weight_decay = cfg->weight_decay};
     opt->groups[1] = (ct_param_group){.name = "no_decay", .weight_decay = 0.0};
@@ -166,6 +169,57 @@ ct_status ct_optimizer_base_init(ct_optimizer *opt, const ct_optimizer_ops *ops,
         if ((p->flags & CT_PARAM_BUFFER) || p->numel == 0) continue;
         group_append(&opt->groups[(p->flags & CT_PARAM_NO_DECAY) ? 1 : 0], p->offset, p->numel);
     }
+    return CT_OK;
+}
+
+/* --- shards ------------------------------------------------------------------------------------- */
+
+/* A store describing only the elements [offset, offset + count) of ps: flat views of that range and
+ * the trainable parameters intersected with it, their offsets counted from `offset`. The builtin
+ * constructors read nothing else from a store and keep none of it (see ct_optimizer_base_init), so
+ * handing them this view builds an optimizer of the shard. view->items is malloc'd (free it). */
+static ct_status shard_store(const ct_param_store *ps, int64_t offset, int64_t count, ct_param_store *view) {
+    *view = *ps;
+    view->items = NULL;
+    view->count = view->cap = 0;
+    view->values = ct_optimizer_range(&ps->values, offset, count);
+    view->grads = ct_optimizer_range(&ps->grads, offset, count);
+    view->items = malloc((size_t)(ps->count > 0 ? ps->count : 1) * sizeof *view->items);
+    if (!view->items) return ct_error(CT_ERR_NOMEM, "optimizer shard: out of memory");
+    view->cap = ps->count;
+    for (int i = 0; i < ps->count; i++) {
+        const ct_param *p = &ps->items[i];
+        if (p->flags & CT_PARAM_BUFFER) continue;
+        int64_t lo = p->offset > offset ? p->offset : offset;
+        int64_t hi = p->offset + p->numel < offset + count ? p->offset + p->numel : offset + count;
+        if (hi <= lo) continue;
+        ct_param *q = &view->items[view->count++];
+        *q = *p;
+        q->offset = lo - offset;
+        q->numel = hi - lo;
+        q->ndim = 1;
+        q->shape[0] = q->numel;
+        q->value = q->grad = NULL;
+    }
+    return CT_OK;
+}
+
+ct_status ct_optimizer_create_shard(const ct_optim_config *cfg, ct_param_store *ps, int64_t offset, int64_t count,
+                                    ct_optimizer **out) {
+    *out = NULL;
+    if (!ps->finalized)
+        return ct_error(CT_ERR_STATE, "optimizer shard: the parameter store is not finalized (build the model first)");
+    int64_t n = ct_tensor_numel(&ps->values);
+    if (offset < 0 || count < 0 || offset > n || count > n - offset)
+        return ct_error(CT_ERR_INVALID_ARG, "optimizer shard: elements [%lld, %lld) outside the %lld parameter elements",
+                        (long long)offset, (long long)offset + (long long)count, (long long)n);
+    ct_param_store view;
+    CT_TRY(shard_store(ps, offset, count, &view));
+    ct_status s = ct_optimizer_create(cfg, &view, out);
+    free(view.items);
+    CT_TRY(s);
+    (*out)->shard_offset = offset;
+    (*out)->full_numel = n;
     return CT_OK;
 }
 

@@ -77,6 +77,15 @@ ct_status ct_optimizer_create(const ct_optim_config *cfg, ct_param_store *ps, ct
 /* ct_optim_config_from_json + ct_optimizer_create. */
 ct_status ct_optimizer_from_json(const json_t *obj, const char *path, ct_param_store *ps, ct_optimizer **out);
 
+/* Like ct_optimizer_create, over the elements [offset, offset + count) of the store's flat buffers
+ * only (a ZeRO shard, see optim/zero.h for the partition): the groups are the parameters' ranges
+ * intersected with the shard, the state tensors have `count` elements (element i belongs to flat
+ * element offset + i), and a step reads and writes nothing outside the shard. The range may cut
+ * through parameters and padding, and may be empty. offset == 0 and count == numel(ps->values) give
+ * an optimizer equal to ct_optimizer_create's. CT_ERR_INVALID_ARG for a range outside the buffers. */
+ct_status ct_optimizer_create_shard(const ct_optim_config *cfg, ct_param_store *ps, int64_t offset, int64_t count,
+                                    ct_optimizer **out);
+
 /* The built-in constructors (cfg->optim must match: SGD, or ADAM/ADAMW). */
 ct_status ct_sgd_create(const ct_optim_config *cfg, ct_param_store *ps, ct_optimizer **out);
 ct_status ct_adam_create(const ct_optim_config *cfg, ct_param_store *ps, ct_optimizer **out);
@@ -129,10 +138,20 @@ struct ct_optimizer {
     double last_lr; /* the rate of the last step */
     ct_optim_state state[CT_OPTIM_MAX_STATE];
     int n_state;
+    /* Sharding (ZeRO-1, optim/zero.h). params, grads and every state tensor cover the elements
+     * [shard_offset, shard_offset + numel(params)) of the store's flat buffers, which hold full_numel
+     * elements; group ranges are offsets into params (so into the shard). An ordinary optimizer has
+     * shard_offset 0 and full_numel == numel(params). */
+    int64_t shard_offset, full_numel;
+    /* Working memory of sharded steps (optim/zero.c's staging for the collectives), allocated once,
+     * owned and freed with the base; data is NULL when there is none. */
+    ct_tensor scratch;
 };
 
 /* Initialises the base of a new optimizer: ops, config, flat views and the groups from the store
- * (weight decay cfg->weight_decay for parameters without CT_PARAM_NO_DECAY, 0 for the others). */
+ * (weight decay cfg->weight_decay for parameters without CT_PARAM_NO_DECAY, 0 for the others). The
+ * store itself is not retained, only views of its flat buffers (ct_optimizer_create_shard relies on
+ * this). */
 ct_status ct_optimizer_base_init(ct_optimizer *opt, const ct_optimizer_ops *ops, const ct_optim_config *cfg,
                                  ct_param_store *ps);
 /* Allocates a zeroed state tensor shaped like the flat parameter buffer, named `name`; *out points

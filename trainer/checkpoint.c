@@ -11,6 +11,7 @@
 
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_io.h"
+#include "trainer/checkpoint_zero.h"
 #include "trainer/model_io.h"
 #include "trainer/trainer_impl.h"
 
@@ -214,6 +215,7 @@ static ct_status rotate(ct_trainer *t) {
 }
 
 static ct_status write_main_files(ct_trainer *t, const char *tmp);
+static ct_status save_sharded_optimizer(ct_trainer *t, const char *tmp);
 static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp);
 
 ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
@@ -233,6 +235,7 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     t->saved_epoch_done = t->progress.epoch_done;
     if (t->world_size > 1) return save_distributed(t, dir, tmp);
     CT_TRY(write_main_files(t, tmp));
+    CT_TRY(save_sharded_optimizer(t, tmp));
     CT_TRY(ct_checkpoint_write_manifest(tmp));
     CT_TRY(ct_checkpoint_commit(tmp, dir));
     return rotate(t);
@@ -248,7 +251,8 @@ static ct_status write_main_files(ct_trainer *t, const char *tmp) {
     CT_TRY(ct_trainer_state_save(&t->state, path));
     if (!t->args.save_only_model) {
         snprintf(path, sizeof path, "%s/optimizer.h5", tmp);
-        CT_TRY(ct_optimizer_save_h5(t->optimizer, path));
+        /* a ZeRO-1 shard optimizer's state is gathered by a collective: see save_sharded_optimizer */
+        if (!ct_trainer_uses_zero1(t)) CT_TRY(ct_optimizer_save_h5(t->optimizer, path));
         snprintf(path, sizeof path, "%s/scheduler.json", tmp);
         CT_TRY(ct_scheduler_save_json(t->lr_scheduler, path));
         snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
@@ -257,21 +261,42 @@ static ct_status write_main_files(ct_trainer *t, const char *tmp) {
     return CT_OK;
 }
 
+/* Collective: CT_OK on every process only if s is CT_OK on every process; a process that failed
+ * returns its own error, the others one that says another process failed. */
+static ct_status agree(ct_trainer *t, ct_status s, const char *what) {
+    int64_t failed = s != CT_OK;
+    ct_status r = ct_comm_all_reduce_i64(t->comm, &failed, 1, CT_MAX);
+    if (s != CT_OK) return s;
+    CT_TRY(r);
+    if (failed) return ct_error(CT_ERR_IO, "checkpoint-%lld: another process failed while %s; nothing was committed",
+                                (long long)t->state.global_step, what);
+    return CT_OK;
+}
+
+/* ZeRO-1: every process hands its shard of the optimizer state to rank 0, which writes the ordinary
+ * optimizer.h5 (the same file as without sharding, for any number of processes). Collective. */
+static ct_status save_sharded_optimizer(ct_trainer *t, const char *tmp) {
+    if (!ct_trainer_uses_zero1(t) || t->args.save_only_model) return CT_OK;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/optimizer.h5", tmp);
+    return ct_zero1_save_h5(t->optimizer, t->comm, 0, path);
+}
+
 /* Several processes: rank 0 writes the shared files into the temporary directory, every other rank
  * adds its own progress file, and rank 0 seals the manifest and commits once all have written.
  * Barriers order the steps; a failure on any rank surfaces as that rank's error (and the others'
  * timeout), never as a half-written checkpoint under the final name. */
 static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp) {
     ct_status s = t->rank == 0 ? write_main_files(t, tmp) : CT_OK;
-    CT_TRY(ct_comm_barrier(t->comm));
-    CT_TRY(s);
+    CT_TRY(agree(t, s, "writing the checkpoint's shared files"));
+    CT_TRY(save_sharded_optimizer(t, tmp));
     if (t->rank != 0 && !t->args.save_only_model) {
         char path[4300];
         snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
         s = write_progress(t, path);
     }
-    CT_TRY(ct_comm_barrier(t->comm));
-    CT_TRY(s);
+    /* a barrier says everyone arrived, not that everyone succeeded: commit only if all did */
+    CT_TRY(agree(t, s, "writing its progress file"));
     if (t->rank == 0) {
         s = ct_checkpoint_write_manifest(tmp);
         if (s == CT_OK) s = ct_checkpoint_commit(tmp, dir);
@@ -306,7 +331,8 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
     }
     if (s == CT_OK) {
         snprintf(path, sizeof path, "%s/optimizer.h5", dir);
-        s = ct_optimizer_load_h5(t->optimizer, path);
+        s = ct_trainer_uses_zero1(t) ? ct_zero1_load_h5(t->optimizer, t->comm, 0, path)
+                                     : ct_optimizer_load_h5(t->optimizer, path);
     }
     if (s == CT_OK) {
         snprintf(path, sizeof path, "%s/scheduler.json", dir);

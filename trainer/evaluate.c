@@ -17,8 +17,56 @@ typedef struct eval_run {
     bool test;                 /* use get_test_dataloader */
     ct_prediction_output *out; /* where outputs are kept (predict, or compute_metrics); NULL: none */
     ct_tensor sample_loss, sample_weight; /* per-row losses for the loss metric's standard error */
+    ct_batch full;                        /* a short batch padded to per_device_eval_batch_size rows */
+    ct_tensor full_features, full_labels, full_mask;
+    int64_t *full_indices;
     int64_t samples, steps;
 } eval_run;
+
+/* Every evaluation forward runs on exactly per_device_eval_batch_size rows: BLAS picks its kernels
+ * by the row count, and a short batch would round its outputs differently from the same rows inside
+ * a full one, so a shard's last batch (whose size depends on the number of processes) would change
+ * the numbers. A short batch is completed with copies of its first row, masked out. */
+static const ct_batch *full_batch(eval_run *r, const ct_batch *b) {
+    int64_t cap = r->full_features.shape[0], n = b->rows;
+    if (n >= cap || n == 0) return b;
+    size_t fb = ct_tensor_nbytes(&b->features) / (size_t)n, lb = ct_tensor_nbytes(&b->labels) / (size_t)n;
+    char *f = r->full_features.data, *l = r->full_labels.data;
+    uint8_t *m = r->full_mask.data;
+    memcpy(f, b->features.data, fb * (size_t)n);
+    memcpy(l, b->labels.data, lb * (size_t)n);
+    memcpy(m, b->mask.data, (size_t)n);
+    memcpy(r->full_indices, b->indices, sizeof(int64_t) * (size_t)n);
+    for (int64_t i = n; i < cap; i++) {
+        memcpy(f + fb * (size_t)i, b->features.data, fb);
+        memcpy(l + lb * (size_t)i, b->labels.data, lb);
+        m[i] = 0;
+        r->full_indices[i] = b->indices[0];
+    }
+    r->full = *b;
+    r->full.features = r->full_features;
+    r->full.labels = r->full_labels;
+    r->full.mask = r->full_mask;
+    r->full.indices = r->full_indices;
+    r->full.rows = cap;
+    return &r->full;
+}
+
+static ct_status alloc_full_batch(ct_trainer *t, eval_run *r) {
+    int64_t bs = t->args.per_device_eval_batch_size;
+    CT_TRY(ct_dataset_alloc_batch(r->ds, bs, &r->full_features, &r->full_labels));
+    CT_TRY(ct_tensor_alloc(&r->full_mask, CT_U8, CT_CPU, 1, &bs));
+    r->full_indices = malloc(sizeof(int64_t) * (size_t)bs);
+    return r->full_indices ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
+static void free_full_batch(eval_run *r) {
+    ct_tensor_free(&r->full_features);
+    ct_tensor_free(&r->full_labels);
+    ct_tensor_free(&r->full_mask);
+    free(r->full_indices);
+    r->full_indices = NULL;
+}
 
 /* Per-row (sum, count) of the trainer's loss over the real rows, for the loss metric's standard
  * error. Only with the default compute_loss: an override may weigh rows its own way, and the
@@ -70,10 +118,11 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
     CT_TRY(ct_loader_start_epoch(loader, 0));
     ct_metric_set_reset(&t->metrics);
     for (;;) {
-        ct_batch *b;
-        CT_TRY(ct_loader_next(loader, &b));
-        if (!b) break;
-        if (b->rows == 0) continue;
+        ct_batch *next;
+        CT_TRY(ct_loader_next(loader, &next));
+        if (!next) break;
+        if (next->rows == 0) continue;
+        const ct_batch *b = full_batch(r, next);
         ct_loss_value loss;
         ct_tensor outputs;
         CT_TRY(ct_trainer_prediction_step(t, b, false, &loss, &outputs));
@@ -132,6 +181,7 @@ static ct_status share_metrics(ct_trainer *t, json_t **m) {
 static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double *runtime) {
     if (r->out) CT_TRY(alloc_outputs(t, r->ds, r->out));
     int64_t bs[1] = {t->args.per_device_eval_batch_size};
+    CT_TRY(alloc_full_batch(t, r));
     CT_TRY(ct_tensor_alloc(&r->sample_loss, CT_F64, CT_CPU, 1, bs));
     CT_TRY(ct_tensor_alloc(&r->sample_weight, CT_F64, CT_CPU, 1, bs));
     bool was_training = t->model->root->training;
@@ -180,6 +230,7 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     ct_loader_free(loader);
     ct_tensor_free(&r->sample_loss);
     ct_tensor_free(&r->sample_weight);
+    free_full_batch(r);
     json_t *m = s == CT_OK ? json_object() : NULL;
     if (s == CT_OK && !m) s = ct_error(CT_ERR_NOMEM, "out of memory");
     if (s == CT_OK) s = finish_metrics(t, r, prefix, runtime, m);

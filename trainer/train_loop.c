@@ -21,6 +21,7 @@
 
 #include "core/ops.h"
 #include "optim/clip.h"
+#include "optim/zero.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer_impl.h"
 
@@ -172,9 +173,10 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
         if (i + 1 < n) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
     /* Every process's gradient sums, loss, count and flops: the step is that of one global batch. */
+    bool zero1 = ct_trainer_uses_zero1(t);
     if (t->world_size > 1) {
         double totals[3] = {step_loss.sum, step_loss.count, step_flos};
-        CT_TRY(ct_trainer_all_reduce_grads(t));
+        if (!zero1) CT_TRY(ct_trainer_all_reduce_grads(t)); /* ZeRO-1 reduce-scatters them instead */
         CT_TRY(ct_comm_all_reduce_f64(t->comm, totals, 3, CT_SUM));
         step_loss = (ct_loss_value){totals[0], totals[1]};
         step_flos = totals[2];
@@ -186,17 +188,30 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     else
         L->tr_loss += loss;
     ct_tensor *grads = &t->model->params.grads;
-    if (step_loss.count > 0) ct_op_scale(grads, 1.0 / step_loss.count);
-    if (t->args.max_grad_norm > 0) {
-        ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &L->grad_norm);
+    L->learning_rate = ct_scheduler_lr(t->lr_scheduler);
+    double scale = step_loss.count > 0 ? 1.0 / step_loss.count : 1.0;
+    if (zero1) {
+        /* reduce-scatter, scale, clip by the global norm, update the shard, all-gather */
+        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+        double *norm = t->args.max_grad_norm > 0 ? &L->grad_norm : NULL;
+        ct_status s = ct_zero1_step(t->optimizer, t->comm, grads, &t->model->params.values, L->learning_rate, scale,
+                                    t->args.max_grad_norm, norm);
         if (s != CT_OK)
             return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
                                    (long long)t->state.global_step + 1, (long long)epoch, loss);
-        L->has_grad_norm = true;
+        L->has_grad_norm = norm != NULL;
+    } else {
+        if (step_loss.count > 0) ct_op_scale(grads, scale);
+        if (t->args.max_grad_norm > 0) {
+            ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &L->grad_norm);
+            if (s != CT_OK)
+                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
+                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
+            L->has_grad_norm = true;
+        }
+        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+        CT_TRY(ct_optimizer_step(t->optimizer, L->learning_rate));
     }
-    CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
-    L->learning_rate = ct_scheduler_lr(t->lr_scheduler);
-    CT_TRY(ct_optimizer_step(t->optimizer, L->learning_rate));
     CT_TRY(fire(t, CT_ON_OPTIMIZER_STEP));
     ct_scheduler_step(t->lr_scheduler);
     ct_model_zero_grad(t->model);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "core/ops.h"
+#include "optim/zero.h"
 #include "trainer/trainer_impl.h"
 
 
@@ -72,8 +73,12 @@ ct_status ct_trainer_default_create_optimizer(ct_trainer *t) {
     if (t->optimizer) return CT_OK;
     ct_optim_config c;
     CT_TRY(ct_training_args_optim_config(&t->args, &c));
+    /* ZeRO-1: this process keeps the optimizer state of its shard of the parameters only. */
+    if (ct_trainer_uses_zero1(t)) return ct_zero1_create(&c, &t->model->params, t->comm, &t->optimizer);
     return ct_optimizer_create(&c, &t->model->params, &t->optimizer);
 }
+
+bool ct_trainer_uses_zero1(const ct_trainer *t) { return strcmp(t->args.optimizer_sharding, "zero1") == 0; }
 
 ct_status ct_trainer_default_create_scheduler(ct_trainer *t, int64_t num_training_steps) {
     if (t->lr_scheduler) return CT_OK;
@@ -244,7 +249,7 @@ static ct_status check_same_config(ct_trainer *t, const json_t *config) {
     if (ct) h = fnv1a(h, ct);
     free(at);
     free(ct);
-    return ct_comm_check_same(t->comm, h, "the resolved run config and training arguments");
+    return ct_comm_check_same(t->comm, h, "the hash of the resolved run config and training arguments");
 }
 
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {

@@ -16,6 +16,9 @@
 ct_status ct_trainer_broadcast_params(ct_trainer *t);
 ct_status ct_trainer_all_reduce_grads(ct_trainer *t);
 
+/* optimizer_sharding is "zero1": the optimizer is a shard optimizer (optim/zero.h). */
+bool ct_trainer_uses_zero1(const ct_trainer *t);
+
 /* Seconds on a monotonic clock. */
 double ct_trainer_now(void);
 /* Adds Hugging Face's speed_metrics to m: <split>_runtime, <split>_samples_per_second and

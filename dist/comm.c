@@ -1,0 +1,259 @@
+/* The communicator wrappers (the single place every collective is validated and its errors get
+ * "<collective> (rank R/W): "), the helpers over them (metric-state all-reduces, the cross-rank
+ * config check) and ct_comm_create_default, which decides from the launcher's environment whether
+ * this process is one rank of several (MPI) or alone (single). See comm.h. */
+#include "dist/comm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A member is usable when the table is recent enough to have it and it is set. */
+#define HAS_OP(c, member)                                                                                            \
+    ((c)->ops->size >= offsetof(ct_comm_ops, member) + sizeof((c)->ops->member) && (c)->ops->member)
+
+static const char *comm_name(const ct_comm *c) { return HAS_OP(c, name) ? c->ops->name : "custom"; }
+
+static ct_status named(const ct_comm *c, const char *collective, ct_status s) {
+    if (s == CT_OK) return s;
+    return ct_error_prefix(s, "%s (rank %d/%d): ", collective, c->rank, c->world_size);
+}
+
+static ct_status unsupported(const ct_comm *c, const char *collective) {
+    return named(c, collective,
+                 ct_error(CT_ERR_UNSUPPORTED, "not supported by the '%s' communicator", comm_name(c)));
+}
+
+/* Reductions run on the dtypes every backend can add: f32 (gradients), f64 and i64 (metric states). */
+static ct_status check_reducible(const ct_tensor *t, const char *what) {
+    char buf[128];
+    if (t->dtype != CT_F32 && t->dtype != CT_F64 && t->dtype != CT_I64)
+        return ct_error(CT_ERR_DTYPE, "%s %s: reductions take f32, f64 or i64", what, ct_tensor_str(t, buf, sizeof buf));
+    return CT_OK;
+}
+
+static ct_status check_op(ct_reduce op) {
+    if (op != CT_SUM && op != CT_MIN && op != CT_MAX)
+        return ct_error(CT_ERR_INVALID_ARG, "unknown reduction %d (expected CT_SUM, CT_MIN or CT_MAX)", (int)op);
+    return CT_OK;
+}
+
+/* Memory behind a tensor of numel > 0 must exist; an empty tensor may have none. */
+static ct_status check_data(const ct_tensor *t, const char *what) {
+    char buf[128];
+    if (t->ndim < 0 || t->ndim > CT_MAX_DIMS)
+        return ct_error(CT_ERR_SHAPE, "%s has %d dimensions (at most %d)", what, t->ndim, CT_MAX_DIMS);
+    for (int i = 0; i < t->ndim; i++)
+        if (t->shape[i] < 0) return ct_error(CT_ERR_SHAPE, "%s has a negative dimension", what);
+    if (!t->data && ct_tensor_numel(t) > 0)
+        return ct_error(CT_ERR_INVALID_ARG, "%s %s has no memory", what, ct_tensor_str(t, buf, sizeof buf));
+    return CT_OK;
+}
+
+static ct_status check_root(const ct_comm *c, int root) {
+    if (root < 0 || root >= c->world_size)
+        return ct_error(CT_ERR_INVALID_ARG, "root %d outside [0, %d) (world size %d)", root, c->world_size,
+                        c->world_size);
+    return CT_OK;
+}
+
+static bool overlap(const ct_tensor *a, const ct_tensor *b) {
+    const char *pa = a->data, *pb = b->data;
+    size_t na = ct_tensor_nbytes(a), nb = ct_tensor_nbytes(b);
+    return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+ct_status ct_comm_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
+    CT_ASSERT(c && c->ops && t);
+    if (!HAS_OP(c, all_reduce)) return unsupported(c, "all_reduce");
+    ct_status s = check_reducible(t, "tensor");
+    if (s == CT_OK) s = check_op(op);
+    if (s == CT_OK) s = check_data(t, "tensor");
+    if (s == CT_OK) s = c->ops->all_reduce(c, t, op);
+    return named(c, "all_reduce", s);
+}
+
+ct_status ct_comm_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req) {
+    CT_ASSERT(c && c->ops && t && req);
+    *req = NULL;
+    if (!HAS_OP(c, all_reduce_start) || !HAS_OP(c, wait)) return unsupported(c, "all_reduce_start");
+    ct_status s = check_reducible(t, "tensor");
+    if (s == CT_OK) s = check_op(op);
+    if (s == CT_OK) s = check_data(t, "tensor");
+    if (s == CT_OK) s = c->ops->all_reduce_start(c, t, op, req);
+    if (s != CT_OK) *req = NULL;
+    return named(c, "all_reduce_start", s);
+}
+
+ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req) {
+    CT_ASSERT(c && c->ops && req); /* a request comes from a successful start and is waited once */
+    if (!HAS_OP(c, wait)) return unsupported(c, "all_reduce");
+    /* The collective being waited for is the all-reduce (the only non-blocking one). */
+    return named(c, "all_reduce", c->ops->wait(c, req));
+}
+
+ct_status ct_comm_broadcast(ct_comm *c, ct_tensor *t, int root) {
+    CT_ASSERT(c && c->ops && t);
+    if (!HAS_OP(c, broadcast)) return unsupported(c, "broadcast");
+    ct_status s = check_root(c, root);
+    if (s == CT_OK) s = check_data(t, "tensor");
+    if (s == CT_OK) s = c->ops->broadcast(c, t, root);
+    return named(c, "broadcast", s);
+}
+
+ct_status ct_comm_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
+    CT_ASSERT(c && c->ops && in && out);
+    if (!HAS_OP(c, all_gather)) return unsupported(c, "all_gather");
+    char a[128], b[128];
+    ct_status s = check_data(in, "in");
+    if (s == CT_OK) s = check_data(out, "out");
+    if (s == CT_OK && in->dtype != out->dtype)
+        s = ct_error(CT_ERR_DTYPE, "in %s and out %s differ in dtype", ct_tensor_str(in, a, sizeof a),
+                     ct_tensor_str(out, b, sizeof b));
+    int64_t n = ct_tensor_numel(in);
+    if (s == CT_OK && ct_tensor_numel(out) != c->world_size * n)
+        s = ct_error(CT_ERR_SHAPE, "out %s has %lld elements, expected world size %d x in %s = %lld",
+                     ct_tensor_str(out, b, sizeof b), (long long)ct_tensor_numel(out), c->world_size,
+                     ct_tensor_str(in, a, sizeof a), (long long)(c->world_size * n));
+    /* `in` may be this rank's own block of `out` (ZeRO-1 gathers parameter shards in place); any
+     * other overlap would be read while it is written. */
+    if (s == CT_OK && overlap(in, out) &&
+        (char *)in->data != (char *)out->data + (size_t)(c->rank * n) * ct_dtype_size(in->dtype))
+        s = ct_error(CT_ERR_INVALID_ARG, "in overlaps out other than as this rank's block %d of out", c->rank);
+    if (s == CT_OK) s = c->ops->all_gather(c, in, out);
+    return named(c, "all_gather", s);
+}
+
+ct_status ct_comm_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
+    CT_ASSERT(c && c->ops && in && out);
+    int64_t zero = 0;
+    *out = ct_tensor_view(NULL, in->dtype, in->device, 1, &zero);
+    if (!HAS_OP(c, gather_v)) return unsupported(c, "gather_v");
+    ct_status s = check_root(c, root);
+    if (s == CT_OK) s = check_data(in, "in");
+    if (s == CT_OK) s = c->ops->gather_v(c, in, root, out);
+    if (s != CT_OK) {
+        if (out->data) ct_tensor_free(out);
+        *out = ct_tensor_view(NULL, in->dtype, in->device, 1, &zero);
+    }
+    return named(c, "gather_v", s);
+}
+
+ct_status ct_comm_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
+    CT_ASSERT(c && c->ops && in && out);
+    if (!HAS_OP(c, reduce_scatter)) return unsupported(c, "reduce_scatter");
+    char a[128], b[128];
+    ct_status s = check_reducible(in, "in");
+    if (s == CT_OK) s = check_op(op);
+    if (s == CT_OK) s = check_data(in, "in");
+    if (s == CT_OK) s = check_data(out, "out");
+    if (s == CT_OK && in->dtype != out->dtype)
+        s = ct_error(CT_ERR_DTYPE, "in %s and out %s differ in dtype", ct_tensor_str(in, a, sizeof a),
+                     ct_tensor_str(out, b, sizeof b));
+    int64_t n = ct_tensor_numel(out);
+    if (s == CT_OK && ct_tensor_numel(in) != c->world_size * n)
+        s = ct_error(CT_ERR_SHAPE, "in %s has %lld elements, expected world size %d x out %s = %lld",
+                     ct_tensor_str(in, a, sizeof a), (long long)ct_tensor_numel(in), c->world_size,
+                     ct_tensor_str(out, b, sizeof b), (long long)(c->world_size * n));
+    if (s == CT_OK && overlap(in, out)) s = ct_error(CT_ERR_INVALID_ARG, "in and out overlap");
+    if (s == CT_OK) s = c->ops->reduce_scatter(c, in, out, op);
+    return named(c, "reduce_scatter", s);
+}
+
+ct_status ct_comm_barrier(ct_comm *c) {
+    CT_ASSERT(c && c->ops);
+    if (!HAS_OP(c, barrier)) return unsupported(c, "barrier");
+    return named(c, "barrier", c->ops->barrier(c));
+}
+
+void ct_comm_abort(ct_comm *c, int code) {
+    /* What the rank printed last is usually why it aborts: get it out before the job dies. */
+    fflush(NULL);
+    if (c && c->ops && HAS_OP(c, abort)) c->ops->abort(c, code);
+    exit(code); /* a backend without abort, or one whose abort came back */
+}
+
+void ct_comm_free(ct_comm *c) {
+    if (!c) return;
+    if (c->ops && HAS_OP(c, destroy)) c->ops->destroy(c);
+}
+
+/* --- helpers ------------------------------------------------------------------------------------- */
+
+ct_status ct_comm_all_reduce_f64(ct_comm *c, double *v, int64_t n, ct_reduce op) {
+    CT_ASSERT(c && n >= 0 && (v || n == 0));
+    ct_tensor t = ct_tensor_view(v, CT_F64, CT_CPU, 1, &n);
+    return ct_comm_all_reduce(c, &t, op);
+}
+
+ct_status ct_comm_all_reduce_i64(ct_comm *c, int64_t *v, int64_t n, ct_reduce op) {
+    CT_ASSERT(c && n >= 0 && (v || n == 0));
+    ct_tensor t = ct_tensor_view(v, CT_I64, CT_CPU, 1, &n);
+    return ct_comm_all_reduce(c, &t, op);
+}
+
+ct_status ct_comm_check_same(ct_comm *c, uint64_t value, const char *what) {
+    CT_ASSERT(c && what);
+    int world = c->world_size;
+    int64_t one = 1, all_n = world;
+    int64_t *all = malloc((size_t)world * sizeof *all);
+    if (!all) return named(c, "check_same", ct_error(CT_ERR_NOMEM, "cannot allocate %d values", world));
+    int64_t mine = (int64_t)value;
+    ct_tensor in = ct_tensor_view(&mine, CT_I64, CT_CPU, 1, &one);
+    ct_tensor out = ct_tensor_view(all, CT_I64, CT_CPU, 1, &all_n);
+    ct_status s = ct_comm_all_gather(c, &in, &out);
+    if (s != CT_OK) {
+        free(all);
+        return ct_error_prefix(s, "check_same of %s: ", what);
+    }
+    /* Every rank sees the same gathered values, so every rank reaches the same verdict and reports
+     * the same ranks. */
+    char list[768];
+    size_t len = 0;
+    int differ = 0;
+    for (int r = 1; r < world; r++) {
+        if (all[r] == all[0]) continue;
+        if (differ < 8 && len < sizeof list)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%srank %d has %#llx", differ ? ", " : "", r,
+                                    (unsigned long long)all[r]);
+        differ++;
+    }
+    if (differ > 8 && len < sizeof list) snprintf(list + len, sizeof list - len, " and %d more", differ - 8);
+    if (differ)
+        s = named(c, "check_same",
+                  ct_error(CT_ERR_CONFIG, "%s differs between ranks: rank 0 has %#llx, %s (%d of %d ranks differ)",
+                           what, (unsigned long long)all[0], list, differ, world));
+    free(all);
+    return s;
+}
+
+/* --- choosing a communicator ---------------------------------------------------------------------- */
+
+/* The number of processes the launcher started, from the first of its variables that is set to a
+ * number: OpenMPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra) and Slurm's srun. Slurm's
+ * SLURM_STEP_NUM_TASKS rather than SLURM_NTASKS: a batch script has SLURM_NTASKS set while it is a
+ * single process; srun sets the step's count. */
+static int launcher_world_size(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+        const char *v = getenv(vars[i]);
+        if (!v || !*v) continue;
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end == '\0' && n > 0 && n < (1L << 30)) return (int)n;
+    }
+    return 1;
+}
+
+ct_status ct_comm_create_default(double timeout_s, ct_comm **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    if (!(timeout_s > 0) || !isfinite(timeout_s))
+        return ct_error(CT_ERR_INVALID_ARG, "communicator: ddp_timeout must be a positive number of seconds, got %g",
+                        timeout_s);
+    if (launcher_world_size() > 1) return ct_comm_mpi_create(timeout_s, out);
+    CT_TRY(ct_comm_single_create(out));
+    (*out)->timeout_s = timeout_s;
+    return CT_OK;
+}

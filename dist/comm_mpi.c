@@ -1,0 +1,526 @@
+/* The MPI communicator: one rank of `mpirun -np N` (or `srun`) over a duplicate of MPI_COMM_WORLD.
+ *
+ * Every collective, blocking or not, is posted as its non-blocking MPI-3 form (MPI_Iallreduce,
+ * MPI_Ibcast, ...) and completed by polling MPI_Test (spinning, then yielding, then sleeping; see
+ * req_finish). MPI's own blocking calls wait forever; polling is what lets a rank whose peers never
+ * arrive (one crashed, hung, or took another branch) give up after ddp_timeout with CT_ERR_STATE,
+ * so the caller can ct_comm_abort the job instead of hanging. A request given up that way stays in flight inside MPI,
+ * so the communicator refuses further collectives ("unusable") and destroy gives such requests a
+ * few seconds to finish before it frees the communicator; if they never do, MPI is not finalised
+ * (finalising with a collective in flight can hang) and mpirun reports the rank as having exited
+ * without MPI_Finalize, which is the truth.
+ *
+ * MPI is initialised with MPI_THREAD_FUNNELED on the first create (OpenMP threads compute between
+ * collectives, only the thread that created the communicator calls MPI) and finalised when the
+ * last MPI communicator is destroyed, unless someone else initialised it. Errors come back as
+ * codes (MPI_ERRORS_RETURN on the duplicate), never as MPI's default abort.
+ *
+ * MPI counts are ints: all-reduce and broadcast split bigger tensors into chunks of at most 2^30
+ * elements (CT_MPI_MAX_COUNT in the environment lowers that, so tests can exercise the chunking on
+ * small tensors); all-gather, gather_v and reduce-scatter refuse per-rank blocks beyond INT_MAX
+ * elements with CT_ERR_UNSUPPORTED. Finished request records go to a per-communicator pool, so a
+ * training step that all-reduces its gradient buckets allocates nothing once warm. */
+#include <limits.h>
+#include <math.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dist/comm.h"
+
+typedef struct mpi_req {
+    struct mpi_req *prev, *next; /* in the communicator's in-flight list; `next` alone in its pool */
+    int n, cap;                  /* MPI requests posted, and room for them */
+    MPI_Request *reqs;
+} mpi_req;
+
+typedef struct mpi_comm {
+    ct_comm base;
+    MPI_Comm comm;
+    int64_t chunk;      /* most elements one MPI call moves */
+    mpi_req inflight;   /* sentinel of the circular list of posted, unfinished requests */
+    mpi_req *pool;      /* finished records for reuse */
+    const char *broken; /* the collective that was given up, NULL while the communicator is usable */
+} mpi_comm;
+
+static int live_comms;       /* MPI communicators not yet destroyed */
+static bool we_initialised;  /* MPI_Init_thread was ours, so MPI_Finalize is too */
+static bool unfinished;      /* a collective never completed: finalising could hang */
+
+#define SPIN_S 100e-6 /* waiting phases of req_finish, in seconds */
+#define YIELD_S 50e-3
+enum { MAX_PAUSE_NS = 200000, DRAIN_LIMIT_S = 5 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static ct_status mpi_error(int rc, const char *call) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "error code %d", rc);
+    return ct_error(CT_ERR_STATE, "%s failed: %s", call, msg);
+}
+
+static MPI_Datatype mpi_type(ct_dtype dt) {
+    switch (dt) {
+    case CT_F32: return MPI_FLOAT;
+    case CT_F64: return MPI_DOUBLE;
+    case CT_I32: return MPI_INT32_T;
+    case CT_I64: return MPI_INT64_T;
+    case CT_BF16: return MPI_UINT16_T; /* moved, never reduced */
+    case CT_U8: return MPI_UINT8_T;
+    }
+    return MPI_DATATYPE_NULL;
+}
+
+static MPI_Op mpi_op(ct_reduce op) { return op == CT_MIN ? MPI_MIN : op == CT_MAX ? MPI_MAX : MPI_SUM; }
+
+static ct_status need_cpu(const ct_tensor *t, const char *what) {
+    char buf[128];
+    if (t->device.kind != CT_DEVICE_CPU)
+        return ct_error(CT_ERR_DEVICE, "%s %s: MPI collectives take CPU tensors", what, ct_tensor_str(t, buf, sizeof buf));
+    if (mpi_type(t->dtype) == MPI_DATATYPE_NULL)
+        return ct_error(CT_ERR_DTYPE, "%s %s: no MPI type for this dtype", what, ct_tensor_str(t, buf, sizeof buf));
+    return CT_OK;
+}
+
+static ct_status need_int_count(int64_t n, const char *what) {
+    if (n > INT_MAX)
+        return ct_error(CT_ERR_UNSUPPORTED, "%s of %lld elements: MPI counts are limited to %d here", what,
+                        (long long)n, INT_MAX);
+    return CT_OK;
+}
+
+static ct_status usable(const mpi_comm *m) {
+    if (m->broken)
+        return ct_error(CT_ERR_STATE,
+                        "the communicator is unusable since an earlier %s was given up (ddp_timeout %g s or an MPI "
+                        "error); end the job with ct_comm_abort",
+                        m->broken, m->base.timeout_s);
+    return CT_OK;
+}
+
+/* --- request records ----------------------------------------------------------------------------- */
+
+/* A record with room for n MPI requests, linked into the in-flight list; NULL when out of memory. */
+static mpi_req *req_get(mpi_comm *m, int n) {
+    mpi_req *r = m->pool;
+    if (r)
+        m->pool = r->next;
+    else if (!(r = calloc(1, sizeof *r)))
+        return NULL;
+    if (r->cap < n) {
+        MPI_Request *p = realloc(r->reqs, (size_t)n * sizeof *p);
+        if (!p) {
+            r->next = m->pool;
+            m->pool = r;
+            return NULL;
+        }
+        r->reqs = p;
+        r->cap = n;
+    }
+    r->n = 0;
+    r->prev = &m->inflight;
+    r->next = m->inflight.next;
+    m->inflight.next->prev = r;
+    m->inflight.next = r;
+    return r;
+}
+
+static void req_unlink(mpi_req *r) {
+    r->prev->next = r->next;
+    r->next->prev = r->prev;
+}
+
+static void req_put(mpi_comm *m, mpi_req *r) {
+    req_unlink(r);
+    r->next = m->pool;
+    m->pool = r;
+}
+
+/* Leaves r in flight inside MPI (nothing can cancel a collective) and marks the communicator. */
+static ct_status give_up(mpi_comm *m, const char *what, ct_status s) {
+    if (!m->broken) m->broken = what;
+    return s;
+}
+
+static void pause_ns(long ns) {
+    struct timespec ts = {0, ns};
+    nanosleep(&ts, NULL);
+}
+
+/* Polls r to completion (returning it to the pool) or gives up after the timeout. The wait is
+ * spent in three phases: pure polling for the first SPIN_S (a small collective finishes within
+ * microseconds, and even the shortest sleep costs ~50 us of timer slack), then polling with
+ * sched_yield until YIELD_S (ranks are often oversubscribed: a rank still computing on this core
+ * gets it at once), then polling with a sleep growing to MAX_PAUSE_NS, so a long wait for a slow
+ * peer does not burn a core its OpenMP threads or another rank could use. */
+static ct_status req_finish(mpi_comm *m, mpi_req *r, const char *what) {
+    double start = now_s(), limit = m->base.timeout_s;
+    long pause = 10000;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) return give_up(m, what, mpi_error(rc, "MPI_Testall"));
+        if (done) {
+            req_put(m, r);
+            return CT_OK;
+        }
+        double waited = now_s() - start;
+        if (waited >= limit)
+            return give_up(m, what,
+                           ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)", limit));
+        if (waited < SPIN_S) continue;
+        if (waited < YIELD_S) {
+            sched_yield();
+            continue;
+        }
+        pause_ns(pause);
+        pause = pause * 2 > MAX_PAUSE_NS ? MAX_PAUSE_NS : pause * 2;
+    }
+}
+
+/* --- collectives ---------------------------------------------------------------------------------- */
+
+/* Posts the all-reduce of t in chunks; *out is the in-flight record. */
+static ct_status post_all_reduce(mpi_comm *m, ct_tensor *t, ct_reduce op, mpi_req **out) {
+    CT_TRY(usable(m));
+    CT_TRY(need_cpu(t, "tensor"));
+    int64_t n = ct_tensor_numel(t), chunks = n == 0 ? 1 : (n + m->chunk - 1) / m->chunk;
+    if (chunks > INT_MAX) return need_int_count(chunks, "chunks of all_reduce");
+    mpi_req *r = req_get(m, (int)chunks);
+    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request of %lld chunks", (long long)chunks);
+    size_t es = ct_dtype_size(t->dtype);
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t off = k * m->chunk, count = n - off < m->chunk ? n - off : m->chunk;
+        char *p = off ? (char *)t->data + (size_t)off * es : t->data;
+        int rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)count, mpi_type(t->dtype), mpi_op(op), m->comm, &r->reqs[k]);
+        if (rc != MPI_SUCCESS) return give_up(m, "all_reduce", mpi_error(rc, "MPI_Iallreduce"));
+        r->n++;
+    }
+    *out = r;
+    return CT_OK;
+}
+
+static ct_status mpi_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
+    mpi_comm *m = (mpi_comm *)c;
+    mpi_req *r;
+    CT_TRY(post_all_reduce(m, t, op, &r));
+    return req_finish(m, r, "all_reduce");
+}
+
+static ct_status mpi_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req) {
+    mpi_comm *m = (mpi_comm *)c;
+    mpi_req *r;
+    CT_TRY(post_all_reduce(m, t, op, &r));
+    /* Without a progress thread, MPI moves data only inside MPI calls: one test now gets the first
+     * round going while the caller goes back to computing. */
+    int done = 0;
+    int rc = MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) return give_up(m, "all_reduce", mpi_error(rc, "MPI_Testall"));
+    *req = (ct_comm_request *)r;
+    return CT_OK;
+}
+
+static ct_status mpi_wait(ct_comm *c, ct_comm_request *req) {
+    mpi_comm *m = (mpi_comm *)c;
+    /* On an unusable communicator the request stays in flight with the others destroy drains. */
+    CT_TRY(usable(m));
+    return req_finish(m, (mpi_req *)req, "all_reduce");
+}
+
+static ct_status mpi_broadcast(ct_comm *c, ct_tensor *t, int root) {
+    mpi_comm *m = (mpi_comm *)c;
+    CT_TRY(usable(m));
+    CT_TRY(need_cpu(t, "tensor"));
+    int64_t n = ct_tensor_numel(t), chunks = n == 0 ? 1 : (n + m->chunk - 1) / m->chunk;
+    if (chunks > INT_MAX) return need_int_count(chunks, "chunks of broadcast");
+    mpi_req *r = req_get(m, (int)chunks);
+    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request of %lld chunks", (long long)chunks);
+    size_t es = ct_dtype_size(t->dtype);
+    for (int64_t k = 0; k < chunks; k++) {
+        int64_t off = k * m->chunk, count = n - off < m->chunk ? n - off : m->chunk;
+        char *p = off ? (char *)t->data + (size_t)off * es : t->data;
+        int rc = MPI_Ibcast(p, (int)count, mpi_type(t->dtype), root, m->comm, &r->reqs[k]);
+        if (rc != MPI_SUCCESS) return give_up(m, "broadcast", mpi_error(rc, "MPI_Ibcast"));
+        r->n++;
+    }
+    return req_finish(m, r, "broadcast");
+}
+
+static ct_status mpi_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
+    mpi_comm *m = (mpi_comm *)c;
+    CT_TRY(usable(m));
+    CT_TRY(need_cpu(in, "in"));
+    CT_TRY(need_cpu(out, "out"));
+    int64_t n = ct_tensor_numel(in);
+    CT_TRY(need_int_count(n, "all_gather block"));
+    mpi_req *r = req_get(m, 1);
+    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request");
+    MPI_Datatype type = mpi_type(in->dtype);
+    /* The wrapper allows exactly one overlap: in is this rank's own block of out. */
+    bool in_place = n > 0 && (char *)in->data == (char *)out->data + (size_t)(c->rank * n) * ct_dtype_size(in->dtype);
+    int rc = in_place ? MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, out->data, (int)n, type, m->comm, r->reqs)
+                      : MPI_Iallgather(in->data, (int)n, type, out->data, (int)n, type, m->comm, r->reqs);
+    if (rc != MPI_SUCCESS) return give_up(m, "all_gather", mpi_error(rc, "MPI_Iallgather"));
+    r->n = 1;
+    return req_finish(m, r, "all_gather");
+}
+
+/* Two rounds: every rank learns every count and dtype (so every rank reaches the same verdict on
+ * them and either all post the gather or none does), then the root receives the data. */
+static ct_status mpi_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
+    mpi_comm *m = (mpi_comm *)c;
+    CT_TRY(usable(m));
+    CT_TRY(need_cpu(in, "in"));
+    int world = c->world_size;
+    bool is_root = c->rank == root;
+    /* [0, 2 world): every rank's (count, dtype); then this rank's own pair. Heap, not stack: a
+     * given-up round still reads and writes it inside MPI after we return. */
+    int64_t *info = malloc(((size_t)world + 1) * 2 * sizeof *info);
+    int *counts = malloc((size_t)world * 2 * sizeof *counts);
+    mpi_req *r = info && counts ? req_get(m, 1) : NULL;
+    if (!r) {
+        free(info);
+        free(counts);
+        return ct_error(CT_ERR_NOMEM, "cannot allocate the counts of %d ranks", world);
+    }
+    int64_t *mine = info + 2 * world;
+    mine[0] = ct_tensor_numel(in);
+    mine[1] = (int64_t)in->dtype;
+    int *displs = counts + world;
+    ct_status s = CT_OK;
+    int rc = MPI_Iallgather(mine, 2, MPI_INT64_T, info, 2, MPI_INT64_T, m->comm, r->reqs);
+    if (rc != MPI_SUCCESS)
+        s = give_up(m, "gather_v", mpi_error(rc, "MPI_Iallgather"));
+    else {
+        r->n = 1;
+        s = req_finish(m, r, "gather_v");
+    }
+    if (s != CT_OK) return s; /* info and counts stay with MPI */
+
+    int64_t total = 0;
+    for (int q = 0; s == CT_OK && q < world; q++) {
+        if (info[2 * q + 1] != info[2 * root + 1])
+            s = ct_error(CT_ERR_DTYPE, "rank %d sends %s but the root (rank %d) %s", q,
+                         ct_dtype_name((ct_dtype)info[2 * q + 1]), root, ct_dtype_name((ct_dtype)info[2 * root + 1]));
+        total += info[2 * q];
+    }
+    if (s == CT_OK) s = need_int_count(total, "gather_v");
+    if (s == CT_OK && is_root) {
+        for (int q = 0, off = 0; q < world; q++) {
+            counts[q] = (int)info[2 * q];
+            displs[q] = off;
+            off += counts[q];
+        }
+        if (total > 0) s = ct_tensor_alloc(out, in->dtype, CT_CPU, 1, &total);
+    }
+    if (s == CT_OK && (r = req_get(m, 1)) == NULL) s = ct_error(CT_ERR_NOMEM, "cannot allocate a request");
+    if (s != CT_OK) {
+        free(info);
+        free(counts);
+        return s; /* the wrapper frees *out */
+    }
+    MPI_Datatype type = mpi_type(in->dtype);
+    rc = MPI_Igatherv(in->data, (int)mine[0], type, is_root ? out->data : NULL, is_root ? counts : NULL,
+                      is_root ? displs : NULL, type, root, m->comm, r->reqs);
+    if (rc != MPI_SUCCESS)
+        s = give_up(m, "gather_v", mpi_error(rc, "MPI_Igatherv"));
+    else {
+        r->n = 1;
+        s = req_finish(m, r, "gather_v");
+    }
+    if (s != CT_OK) {
+        /* The gather may still write out, counts and displs: leave them to it. */
+        out->data = NULL;
+        return s;
+    }
+    free(info);
+    free(counts);
+    return CT_OK;
+}
+
+static ct_status mpi_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
+    mpi_comm *m = (mpi_comm *)c;
+    CT_TRY(usable(m));
+    CT_TRY(need_cpu(in, "in"));
+    CT_TRY(need_cpu(out, "out"));
+    int64_t n = ct_tensor_numel(out);
+    CT_TRY(need_int_count(n, "reduce_scatter block"));
+    mpi_req *r = req_get(m, 1);
+    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request");
+    int rc = MPI_Ireduce_scatter_block(in->data, out->data, (int)n, mpi_type(in->dtype), mpi_op(op), m->comm, r->reqs);
+    if (rc != MPI_SUCCESS) return give_up(m, "reduce_scatter", mpi_error(rc, "MPI_Ireduce_scatter_block"));
+    r->n = 1;
+    return req_finish(m, r, "reduce_scatter");
+}
+
+static ct_status mpi_barrier(ct_comm *c) {
+    mpi_comm *m = (mpi_comm *)c;
+    CT_TRY(usable(m));
+    mpi_req *r = req_get(m, 1);
+    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request");
+    int rc = MPI_Ibarrier(m->comm, r->reqs);
+    if (rc != MPI_SUCCESS) return give_up(m, "barrier", mpi_error(rc, "MPI_Ibarrier"));
+    r->n = 1;
+    return req_finish(m, r, "barrier");
+}
+
+static void mpi_abort(ct_comm *c, int code) { MPI_Abort(((mpi_comm *)c)->comm, code); }
+
+/* Requests still in flight (never waited, or given up) get a few seconds to complete: a peer that
+ * arrives late finishes them, and MPI can then be finalised cleanly. */
+static void drain(mpi_comm *m) {
+    double start = now_s(), limit = DRAIN_LIMIT_S;
+    while (m->inflight.next != &m->inflight) {
+        for (mpi_req *r = m->inflight.next, *next; r != &m->inflight; r = next) {
+            next = r->next;
+            int done = 0;
+            if (MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) req_put(m, r);
+        }
+        if (m->inflight.next == &m->inflight) break;
+        if (now_s() - start >= limit) {
+            unfinished = true;
+            break;
+        }
+        pause_ns(MAX_PAUSE_NS);
+    }
+}
+
+static void free_records(mpi_req *r, mpi_req *end) {
+    while (r != end) {
+        mpi_req *next = r->next;
+        free(r->reqs);
+        free(r);
+        r = next;
+    }
+}
+
+static void mpi_destroy(ct_comm *c) {
+    mpi_comm *m = (mpi_comm *)c;
+    drain(m);
+    free_records(m->inflight.next, &m->inflight);
+    free_records(m->pool, NULL);
+    MPI_Comm_free(&m->comm); /* collectives still in flight complete (or not) on their own */
+    free(m);
+    if (--live_comms == 0 && we_initialised && !unfinished) {
+        int finalised = 0;
+        MPI_Finalized(&finalised);
+        if (!finalised) MPI_Finalize();
+    }
+}
+
+static const ct_comm_ops mpi_ops = {
+    .size = sizeof(ct_comm_ops),
+    .name = "mpi",
+    .all_reduce = mpi_all_reduce,
+    .all_reduce_start = mpi_all_reduce_start,
+    .wait = mpi_wait,
+    .broadcast = mpi_broadcast,
+    .all_gather = mpi_all_gather,
+    .gather_v = mpi_gather_v,
+    .reduce_scatter = mpi_reduce_scatter,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};
+
+/* --- creation ------------------------------------------------------------------------------------- */
+
+static int64_t chunk_from_env(void) {
+    const char *v = getenv("CT_MPI_MAX_COUNT");
+    if (v && *v) {
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (*end == '\0' && n >= 1 && n <= INT_MAX) return n;
+    }
+    return (int64_t)1 << 30;
+}
+
+static ct_status init_mpi(void) {
+    int initialised = 0, finalised = 0;
+    MPI_Initialized(&initialised);
+    MPI_Finalized(&finalised);
+    if (finalised)
+        return ct_error(CT_ERR_STATE, "MPI was already finalised in this process and cannot be initialised again; "
+                                      "keep one communicator for the whole run");
+    if (!initialised) {
+        int provided = MPI_THREAD_SINGLE;
+        int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Init_thread");
+        we_initialised = true;
+        if (provided < MPI_THREAD_FUNNELED)
+            return ct_error(CT_ERR_UNSUPPORTED,
+                            "this MPI provides thread level %d, below MPI_THREAD_FUNNELED (OpenMP threads run "
+                            "between collectives)",
+                            provided);
+    }
+    int is_main = 0;
+    MPI_Is_thread_main(&is_main);
+    if (!is_main)
+        return ct_error(CT_ERR_STATE, "communicators must be created and used on the thread that initialised MPI");
+    return CT_OK;
+}
+
+ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    if (!(timeout_s > 0) || !isfinite(timeout_s))
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "mpi communicator: ddp_timeout must be a positive number of seconds, got %g", timeout_s);
+    ct_status s = init_mpi();
+    if (s != CT_OK) return ct_error_prefix(s, "mpi communicator: ");
+    int world_rank = 0, world_size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+
+    mpi_comm *m = calloc(1, sizeof *m);
+    if (!m) return ct_error(CT_ERR_NOMEM, "mpi communicator: cannot allocate");
+    m->base = (ct_comm){.ops = &mpi_ops, .rank = world_rank, .world_size = world_size, .timeout_s = timeout_s};
+    m->inflight.next = m->inflight.prev = &m->inflight;
+    m->chunk = chunk_from_env();
+    m->comm = MPI_COMM_NULL;
+
+    /* The duplicate keeps our collectives apart from anyone else's on MPI_COMM_WORLD; MPI_Comm_idup
+     * (also a collective) lets creation time out like the rest when a rank never gets here. */
+    mpi_req *r = req_get(m, 1);
+    if (!r) {
+        free(m);
+        return ct_error(CT_ERR_NOMEM, "mpi communicator: cannot allocate");
+    }
+    int rc = MPI_Comm_idup(MPI_COMM_WORLD, &m->comm, r->reqs);
+    if (rc != MPI_SUCCESS) s = mpi_error(rc, "MPI_Comm_idup");
+    if (s == CT_OK) {
+        r->n = 1;
+        s = req_finish(m, r, "communicator creation");
+    }
+    if (s != CT_OK) {
+        /* The duplicate may still complete inside MPI and write m->comm: leave m to it. */
+        unfinished = true;
+        return ct_error_prefix(s, "mpi communicator (rank %d/%d): ", world_rank, world_size);
+    }
+    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
+
+    MPI_Comm local = MPI_COMM_NULL;
+    rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &local);
+    if (rc != MPI_SUCCESS) {
+        s = mpi_error(rc, "MPI_Comm_split_type");
+        MPI_Comm_free(&m->comm);
+        free_records(m->pool, NULL);
+        free(m);
+        return ct_error_prefix(s, "mpi communicator (rank %d/%d): ", world_rank, world_size);
+    }
+    MPI_Comm_rank(local, &m->base.local_rank);
+    MPI_Comm_size(local, &m->base.local_world_size);
+    MPI_Comm_free(&local);
+
+    live_comms++;
+    *out = &m->base;
+    return CT_OK;
+}
