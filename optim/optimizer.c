@@ -211,7 +211,8 @@ ct_status ct_optimizer_create_shard(const ct_optim_config *cfg, ct_param_store *
         return ct_error(CT_ERR_STATE, "optimizer shard: the parameter store is not finalized (build the model first)");
     int64_t n = ct_tensor_numel(&ps->values);
     if (offset < 0 || count < 0 || offset > n || count > n - offset)
-        return ct_error(CT_ERR_INVALID_ARG, "optimizer shard: elements [%lld, %lld) outside the %lld parameter elements",
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "optimizer shard: elements [%lld, %lld) outside the %lld parameter elements",
                         (long long)offset, (long long)offset + (long long)count, (long long)n);
     ct_param_store view;
     CT_TRY(shard_store(ps, offset, count, &view));

@@ -15,6 +15,10 @@
  * The learning rate is an argument of every step, so a scheduler (or the caller) decides it per step;
  * config.learning_rate is the base rate schedulers start from.
  *
+ * A shard optimizer (ct_optimizer_create_shard; ZeRO-1, optim/zero.h) is the same thing over one
+ * contiguous range of the flat buffers: its params and grads are views of the range, its groups the
+ * parameters' ranges within it, its state tensors the range's size (shard_offset, full_numel).
+ *
  * Subclassing: embed ct_optimizer as the FIRST member of your struct and give it a const
  * ct_optimizer_ops table. Every member but size and name may be NULL, meaning the exported default:
  * the default step (ct_optimizer_default_step) calls ops->update once per range of each group, so most
@@ -125,7 +129,7 @@ typedef struct ct_optimizer_ops {
 
 typedef struct ct_optim_state {
     char name[32];
-    ct_tensor tensor; /* owned; 1-D, laid out like the flat parameter buffer */
+    ct_tensor tensor; /* owned; 1-D, laid out like the flat parameter buffer (like params: the shard's part) */
 } ct_optim_state;
 
 struct ct_optimizer {

@@ -87,10 +87,11 @@ static ct_status check_shard(const ct_optimizer *opt, const ct_comm *c, ct_zero1
 /* `flat` is the full buffer whose shard `view` (params or grads of the shard optimizer) is. */
 static ct_status check_flat(const ct_optimizer *opt, const ct_tensor *view, const ct_tensor *flat, const char *what) {
     char a[128];
-    if (flat->dtype != view->dtype || flat->device.kind != view->device.kind || ct_tensor_numel(flat) != opt->full_numel)
-        return ct_error(CT_ERR_INVALID_ARG, "%s %s: expected the %lld-element %s flat buffer the optimizer was built on",
-                        what, ct_tensor_str(flat, a, sizeof a), (long long)opt->full_numel,
-                        ct_dtype_name(view->dtype));
+    if (flat->dtype != view->dtype || flat->device.kind != view->device.kind ||
+        ct_tensor_numel(flat) != opt->full_numel)
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "%s %s: expected the %lld-element %s flat buffer the optimizer was built on", what,
+                        ct_tensor_str(flat, a, sizeof a), (long long)opt->full_numel, ct_dtype_name(view->dtype));
     if (ct_tensor_numel(view) > 0 && (char *)view->data != (char *)flat->data + (size_t)opt->shard_offset * esize(opt))
         return ct_error(CT_ERR_INVALID_ARG, "%s is not the flat buffer the optimizer's shard lies in", what);
     return CT_OK;
@@ -178,6 +179,7 @@ static double sum_squares_scaled(const ct_tensor *t, double inv) {
  * largest magnitude (every rank takes the same branch: the sums it tests are all-reduced). */
 static ct_status global_norm(ct_comm *c, const ct_tensor *g, double *norm) {
     double ss = ct_op_sum_squares_det(g);
+    CT_TRY(ct_comm_all_reduce_f64(c, &ss, 1, CT_SUM));
     if (!isinf(ss)) {
         *norm = sqrt(ss); /* NaN stays NaN */
         return CT_OK;
