@@ -216,7 +216,7 @@ def errors():
     check(rc == 1 and "label -100 at row 1, position 1" in text and "ignore_index 5" in text,
           f"ignore_index 5 makes -100 a bad label: exit {rc}: {text}")
     rc, text = compute({"metrics": ["token_los"]}, logits, labels, None)
-    check(rc == 1 and "metrics[0]: unknown language-model metric 'token_los', did you mean 'token_loss'?" in text,
+    check(rc == 1 and "metrics[0]: unknown metric 'token_los', did you mean 'token_loss'?" in text,
           f"bad name: exit {rc}: {text}")
 
 

@@ -257,7 +257,7 @@ def errors():
     check(rc == 1 and "metric 'auroc': label 2 at row 0 of the batch; binary scores" in text,
           f"bad label: exit {rc}: {text}")
     rc, text = compute({"metrics": ["aurco"]}, scores, y, None)
-    check(rc == 1 and "metrics[0]: unknown ranking metric 'aurco', did you mean 'auroc'?" in text,
+    check(rc == 1 and "metrics[0]: unknown metric 'aurco', did you mean 'auroc'?" in text,
           f"bad name: exit {rc}: {text}")
     mask = np.array([1, 1, 1, 1, 0, 1], dtype=bool)  # the bad label is padding: fine
     rc, got = compute({"metrics": ["auroc"], "batch_size": 4}, scores, y, mask)

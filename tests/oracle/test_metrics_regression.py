@@ -245,7 +245,7 @@ def errors():
     rc, text = compute({"metrics": [{"type": "rmse", "num_outputs": 3}]}, y, y, None)
     check(rc == 1 and "\"num_outputs\": 3" in text, f"num_outputs mismatch: exit {rc}: {text}")
     rc, text = compute({"metrics": ["r_2"]}, y, y, None)
-    check(rc == 1 and "metrics[0]: unknown regression metric 'r_2', did you mean 'r2'?" in text,
+    check(rc == 1 and "metrics[0]: unknown metric 'r_2', did you mean 'r2'?" in text,
           f"bad name: exit {rc}: {text}")
 
 

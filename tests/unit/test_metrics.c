@@ -25,6 +25,7 @@
 #include "core/util.h"
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
+#include "metric_compute.h"
 #include "testlib.h"
 
 static ct_rng rng;
@@ -903,82 +904,10 @@ static void test_basic_uncertainty(void) {
     data_free(&d);
 }
 
-/* --- the oracle's mode -------------------------------------------------------------------------- */
-
-static ct_status compute_file(const char *path) {
-    ct_h5_quiet();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ct_error(CT_ERR_IO, "cannot open %s", path);
-    char *text = NULL;
-    json_t *spec = NULL, *out = NULL;
-    ct_tensor o = {0}, l = {0}, mask = {0}, losses = {0};
-    ct_metric_set *sets = NULL;
-    int ranks = 1;
-    ct_status s = ct_h5_read_string_attr(f, "spec", &text);
-    if (s == CT_OK && !(spec = json_loads(text, 0, NULL))) s = ct_error(CT_ERR_CONFIG, "spec is not JSON");
-    const char *odt = s == CT_OK ? json_string_value(json_object_get(spec, "dtype")) : NULL;
-    const char *ldt = s == CT_OK ? json_string_value(json_object_get(spec, "label_dtype")) : NULL;
-    if (s == CT_OK)
-        s = ct_h5_read_tensor_alloc(f, "outputs", odt && strcmp(odt, "f64") == 0 ? CT_F64 : CT_F32, &o);
-    if (s == CT_OK) s = ct_h5_read_tensor_alloc(f, "labels", ldt && strcmp(ldt, "i32") == 0 ? CT_I32 : CT_I64, &l);
-    if (s == CT_OK && ct_h5_exists(f, "mask")) s = ct_h5_read_tensor_alloc(f, "mask", CT_U8, &mask);
-    if (s == CT_OK) s = ct_h5_read_tensor_alloc(f, "losses", CT_F64, &losses);
-    int64_t bs = 0;
-    if (s == CT_OK) {
-        bs = json_integer_value(json_object_get(spec, "batch_size"));
-        ranks = (int)json_integer_value(json_object_get(spec, "ranks"));
-        if (bs < 1) bs = 1;
-        if (ranks < 1) ranks = 1;
-        sets = calloc((size_t)ranks, sizeof *sets);
-    }
-    for (int r = 0; s == CT_OK && r < ranks; r++)
-        s = ct_metric_set_from_json(json_object_get(spec, "metrics"), "metrics", &sets[r]);
-    int64_t n = s == CT_OK ? o.shape[0] : 0;
-    for (int64_t start = 0, batch = 0; s == CT_OK && start < n; start += bs, batch++) {
-        int64_t len = CT_MIN(bs, n - start);
-        ct_tensor ob = ct_tensor_rows(&o, start, len), lb = ct_tensor_rows(&l, start, len);
-        ct_tensor mb = mask.data ? ct_tensor_rows(&mask, start, len) : (ct_tensor){0};
-        ct_eval_batch b = {.outputs = &ob, .labels = &lb, .mask = mask.data ? &mb : NULL};
-        for (int64_t i = start; i < start + len; i++)
-            if (!mask.data || ((uint8_t *)mask.data)[i]) {
-                b.loss.sum += ((double *)losses.data)[i];
-                b.loss.count += 1;
-            }
-        s = ct_metric_set_update(&sets[batch % ranks], &b);
-    }
-    for (int r = 1; s == CT_OK && r < ranks; r++) s = ct_metric_set_merge(&sets[0], &sets[r]);
-    if (s == CT_OK) {
-        const char *prefix = json_string_value(json_object_get(spec, "prefix"));
-        out = json_object();
-        s = ct_metric_set_compute(&sets[0], prefix ? prefix : "eval", out);
-    }
-    if (s == CT_OK) {
-        char *dump = json_dumps(out, JSON_REAL_PRECISION(17) | JSON_SORT_KEYS);
-        printf("%s\n", dump);
-        free(dump);
-    }
-    for (int r = 0; sets && r < ranks; r++) ct_metric_set_free(&sets[r]);
-    free(sets);
-    ct_tensor_free(&o);
-    ct_tensor_free(&l);
-    ct_tensor_free(&mask);
-    ct_tensor_free(&losses);
-    json_decref(out);
-    json_decref(spec);
-    free(text);
-    H5Fclose(f);
-    return s;
-}
 
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--compute") == 0) {
-        ct_status s = compute_file(argv[2]);
-        if (s != CT_OK) {
-            fprintf(stderr, "test_metrics: %s: %s\n", ct_status_str(s), ct_last_error());
-            return 1;
-        }
-        return 0;
-    }
+    if (argc == 3 && strcmp(argv[1], "--compute") == 0)
+        return ct_test_metric_compute_main("test_metrics", argv[2], CT_I64, NULL);
     ct_test_begin("test_metrics");
     ct_rng_init(&rng, ct_test_seed, 0, 0);
     test_values();

@@ -32,6 +32,7 @@
 #include "core/util.h"
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
+#include "metric_compute.h"
 #include "testlib.h"
 
 static ct_rng rng;
@@ -959,98 +960,9 @@ static ct_status dump_bootstrap(const ct_metric_set *s, const ct_uncertainty_con
     return CT_OK;
 }
 
-static ct_status compute_file(const char *path) {
-    ct_h5_quiet();
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ct_error(CT_ERR_IO, "cannot open %s", path);
-    char *text = NULL;
-    json_t *spec = NULL, *out = NULL;
-    ct_tensor o = {0}, l = {0}, mask = {0}, sl = {0}, sw = {0};
-    ct_metric_set *sets = NULL;
-    int ranks = 1;
-    ct_status s = ct_h5_read_string_attr(f, "spec", &text);
-    if (s == CT_OK && !(spec = json_loads(text, 0, NULL))) s = ct_error(CT_ERR_CONFIG, "spec is not JSON");
-    const char *odt = s == CT_OK ? json_string_value(json_object_get(spec, "dtype")) : NULL;
-    if (s == CT_OK)
-        s = ct_h5_read_tensor_alloc(f, "outputs", odt && strcmp(odt, "f64") == 0 ? CT_F64 : CT_F32, &o);
-    if (s == CT_OK) s = ct_h5_read_tensor_alloc(f, "labels", CT_I64, &l);
-    if (s == CT_OK && ct_h5_exists(f, "mask")) s = ct_h5_read_tensor_alloc(f, "mask", CT_U8, &mask);
-    if (s == CT_OK && ct_h5_exists(f, "sample_loss")) {
-        s = ct_h5_read_tensor_alloc(f, "sample_loss", CT_F64, &sl);
-        if (s == CT_OK) s = ct_h5_read_tensor_alloc(f, "sample_weight", CT_F64, &sw);
-    }
-    int64_t bs = 0;
-    if (s == CT_OK) {
-        bs = json_integer_value(json_object_get(spec, "batch_size"));
-        ranks = (int)json_integer_value(json_object_get(spec, "ranks"));
-        if (bs < 1) bs = 1;
-        if (ranks < 1) ranks = 1;
-        sets = calloc((size_t)ranks, sizeof *sets);
-    }
-    for (int r = 0; s == CT_OK && r < ranks; r++)
-        s = ct_metric_set_from_json(json_object_get(spec, "metrics"), "metrics", &sets[r]);
-    int64_t n = s == CT_OK ? o.shape[0] : 0;
-    for (int64_t start = 0, batch = 0; s == CT_OK && start < n; start += bs, batch++) {
-        int64_t len = CT_MIN(bs, n - start);
-        ct_tensor ob = ct_tensor_rows(&o, start, len), lb = ct_tensor_rows(&l, start, len);
-        ct_tensor mb = mask.data ? ct_tensor_rows(&mask, start, len) : (ct_tensor){0};
-        ct_tensor slb = sl.data ? ct_tensor_rows(&sl, start, len) : (ct_tensor){0};
-        ct_tensor swb = sl.data ? ct_tensor_rows(&sw, start, len) : (ct_tensor){0};
-        ct_eval_batch b = {.outputs = &ob, .labels = &lb, .mask = mask.data ? &mb : NULL};
-        if (sl.data) {
-            b.sample_loss = &slb;
-            b.sample_weight = &swb;
-            for (int64_t i = 0; i < len; i++)
-                if (!mask.data || ((uint8_t *)mb.data)[i]) {
-                    b.loss.sum += ((double *)slb.data)[i];
-                    b.loss.count += ((double *)swb.data)[i];
-                }
-        }
-        s = ct_metric_set_update(&sets[batch % ranks], &b);
-    }
-    for (int r = 1; s == CT_OK && r < ranks; r++) s = ct_metric_set_merge(&sets[0], &sets[r]);
-    const char *prefix = s == CT_OK ? json_string_value(json_object_get(spec, "prefix")) : NULL;
-    if (!prefix) prefix = "eval";
-    if (s == CT_OK) {
-        out = json_object();
-        s = ct_metric_set_compute(&sets[0], prefix, out);
-    }
-    json_t *u = s == CT_OK ? json_object_get(spec, "uncertainty") : NULL;
-    if (u) {
-        ct_uncertainty_config cfg = {.resamples = json_integer_value(json_object_get(u, "resamples")),
-                                     .confidence = json_number_value(json_object_get(u, "confidence")),
-                                     .seed = (uint64_t)json_integer_value(json_object_get(u, "seed"))};
-        s = ct_metric_set_uncertainty(&sets[0], &cfg, prefix, out);
-        if (s == CT_OK && json_is_true(json_object_get(spec, "dump_bootstrap"))) s = dump_bootstrap(&sets[0], &cfg, out);
-    }
-    if (s == CT_OK) {
-        char *dump = json_dumps(out, JSON_REAL_PRECISION(17) | JSON_SORT_KEYS | JSON_COMPACT);
-        printf("%s\n", dump);
-        free(dump);
-    }
-    for (int r = 0; sets && r < ranks; r++) ct_metric_set_free(&sets[r]);
-    free(sets);
-    ct_tensor_free(&o);
-    ct_tensor_free(&l);
-    ct_tensor_free(&mask);
-    ct_tensor_free(&sl);
-    ct_tensor_free(&sw);
-    json_decref(out);
-    json_decref(spec);
-    free(text);
-    H5Fclose(f);
-    return s;
-}
-
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--compute") == 0) {
-        ct_status s = compute_file(argv[2]);
-        if (s != CT_OK) {
-            fprintf(stderr, "test_metrics_confusion: %s: %s\n", ct_status_str(s), ct_last_error());
-            return 1;
-        }
-        return 0;
-    }
+    if (argc == 3 && strcmp(argv[1], "--compute") == 0)
+        return ct_test_metric_compute_main("test_metrics_confusion", argv[2], CT_I64, dump_bootstrap);
     ct_test_begin("test_metrics_confusion");
     ct_rng_init(&rng, ct_test_seed, 0, 0);
     test_normal_quantile();
