@@ -20,6 +20,29 @@ static ct_status check_in_shape(const ct_shape *in) {
     return ct_error(CT_ERR_SHAPE, "model: input shape %s has a dimension below 1", ct_sample_shape_str(in, s, sizeof s));
 }
 
+/* The element range of the gradients of m's subtree: its declared trainable parameters, which the
+ * store laid out in declaration order, so a subtree's are contiguous. A range reaches up to where
+ * the next trainable parameter starts (the end of the buffer after the last), so alignment gaps
+ * belong to the parameter below them and adjacent modules' ranges touch. */
+static void set_grad_ranges(ct_module *m, const ct_param_store *ps) {
+    m->grad_lo = m->grad_hi = 0;
+    bool any = false;
+    for (int i = m->param_first; i < m->param_end; i++) {
+        const ct_param *p = &ps->items[i];
+        if (p->flags & CT_PARAM_BUFFER) continue;
+        int64_t end = ct_tensor_numel(&ps->grads);
+        for (int j = i + 1; j < ps->count; j++)
+            if (!(ps->items[j].flags & CT_PARAM_BUFFER)) {
+                end = ps->items[j].offset;
+                break;
+            }
+        if (!any || p->offset < m->grad_lo) m->grad_lo = p->offset;
+        if (!any || end > m->grad_hi) m->grad_hi = end;
+        any = true;
+    }
+    for (int i = 0; i < m->n_children; i++) set_grad_ranges(m->children[i], ps);
+}
+
 ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts) {
     memset(model, 0, sizeof *model);
     model->root = root;
@@ -43,6 +66,7 @@ ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_sh
     model->in_dtype = root->in_dtype;
     if ((s = ct_module_declare(root, &model->params)) != CT_OK) goto fail;
     if ((s = ct_params_finalize(&model->params)) != CT_OK) goto fail;
+    set_grad_ranges(root, &model->params);
     ct_rng rng;
     ct_rng_init(&rng, opts->seed, 0, CT_RNG_INIT);
     ct_module_init(root, &rng);
@@ -94,6 +118,11 @@ void ct_model_zero_grad(ct_model *model) { ct_params_zero_grad(&model->params); 
 void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset) {
     model->step.step = step;
     model->step.sample_offset = sample_offset;
+}
+
+void ct_model_set_grads_ready(ct_model *model, ct_grads_ready_fn fn, void *ctx) {
+    model->step.grads_ready = fn;
+    model->step.grads_ready_ctx = ctx;
 }
 
 void ct_model_train(ct_model *model, bool training) { ct_module_train(model->root, training); }

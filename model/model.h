@@ -43,6 +43,12 @@ void ct_model_zero_grad(ct_model *model);
 /* Sets what counter-based randomness (dropout) is keyed by for the next forward: the global step
  * and the global position of the batch's first sample. */
 void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset);
+/* Until called again with NULL, the backward of every module with parameters ends with fn(ctx, m):
+ * the gradients of m's subtree, [m->grad_lo, m->grad_hi) of the flat buffer, got their last
+ * contribution of this pass (unless a module whose backward runs later uses them too: shared
+ * weights). Parameters are laid out in forward order and backward runs in reverse, so after a
+ * module's call every gradient from its grad_lo to the end is final; the root's call ends the pass. */
+void ct_model_set_grads_ready(ct_model *model, ct_grads_ready_fn fn, void *ctx);
 void ct_model_train(ct_model *model, bool training);
 /* Makes backward also produce the gradient of the model's input (tests, input attribution);
  * call after build, then ct_model_input_grad gives it after each backward. */

@@ -86,8 +86,10 @@ ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {
 }
 
 ct_status ct_module_declare(ct_module *m, ct_param_store *ps) {
+    m->param_first = ps->count;
     if (m->ops->declare) CT_TRY(named(m, m->ops->declare(m, ps)));
     for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_declare(m->children[i], ps));
+    m->param_end = ps->count;
     return CT_OK;
 }
 
@@ -157,7 +159,11 @@ ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
                         (long long)m->batch, ct_dtype_name(m->dtype));
     }
     ct_tensor grad = *dy;
-    return named(m, m->ops->backward(m, &grad, dx));
+    CT_TRY(named(m, m->ops->backward(m, &grad, dx)));
+    const ct_step_ctx *ctx = m->step_ctx;
+    if (ctx && ctx->grads_ready && m->grad_hi > m->grad_lo)
+        return ctx->grads_ready(ctx->grads_ready_ctx, m);
+    return CT_OK;
 }
 
 void ct_module_destroy(ct_module *m) {

@@ -32,11 +32,18 @@ typedef struct ct_shape {
     int64_t dims[CT_MAX_DIMS - 1];
 } ct_shape;
 
-/* Per-step context shared by every module of a model: what counter-based randomness is keyed by. */
+/* Called after the backward of a module that has parameters (m->grad_lo, m->grad_hi give where
+ * its subtree's gradients lie in the flat buffer); a non-OK status stops the backward pass. */
+typedef ct_status (*ct_grads_ready_fn)(void *ctx, const ct_module *m);
+
+/* Per-step context shared by every module of a model: what counter-based randomness is keyed by,
+ * and who wants to know when gradients are done (data parallelism sends them while backward goes on). */
 typedef struct ct_step_ctx {
     uint64_t seed;          /* run seed */
     uint64_t step;          /* global step (or evaluation call) */
     int64_t sample_offset;  /* global position of row 0 of this batch in the epoch's order */
+    ct_grads_ready_fn grads_ready; /* NULL: nobody listens */
+    void *grads_ready_ctx;
 } ct_step_ctx;
 
 /* What `reserve` needs: where to get memory, what type and device, how large a batch. */
@@ -76,6 +83,10 @@ struct ct_module {
     int64_t max_batch;
     bool need_input_grad; /* false for the first layer: skip computing dx */
     int64_t batch;        /* rows of the last forward, which backward must match */
+    /* Set by ct_module_declare and ct_model_build: the parameters this subtree declared (indices
+     * into the store) and the element range of their gradients in the flat buffer (lo == hi: none). */
+    int param_first, param_end;
+    int64_t grad_lo, grad_hi;
 };
 
 /* Initialises the base of a new module (call from a layer's constructor). */

@@ -148,6 +148,8 @@ typedef struct field_info {
       "Hide the progress bar (it is also hidden when stderr is not a terminal).")                                      \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
       "Seconds a process waits for the others in a collective before the whole job ends with an error.")               \
+    X(ddp_bucket_cap_mb, INT, S_I64, "null", NULL, NULL, 0, 0,                                                         \
+      "MiB of gradients per all-reduce bucket, sent while backward goes on; null means 25 (PyTorch's).")              \
     X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
       "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
     X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                        \
@@ -863,6 +865,8 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "save_total_limit", "must be >= 0 (0 or null keeps every checkpoint), got %lld",
                    (long long)a->save_total_limit);
     if (a->seed < 0) return bad(path, "seed", "must be >= 0, got %lld", (long long)a->seed);
+    if (a->ddp_bucket_cap_mb < 0)
+        return bad(path, "ddp_bucket_cap_mb", "must be > 0 MiB (null means 25), got %lld", (long long)a->ddp_bucket_cap_mb);
     if (a->ddp_timeout <= 0) return bad(path, "ddp_timeout", "must be > 0 seconds, got %lld", (long long)a->ddp_timeout);
     if (a->eval_bootstrap_resamples < 0)
         return bad(path, "eval_bootstrap_resamples", "must be >= 0, got %lld", (long long)a->eval_bootstrap_resamples);

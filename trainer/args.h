@@ -101,6 +101,7 @@ typedef struct ct_training_args {
     bool disable_tqdm;               /* false; the bar is also off when stderr is not a terminal */
     /* several processes */
     int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
+    int64_t ddp_bucket_cap_mb;    /* 0 = HF's None: 25 MiB buckets */
     bool save_on_each_node;       /* false: only the world's process zero writes checkpoints */
     char optimizer_sharding[16];  /* ctrainer's own: "none" (DDP) or "zero1" (optimizer state sharded) */
     /* randomness */

@@ -1,13 +1,35 @@
 /* Data parallelism inside the Trainer (PyTorch's DDP, over ct_comm): every process starts from rank
  * 0's parameters and buffers, and after the micro-batches of an optimizer step the gradient SUMS of
- * every process are added up in buckets, so each process steps with the same gradients.
+ * every process are added up, so each process steps with the same gradients.
  *
- * Buckets: the flat gradient buffer is cut into pieces of about 25 MiB (PyTorch's default bucket
- * size); all are started as non-blocking all-reduces, then waited for, so large models keep several
- * transfers in flight instead of one long blocking call. */
+ * Buckets: the flat gradient buffer is cut at parameter boundaries into buckets of about
+ * ddp_bucket_cap_mb (25 MiB, PyTorch's default), numbered from the END of the buffer, because
+ * parameters are laid out in forward order and backward produces the last ones first; the first
+ * bucket is capped at 1 MiB (as PyTorch does) so communication starts early. During the backward
+ * pass of the step's last micro-batch the model reports each module whose gradients are done; once
+ * every gradient from a bucket's start to the end of the buffer is done, that bucket's non-blocking
+ * all-reduce starts, and travels while backward goes on through the earlier layers. Buckets always
+ * start in the same order on every process (collectives must pair up), also on a process that had
+ * no samples and ran no backward: ct_ddp_finish starts what is left, then waits for all. */
+#include <stdlib.h>
+
 #include "trainer/trainer_impl.h"
 
-#define BUCKET_BYTES ((int64_t)25 << 20)
+#define DEFAULT_BUCKET_MB 25
+#define FIRST_BUCKET_BYTES ((int64_t)1 << 20)
+
+struct ct_ddp {
+    ct_trainer *t;
+    ct_tensor *grads;
+    int n_buckets;
+    int64_t *lo;               /* bucket b covers [lo[b], b ? lo[b - 1] : numel), b = 0 the last */
+    ct_tensor *views;
+    ct_comm_request **reqs;
+    int started;               /* buckets [0, started) are in flight */
+    int64_t frontier;          /* every gradient at or above it is final for this step */
+    bool listening;
+    bool pass_done;            /* the root module reported: the backward pass is over */
+};
 
 ct_status ct_trainer_broadcast_params(ct_trainer *t) {
     if (t->world_size <= 1) return CT_OK;
@@ -17,25 +39,95 @@ ct_status ct_trainer_broadcast_params(ct_trainer *t) {
     return CT_OK;
 }
 
-ct_status ct_trainer_all_reduce_grads(ct_trainer *t) {
-    if (t->world_size <= 1) return CT_OK;
-    ct_tensor *g = &t->model->params.grads;
-    int64_t n = ct_tensor_numel(g), per = BUCKET_BYTES / (int64_t)ct_dtype_size(g->dtype);
-    enum { MAX_BUCKETS = 256 };
-    if (per * MAX_BUCKETS < n) per = (n + MAX_BUCKETS - 1) / MAX_BUCKETS;
-    ct_tensor views[MAX_BUCKETS];
-    ct_comm_request *reqs[MAX_BUCKETS];
-    int started = 0;
-    ct_status s = CT_OK;
-    for (int64_t off = 0; off < n && s == CT_OK; off += per, started++) {
-        views[started] = ct_tensor_rows(g, off, off + per < n ? per : n - off);
-        s = ct_comm_all_reduce_start(t->comm, &views[started], CT_SUM, &reqs[started]);
-        if (s != CT_OK) break;
+static int64_t bucket_hi(const ct_ddp *d, int b) { return b ? d->lo[b - 1] : ct_tensor_numel(d->grads); }
+
+ct_status ct_ddp_create(ct_trainer *t, ct_ddp **out) {
+    *out = NULL;
+    const ct_param_store *ps = &t->model->params;
+    int64_t es = (int64_t)ct_dtype_size(ps->grads.dtype);
+    int64_t cap = (t->args.ddp_bucket_cap_mb > 0 ? t->args.ddp_bucket_cap_mb : DEFAULT_BUCKET_MB) << 20;
+    ct_ddp *d = calloc(1, sizeof *d);
+    /* At most one bucket per parameter, and one for what lies below the first. */
+    int n_max = ps->count + 1;
+    if (d) {
+        d->lo = calloc((size_t)n_max, sizeof *d->lo);
+        d->views = calloc((size_t)n_max, sizeof *d->views);
+        d->reqs = calloc((size_t)n_max, sizeof *d->reqs);
     }
+    if (!d || !d->lo || !d->views || !d->reqs) {
+        ct_ddp_free(d);
+        return ct_error(CT_ERR_NOMEM, "DDP: out of memory for %d gradient buckets", n_max);
+    }
+    d->t = t;
+    d->grads = &t->model->params.grads;
+    /* Walk the parameters from the end of the buffer down; close a bucket at the parameter that fills it. */
+    int64_t hi = ct_tensor_numel(d->grads), limit = FIRST_BUCKET_BYTES < cap ? FIRST_BUCKET_BYTES : cap;
+    for (int i = ps->count - 1; i >= 0; i--) {
+        const ct_param *p = &ps->items[i];
+        if (p->flags & CT_PARAM_BUFFER) continue;
+        if ((hi - p->offset) * es >= limit || p->offset == 0) {
+            d->lo[d->n_buckets++] = p->offset;
+            hi = p->offset;
+            limit = cap;
+        }
+    }
+    /* Whatever lies below the last closed bucket (leading parameters that did not fill one). */
+    if (hi > 0) d->lo[d->n_buckets++] = 0;
+    *out = d;
+    return CT_OK;
+}
+
+void ct_ddp_free(ct_ddp *d) {
+    if (!d) return;
+    free(d->lo);
+    free(d->views);
+    free(d->reqs);
+    free(d);
+}
+
+int ct_ddp_num_buckets(const ct_ddp *d) { return d->n_buckets; }
+
+static ct_status start_ready(ct_ddp *d) {
+    while (d->started < d->n_buckets && d->lo[d->started] >= d->frontier) {
+        int b = d->started;
+        d->views[b] = ct_tensor_rows(d->grads, d->lo[b], bucket_hi(d, b) - d->lo[b]);
+        CT_TRY(ct_comm_all_reduce_start(d->t->comm, &d->views[b], CT_SUM, &d->reqs[b]));
+        d->started++;
+    }
+    return CT_OK;
+}
+
+/* The model's report: module m's gradients are done. */
+static ct_status on_grads_ready(void *ctx, const ct_module *m) {
+    ct_ddp *d = ctx;
+    if (d->pass_done)
+        return ct_error(CT_ERR_STATE, "DDP: %s '%s' changed gradients after the backward pass had ended and their "
+                        "all-reduce had begun: backward ran twice in the last micro-batch of a step; add the losses "
+                        "and run backward once", m->ops->type, m->name[0] ? m->name : "(root)");
+    d->pass_done = m == d->t->model->root;
+    /* A module finishing out of order (its range not reaching the done part) waits for its parent. */
+    if (m->grad_hi >= d->frontier && m->grad_lo < d->frontier) d->frontier = m->grad_lo;
+    return start_ready(d);
+}
+
+void ct_ddp_begin_step(ct_ddp *d) {
+    d->started = 0;
+    d->frontier = ct_tensor_numel(d->grads);
+    d->listening = true;
+    d->pass_done = false;
+    ct_model_set_grads_ready(d->t->model, on_grads_ready, d);
+}
+
+ct_status ct_ddp_finish_step(ct_ddp *d, bool start_rest) {
+    if (d->listening) ct_model_set_grads_ready(d->t->model, NULL, NULL);
+    d->listening = false;
+    d->frontier = 0;
+    ct_status s = start_rest ? start_ready(d) : CT_OK;
     /* Every started request is waited for, even after a failure, so none is left in flight. */
-    for (int i = 0; i < started; i++) {
-        ct_status w = ct_comm_wait(t->comm, reqs[i]);
+    for (int b = 0; b < d->started; b++) {
+        ct_status w = ct_comm_wait(d->t->comm, d->reqs[b]);
         if (s == CT_OK) s = w;
     }
+    d->started = 0;
     return s;
 }

@@ -165,9 +165,17 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
         ct_model_set_step(t->model, (uint64_t)t->state.global_step,
                           epoch * n_train + b->index * B * t->world_size + (int64_t)t->rank * B);
         ct_loss_value lv = {0, 0};
+        /* Only the last micro-batch communicates: its backward sends finished gradient buckets. */
+        bool sync = t->ddp && i + 1 == n;
+        if (sync) ct_ddp_begin_step(t->ddp);
         /* In the short last global batch some processes may have no samples: they add nothing but
          * still take part in the step's collectives. */
-        if (b->rows > 0) CT_TRY(ct_trainer_training_step(t, b, &lv));
+        ct_status s = b->rows > 0 ? ct_trainer_training_step(t, b, &lv) : CT_OK;
+        if (sync) {
+            ct_status f = ct_ddp_finish_step(t->ddp, s == CT_OK);
+            if (s == CT_OK) s = f;
+        }
+        CT_TRY(s);
         step_loss = ct_loss_value_add(step_loss, lv);
         if (b->rows > 0) step_flos += ct_trainer_floating_point_ops(t, b);
         if (i + 1 < n) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
@@ -176,7 +184,6 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     bool zero1 = ct_trainer_uses_zero1(t);
     if (t->world_size > 1) {
         double totals[3] = {step_loss.sum, step_loss.count, step_flos};
-        if (!zero1) CT_TRY(ct_trainer_all_reduce_grads(t)); /* ZeRO-1 reduce-scatters them instead */
         CT_TRY(ct_comm_all_reduce_f64(t->comm, totals, 3, CT_SUM));
         step_loss = (ct_loss_value){totals[0], totals[1]};
         step_flos = totals[2];
@@ -327,7 +334,11 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     stop_signal = 0;
     sigaction(SIGTERM, &act, &old_term);
     sigaction(SIGINT, &act, &old_int);
-    ct_status s = train(t, loader, resume_from_checkpoint, out);
+    /* Plain DDP sums gradients in buckets during backward; ZeRO-1 reduce-scatters them instead. */
+    ct_status s = t->world_size > 1 && !ct_trainer_uses_zero1(t) ? ct_ddp_create(t, &t->ddp) : CT_OK;
+    if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
+    ct_ddp_free(t->ddp);
+    t->ddp = NULL;
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
     ct_set_flush_denormal(flush);

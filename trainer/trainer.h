@@ -168,6 +168,7 @@ struct ct_trainer {
     ct_train_progress progress; /* internal: where the training loop is, saved in checkpoints */
     int64_t saved_step;         /* internal: global_step of the last checkpoint written (-1: none) */
     bool saved_epoch_done;      /* and its progress.epoch_done */
+    struct ct_ddp *ddp;         /* internal: gradient buckets while a data-parallel run trains */
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar

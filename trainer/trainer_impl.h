@@ -14,7 +14,16 @@
 /* Data parallelism (trainer/ddp.c): rank 0's parameters and buffers to every process; the gradient
  * sums of every process added up (bucketed non-blocking all-reduce). No-ops for one process. */
 ct_status ct_trainer_broadcast_params(ct_trainer *t);
-ct_status ct_trainer_all_reduce_grads(ct_trainer *t);
+/* The gradient buckets of a data-parallel run, cut for t's model and ddp_bucket_cap_mb. For an
+ * optimizer step: ct_ddp_begin_step before the backward of its last micro-batch (buckets then start
+ * while backward runs), ct_ddp_finish_step after it (starts the rest when start_rest, waits for all
+ * started; after a failure pass false: only the started ones are waited for). */
+typedef struct ct_ddp ct_ddp;
+ct_status ct_ddp_create(ct_trainer *t, ct_ddp **out);
+void ct_ddp_free(ct_ddp *d);
+int ct_ddp_num_buckets(const ct_ddp *d);
+void ct_ddp_begin_step(ct_ddp *d);
+ct_status ct_ddp_finish_step(ct_ddp *d, bool start_rest);
 
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (optim/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);
