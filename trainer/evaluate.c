@@ -21,6 +21,10 @@ typedef struct eval_run {
     ct_tensor full_features, full_labels, full_mask;
     int64_t *full_indices;
     int64_t samples, steps;
+    /* With several processes each keeps its own rows, in the order it saw them, with their dataset
+     * indices; rank 0 gathers them into out (only it holds whole arrays). */
+    ct_tensor own_out, own_labels, own_idx;
+    int64_t own_rows;
 } eval_run;
 
 /* Every evaluation forward runs on exactly per_device_eval_batch_size rows: BLAS picks its kernels
@@ -90,28 +94,132 @@ static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const
     return CT_OK;
 }
 
-/* Copies the real rows of a batch into the prediction arrays at their dataset indices. */
-static void keep_rows(ct_prediction_output *p, const ct_batch *b, const ct_tensor *outputs) {
-    size_t orow = ct_tensor_nbytes(outputs) / (size_t)(outputs->shape[0] ? outputs->shape[0] : 1);
-    size_t lrow = p->label_ids.data ? ct_tensor_nbytes(&b->labels) / (size_t)(b->rows ? b->rows : 1) : 0;
+static size_t row_bytes(const ct_tensor *t) {
+    return t->ndim > 0 && t->shape[0] > 0 ? ct_tensor_nbytes(t) / (size_t)t->shape[0] : 0;
+}
+
+/* dst row `at` = src row i (same row size). */
+static void copy_row(ct_tensor *dst, int64_t at, const ct_tensor *src, int64_t i, size_t bytes) {
+    memcpy((char *)dst->data + (size_t)at * bytes, (const char *)src->data + (size_t)i * bytes, bytes);
+}
+
+/* One process: the real rows of a batch go straight to their dataset indices in the output arrays. */
+static void place_rows(ct_prediction_output *p, const ct_batch *b, const ct_tensor *outputs) {
+    size_t orow = row_bytes(outputs), lrow = p->label_ids.data ? row_bytes(&b->labels) : 0;
     const uint8_t *mask = b->mask.data;
     for (int64_t i = 0; i < b->rows; i++) {
         if (mask && !mask[i]) continue;
-        int64_t at = b->indices[i];
-        memcpy((char *)p->predictions.data + (size_t)at * orow, (const char *)outputs->data + (size_t)i * orow, orow);
-        if (lrow) memcpy((char *)p->label_ids.data + (size_t)at * lrow, (const char *)b->labels.data + (size_t)i * lrow, lrow);
+        copy_row(&p->predictions, b->indices[i], outputs, i, orow);
+        if (lrow) copy_row(&p->label_ids, b->indices[i], &b->labels, i, lrow);
     }
 }
 
-static ct_status alloc_outputs(ct_trainer *t, ct_dataset *ds, ct_prediction_output *p) {
-    int64_t n = ct_dataset_length(ds), shape[CT_MAX_DIMS + 1];
-    shape[0] = n;
+/* Makes room for `need` own rows: a new tensor like t with rows doubled, the first `used` copied. */
+static ct_status grow_rows(ct_tensor *t, int64_t used, int64_t need) {
+    if (t->shape[0] >= need) return CT_OK;
+    int64_t shape[CT_MAX_DIMS];
+    memcpy(shape, t->shape, sizeof shape);
+    shape[0] = need > 2 * t->shape[0] ? need : 2 * t->shape[0];
+    ct_tensor bigger;
+    CT_TRY(ct_tensor_alloc(&bigger, t->dtype, CT_CPU, t->ndim, shape));
+    if (used > 0) memcpy(bigger.data, t->data, (size_t)used * row_bytes(t));
+    ct_tensor_free(t);
+    *t = bigger;
+    return CT_OK;
+}
+
+/* Several processes: the real rows of a batch are appended to this process's own rows. */
+static ct_status keep_own_rows(eval_run *r, const ct_batch *b, const ct_tensor *outputs) {
+    int64_t need = r->own_rows + b->valid;
+    CT_TRY(grow_rows(&r->own_out, r->own_rows, need));
+    CT_TRY(grow_rows(&r->own_idx, r->own_rows, need));
+    if (r->own_labels.data) CT_TRY(grow_rows(&r->own_labels, r->own_rows, need));
+    size_t orow = row_bytes(outputs), lrow = r->own_labels.data ? row_bytes(&b->labels) : 0;
+    const uint8_t *mask = b->mask.data;
+    for (int64_t i = 0; i < b->rows; i++) {
+        if (mask && !mask[i]) continue;
+        copy_row(&r->own_out, r->own_rows, outputs, i, orow);
+        if (lrow) copy_row(&r->own_labels, r->own_rows, &b->labels, i, lrow);
+        ((int64_t *)r->own_idx.data)[r->own_rows++] = b->indices[i];
+    }
+    return CT_OK;
+}
+
+static void free_own_rows(eval_run *r) {
+    ct_tensor_free(&r->own_out);
+    ct_tensor_free(&r->own_labels);
+    ct_tensor_free(&r->own_idx);
+}
+
+/* The output arrays: [n, ...] for every sample of the set on the process that assembles them (the
+ * only one, or rank 0); empty ([0, ...]) elsewhere, where own rows of about n / W start instead. */
+static ct_status alloc_outputs(ct_trainer *t, eval_run *r) {
+    ct_prediction_output *p = r->out;
+    int64_t n = ct_dataset_length(r->ds), shape[CT_MAX_DIMS + 1], lshape[CT_MAX_DIMS + 1];
     const ct_shape *o = &t->model->out_shape;
+    const ct_sample_spec *spec = &r->ds->spec;
     for (int i = 0; i < o->ndim; i++) shape[i + 1] = o->dims[i];
-    CT_TRY(ct_tensor_alloc(&p->predictions, t->model->params.dtype, CT_CPU, o->ndim + 1, shape));
-    const ct_sample_spec *s = &ds->spec;
-    for (int i = 0; i < s->label_shape.ndim; i++) shape[i + 1] = s->label_shape.dims[i];
-    return ct_tensor_alloc(&p->label_ids, s->label_dtype, CT_CPU, s->label_shape.ndim + 1, shape);
+    for (int i = 0; i < spec->label_shape.ndim; i++) lshape[i + 1] = spec->label_shape.dims[i];
+    ct_dtype dt = t->model->params.dtype;
+    int ndim = o->ndim + 1, lndim = spec->label_shape.ndim + 1;
+    if (t->world_size > 1) {
+        shape[0] = lshape[0] = (n + t->world_size - 1) / t->world_size;
+        CT_TRY(ct_tensor_alloc(&r->own_out, dt, CT_CPU, ndim, shape));
+        CT_TRY(ct_tensor_alloc(&r->own_labels, spec->label_dtype, CT_CPU, lndim, lshape));
+        CT_TRY(ct_tensor_alloc(&r->own_idx, CT_I64, CT_CPU, 1, shape));
+    }
+    shape[0] = lshape[0] = t->rank == 0 ? n : 0;
+    if (t->rank != 0) {
+        p->predictions = ct_tensor_view(NULL, dt, CT_CPU, ndim, shape);
+        p->label_ids = ct_tensor_view(NULL, spec->label_dtype, CT_CPU, lndim, lshape);
+        return CT_OK;
+    }
+    CT_TRY(ct_tensor_alloc(&p->predictions, dt, CT_CPU, ndim, shape));
+    return ct_tensor_alloc(&p->label_ids, spec->label_dtype, CT_CPU, lndim, lshape);
+}
+
+/* The first `rows` rows of t as one flat 1-D tensor. */
+static ct_tensor first_rows_flat(const ct_tensor *t, int64_t rows) {
+    int64_t numel = rows * (int64_t)(row_bytes(t) / ct_dtype_size(t->dtype));
+    return ct_tensor_view(t->data, t->dtype, CT_CPU, 1, &numel);
+}
+
+/* Rank 0 receives every process's own rows (variable counts) and puts each at its dataset index;
+ * a sample that arrives twice, or not at all, is an error: it would be counted wrongly. */
+static ct_status gather_outputs(ct_trainer *t, eval_run *r) {
+    ct_prediction_output *p = r->out;
+    ct_tensor o = first_rows_flat(&r->own_out, r->own_rows), l = first_rows_flat(&r->own_labels, r->own_rows),
+              i = first_rows_flat(&r->own_idx, r->own_rows);
+    ct_tensor go = {0}, gl = {0}, gi = {0};
+    ct_status s = ct_comm_gather_v(t->comm, &o, 0, &go);
+    if (s == CT_OK) s = ct_comm_gather_v(t->comm, &l, 0, &gl);
+    if (s == CT_OK) s = ct_comm_gather_v(t->comm, &i, 0, &gi);
+    if (s == CT_OK && t->rank == 0) {
+        int64_t n = p->predictions.shape[0], got = ct_tensor_numel(&gi);
+        size_t orow = row_bytes(&p->predictions), lrow = row_bytes(&p->label_ids);
+        uint8_t *seen = calloc((size_t)(n ? n : 1), 1);
+        const int64_t *idx = gi.data;
+        if (!seen) s = ct_error(CT_ERR_NOMEM, "out of memory");
+        for (int64_t k = 0; s == CT_OK && k < got; k++) {
+            int64_t at = idx[k];
+            if (at < 0 || at >= n || seen[at])
+                s = ct_error(CT_ERR_STATE, "evaluation: sample %lld %s", (long long)at,
+                             at < 0 || at >= n ? "is outside the dataset" : "came from two processes");
+            else {
+                seen[at] = 1;
+                copy_row(&p->predictions, at, &go, k, orow);
+                copy_row(&p->label_ids, at, &gl, k, lrow);
+            }
+        }
+        if (s == CT_OK && got != n)
+            s = ct_error(CT_ERR_STATE, "evaluation: the processes evaluated %lld of the %lld samples",
+                         (long long)got, (long long)n);
+        free(seen);
+    }
+    ct_tensor_free(&go);
+    ct_tensor_free(&gl);
+    ct_tensor_free(&gi);
+    return s;
 }
 
 static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
@@ -129,7 +237,8 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         ct_eval_batch eb = {.outputs = &outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
         CT_TRY(row_losses(t, r, b, &outputs, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
-        if (r->out) keep_rows(r->out, b, &outputs);
+        if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &outputs));
+        else if (r->out) place_rows(r->out, b, &outputs);
         r->samples += b->valid;
         r->steps++;
         ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
@@ -138,17 +247,13 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
     return CT_OK;
 }
 
-/* Each process evaluated its contiguous shard: metric states are all-reduced (records gathered to
- * rank 0 in dataset order), and kept outputs, which each process wrote only at its own samples'
- * indices (zeros elsewhere), are summed: adding zeros is exact, so every process gets them all. */
+/* Each process evaluated its shard: metric states are all-reduced (records gathered to rank 0 in
+ * dataset order), and kept outputs gathered to rank 0. */
 static ct_status reduce_across_processes(ct_trainer *t, eval_run *r) {
     if (t->world_size <= 1) return CT_OK;
     CT_TRY(ct_metric_set_reduce(&t->metrics, t->comm, 0));
     CT_TRY(ct_comm_all_reduce_i64(t->comm, &r->samples, 1, CT_SUM));
-    if (!r->out) return CT_OK;
-    CT_TRY(ct_comm_all_reduce(t->comm, &r->out->predictions, CT_SUM));
-    if (r->out->label_ids.data) CT_TRY(ct_comm_all_reduce(t->comm, &r->out->label_ids, CT_SUM));
-    return CT_OK;
+    return r->out ? gather_outputs(t, r) : CT_OK;
 }
 
 /* Rank 0 computed the metrics (it holds the gathered records); every process gets its values, so
@@ -179,7 +284,7 @@ static ct_status share_metrics(ct_trainer *t, json_t **m) {
 }
 
 static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double *runtime) {
-    if (r->out) CT_TRY(alloc_outputs(t, r->ds, r->out));
+    if (r->out) CT_TRY(alloc_outputs(t, r));
     int64_t bs[1] = {t->args.per_device_eval_batch_size};
     CT_TRY(alloc_full_batch(t, r));
     CT_TRY(ct_tensor_alloc(&r->sample_loss, CT_F64, CT_CPU, 1, bs));
@@ -231,6 +336,7 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     ct_tensor_free(&r->sample_loss);
     ct_tensor_free(&r->sample_weight);
     free_full_batch(r);
+    free_own_rows(r);
     json_t *m = s == CT_OK ? json_object() : NULL;
     if (s == CT_OK && !m) s = ct_error(CT_ERR_NOMEM, "out of memory");
     if (s == CT_OK) s = finish_metrics(t, r, prefix, runtime, m);

@@ -46,7 +46,9 @@
 
 #define CT_TRAINER_MAX_EVAL_SETS 8
 
-/* What predict() returns: outputs and labels of the samples in dataset order, plus metrics. */
+/* What predict() returns: outputs and labels of the samples in dataset order, plus metrics. With
+ * several processes the outputs are gathered to the world's process zero (as compute_metrics, which
+ * runs there); the others get empty [0, ...] arrays and the same metrics. */
 typedef struct ct_prediction_output {
     ct_tensor predictions; /* [N, ...] float32 model outputs (logits) */
     ct_tensor label_ids;   /* [N, ...] the dataset's labels (empty when it has none) */

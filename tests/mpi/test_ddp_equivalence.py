@@ -30,6 +30,9 @@ The same evaluation by one process with the batch sizes the shards' batches come
 is printed as a diagnostic: when the world sizes disagree and these do too, the cause is the
 batch's row count, not the reduction.
 
+Prediction: `ctrainer predict` on 2 to 4 ranks writes the same logits, predictions and labels as
+one process, bit for bit (outputs gathered to rank 0 in dataset order).
+
 Also checked on the way: only rank 0 writes log.jsonl and prints the step logs, the runs' global
 steps, epochs and total_flos agree. A fresh seed each run (CT_TEST_SEED=N repeats one)."""
 import json
@@ -242,6 +245,17 @@ def evaluate(tmp, label, world, model_dir, batch=64):
     return json.load(open(os.path.join(out, "eval_results.json")))
 
 
+def predict(tmp, label, world, model_dir):
+    out = os.path.join(tmp, label)
+    test = json.dumps({"type": "fashion_mnist", "split": "test", "limit": N_EVAL, "transforms": NORMALIZE})
+    h5 = os.path.join(tmp, label + ".h5")
+    cmd = mpi(world) + [CTRAINER, "predict", os.path.join(tmp, "run.json"), "--model", model_dir, "--output", h5,
+                        "--set", f"data.test={test}", "--output_dir", out, "--report_to", "none"]
+    run(cmd, label)
+    with h5py.File(h5, "r") as f:
+        return {k: f[k][()] for k in f.keys()}
+
+
 # Values computed from counts (confusion matrix, correct/total, AUROC's gathered scores and labels,
 # and the bootstrap draws over them) must come out bit-identical; the loss and what is derived from
 # it are float64 sums whose order follows the shards.
@@ -303,6 +317,16 @@ with tempfile.TemporaryDirectory() as tmp:
     print("  " + ", ".join(f"{k} {want[k]:.6g}" for k in ("eval_loss", "eval_accuracy", "eval_f1_macro", "eval_auroc")))
     for w in WORLDS:
         compare_evaluation(evaluate(tmp, f"eval_w{w}", w, ref["out"]), want, f"evaluate on {w} rank(s)")
+    # predict: each rank's outputs gathered to rank 0 in dataset order, bit for bit one process's.
+    print("prediction of the same model on 1 to 4 ranks")
+    pwant = predict(tmp, "predict_single", None, ref["out"])
+    check(sorted(pwant) == ["labels", "logits", "predictions"] and len(pwant["logits"]) == N_EVAL,
+          f"predict: datasets {sorted(pwant)}, {len(pwant.get('logits', []))} rows")
+    for w in WORLDS[1:]:
+        got = predict(tmp, f"predict_w{w}", w, ref["out"])
+        for k in pwant:
+            check(k in got and got[k].shape == pwant[k].shape and np.array_equal(got[k], pwant[k]),
+                  f"predict on {w} ranks: /{k} differs from one process's")
     # A diagnostic, not a check (the issue asks for independence from the world size, not from the
     # batch size): one process with the batch sizes a shard's batches come in (37: one process's
     # last batch, 51: rank 1's of 2 with its padding row, 250: a whole shard of 4). When the world sizes
