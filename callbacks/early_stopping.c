@@ -19,6 +19,7 @@
 
 #include "callbacks/callback.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "core/util.h"
 
 typedef struct early_cb {
@@ -44,8 +45,8 @@ static ct_status early_train_begin(ct_callback *cb, const ct_callback_args *a) {
         return ct_error(CT_ERR_CONFIG, "early stopping needs evaluations, but eval_strategy is \"no\" (use \"steps\" "
                                        "or \"epoch\")");
     if (!a->args->load_best_model_at_end && a->state->is_world_process_zero)
-        fprintf(stderr, "warning: early stopping without load_best_model_at_end: once training is finished, the best "
-                        "model will not be loaded automatically\n");
+        ct_log_warning("early stopping without load_best_model_at_end: once training is finished, the best model "
+                       "will not be loaded automatically");
     return CT_OK;
 }
 

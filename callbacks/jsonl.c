@@ -5,6 +5,7 @@
  * is opened (appending) at train begin, or at the first entry outside training, on the world's
  * process zero only; it is closed at train end. A relative path is inside output_dir. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,22 +17,21 @@
 
 typedef struct jsonl_cb {
     ct_callback base;
-    char *path;
+    char *given;    /* the path as given: a relative one is resolved at each opening, because the */
+    char path[4096]; /* output_dir may change between runs of one trainer; `path` is the last resolved */
     FILE *f;
 } jsonl_cb;
 
 /* A relative path is taken inside output_dir (created if needed), where the run's other files are. */
 static ct_status open_file(jsonl_cb *j, const ct_training_args *args) {
     if (j->f) return CT_OK;
-    if (j->path[0] != '/' && args && args->output_dir[0]) {
-        CT_TRY(ct_make_dirs(args->output_dir));
-        size_t n = strlen(args->output_dir) + strlen(j->path) + 2;
-        char *full = malloc(n);
-        if (!full) return ct_error(CT_ERR_NOMEM, "out of memory");
-        snprintf(full, n, "%s/%s", args->output_dir, j->path);
-        free(j->path);
-        j->path = full;
-    }
+    bool inside = j->given[0] != '/' && args && args->output_dir[0];
+    if (inside) CT_TRY(ct_make_dirs(args->output_dir));
+    int n = inside ? snprintf(j->path, sizeof j->path, "%s/%s", args->output_dir, j->given)
+                   : snprintf(j->path, sizeof j->path, "%s", j->given);
+    if (n < 0 || (size_t)n >= sizeof j->path)
+        return ct_error(CT_ERR_INVALID_ARG, "JsonlCallback: the path %s%s%s is too long",
+                        inside ? args->output_dir : "", inside ? "/" : "", j->given);
     j->f = fopen(j->path, "a");
     if (!j->f) return ct_error(CT_ERR_IO, "%s: cannot open for appending: %s", j->path, strerror(errno));
     return CT_OK;
@@ -79,7 +79,7 @@ static ct_status jsonl_train_end(ct_callback *cb, const ct_callback_args *a) {
 static void jsonl_destroy(ct_callback *cb) {
     jsonl_cb *j = ct_container_of(cb, jsonl_cb, base);
     if (j->f) fclose(j->f);
-    free(j->path);
+    free(j->given);
     free(j);
 }
 
@@ -102,7 +102,7 @@ ct_status ct_jsonl_callback_create(const char *path, ct_callback **out) {
         return ct_error(CT_ERR_NOMEM, "JsonlCallback: out of memory");
     }
     j->base.ops = &jsonl_ops;
-    j->path = copy;
+    j->given = copy;
     *out = &j->base;
     return CT_OK;
 }

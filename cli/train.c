@@ -9,12 +9,16 @@
  * train --resume_from_checkpoint [latest|DIR] continues a run exactly; SIGTERM/SIGINT stop training at
  * the next step with a checkpoint and exit 128 + the signal.
  * Options shared by all three: --<training_argument> VALUE (any name of `ctrainer config --defaults`)
- * and --set dotted.key=JSON, applied after the config's own values. */
+ * and --set dotted.key=JSON, applied after the config's own values.
+ * As in HF's example scripts, the process that logs (should_log) shows info lines on stderr (the
+ * "***** Running training *****" block, "Resuming from ..."), the others warnings only; log_level and
+ * log_level_replica change that. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/log.h"
 #include "core/ops.h"
 #include "trainer/model_io.h"
 #include "trainer/run.h"
@@ -124,7 +128,9 @@ static int parse(int argc, char **argv, cli_opts *o) {
     return -1;
 }
 
-static ct_status load_run(const cli_opts *o, ct_run_purpose purpose, ct_run *r) {
+/* The config, loaded and with its arguments resolved; ct_run_build makes the rest once the
+ * communicator exists. */
+static ct_status load_run(const cli_opts *o, ct_run *r) {
     ct_run_config c;
     ct_status s = ct_run_config_load(o->config, &c);
     /* A config file that cannot be read is the user's to fix, like a malformed one: exit 2. */
@@ -141,7 +147,7 @@ static ct_status load_run(const cli_opts *o, ct_run_purpose purpose, ct_run *r) 
             return s;
         }
     }
-    return ct_run_prepare(r, &c, o->args, o->n_args, purpose);
+    return ct_run_resolve(r, &c, o->args, o->n_args);
 }
 
 static ct_status report(ct_trainer *t, const char *split, json_t *metrics) {
@@ -210,16 +216,26 @@ int ct_cli_run(int argc, char **argv) {
                                  : strcmp(o.command, "evaluate") == 0 ? CT_RUN_EVALUATE
                                                                       : CT_RUN_PREDICT;
         ct_run r;
-        ct_status s = load_run(&o, purpose, &r);
+        ct_status s = load_run(&o, &r);
         if (s != CT_OK) {
             code = fail(o.command, s);
         } else {
             /* The program owns the communicator, so that it can still print a failing process's
-             * message and end the other processes after the trainer is gone. */
+             * message and end the other processes after the trainer is gone. It exists before the
+             * datasets (it needs the resolved ddp_timeout), so they are built with
+             * main_process_first: one process per node builds a dataset cache, the others open it. */
             ct_comm *comm = NULL;
             ct_trainer t;
             memset(&t, 0, sizeof t);
             s = ct_comm_create_default((double)r.args.ddp_timeout, &comm);
+            if (s == CT_OK) {
+                /* HF's run_*.py: the process that logs shows info lines, and the Trainer then applies
+                 * log_level (passive keeps this info) and log_level_replica (warning by default). */
+                ct_log_set_rank(comm->rank, comm->world_size);
+                if (ct_log_should_log(comm->rank, comm->local_rank, r.args.log_on_each_node))
+                    ct_log_set_level(CT_LOG_LEVEL_INFO);
+                s = ct_run_build(&r, purpose, comm);
+            }
             if (s == CT_OK) s = run_command(&o, &r, comm, &t);
             bool several = comm && comm->world_size > 1;
             if (s != CT_OK && several) ct_error_prefix(s, "rank %d/%d: ", comm->rank, comm->world_size);

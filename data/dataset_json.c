@@ -15,6 +15,7 @@
 
 #include "core/json.h"
 #include "core/util.h"
+#include "data/dataset_cache.h"
 #include "data/transform.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -56,10 +57,37 @@ static ct_status constructor_error(ct_status s, const char *path, const char *co
     return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
 }
 
+/* An IDX pair (the idx and fashion_mnist types), through the spec's "cache" when it has one
+ * (data/dataset_cache.h). fkeys name the keys that gave images and labels (NULL: the spec itself). */
+static ct_status idx_pair(const json_t *spec, const char *path, const char *base_dir, const char *images,
+                          const char *labels, const char *const fkeys[2], double scale, int64_t num_classes,
+                          ct_dataset **out) {
+    const char *files[3] = {images, labels, NULL};
+    const char *keys[3] = {fkeys[0], fkeys[1], "cache"};
+    ct_status s;
+    if (!json_object_get(spec, "cache")) {
+        s = ct_idx_dataset_create(images, labels, scale, num_classes, out);
+        return s == CT_OK ? s : constructor_error(s, path, keys, files, 2);
+    }
+    char cache[4096], what[600];
+    CT_TRY(file_key(spec, path, "cache", base_dir, cache, sizeof cache));
+    snprintf(what, sizeof what, "%s.cache", path);
+    s = ct_idx_cache_open(images, labels, scale, num_classes, cache, what, NULL, out);
+    if (s == CT_OK) return s;
+    /* Whatever is wrong with the cache file itself (not ctrainer's, the same file as a source) is
+     * named by "cache"; the sources' errors as without a cache. */
+    const char *msg = ct_last_error();
+    size_t n = strlen(cache);
+    if (strncmp(msg, cache, n) == 0 && msg[n] == ':')
+        return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s.cache: ", path);
+    files[2] = cache;
+    return constructor_error(s, path, keys, files, 3);
+}
+
 /* --- the types ---------------------------------------------------------------------------------- */
 
 static ct_status fashion_mnist(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out) {
-    static const char *const keys[] = {"type", "split", "dir", "limit", "transforms", NULL};
+    static const char *const keys[] = {"type", "split", "dir", "cache", "limit", "transforms", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     const char *split, *dir_given;
     CT_TRY(ct_json_string(spec, path, "split", false, "train", &split));
@@ -79,16 +107,14 @@ static ct_status fashion_mnist(const json_t *spec, const char *path, const char 
     const char *stem = strcmp(split, "train") == 0 ? "train" : "t10k";
     snprintf(images, sizeof images, "%s/%s-images-idx3-ubyte.gz", dir, stem);
     snprintf(labels, sizeof labels, "%s/%s-labels-idx1-ubyte.gz", dir, stem);
-    ct_status s = ct_idx_dataset_create(images, labels, 0.0, 10, out);
-    if (s == CT_OK) return s;
     /* The files are named by "dir" when it was given; by the spec itself when the default was used. */
-    const char *files[] = {images, labels};
-    const char *fkeys[] = {dir_given ? "dir" : NULL, dir_given ? "dir" : NULL};
-    return constructor_error(s, path, fkeys, files, 2);
+    const char *const fkeys[2] = {dir_given ? "dir" : NULL, dir_given ? "dir" : NULL};
+    return idx_pair(spec, path, base_dir, images, labels, fkeys, 0.0, 10, out);
 }
 
 static ct_status idx(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out) {
-    static const char *const keys[] = {"type", "images", "labels", "num_classes", "scale", "limit", "transforms", NULL};
+    static const char *const keys[] = {"type",  "images", "labels",     "num_classes", "scale",
+                                       "cache", "limit",  "transforms", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     char images[4096], labels[4096];
     CT_TRY(file_key(spec, path, "images", base_dir, images, sizeof images));
@@ -102,11 +128,8 @@ static ct_status idx(const json_t *spec, const char *path, const char *base_dir,
                         (long long)num_classes);
     if (!(scale >= 0))
         return ct_error(CT_ERR_CONFIG, "%s.scale: %g; expected a number >= 0 (0 = the default)", path, scale);
-    ct_status s = ct_idx_dataset_create(images, labels, scale, num_classes, out);
-    if (s == CT_OK) return s;
-    const char *files[] = {images, labels};
-    const char *fkeys[] = {"images", "labels"};
-    return constructor_error(s, path, fkeys, files, 2);
+    static const char *const fkeys[2] = {"images", "labels"};
+    return idx_pair(spec, path, base_dir, images, labels, fkeys, scale, num_classes, out);
 }
 
 static ct_status hdf5(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out) {

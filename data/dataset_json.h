@@ -1,12 +1,21 @@
 /* Datasets from a run config's JSON: the "data" section's specs.
  *
- *   {"type": "fashion_mnist", "split": "train" | "test", "dir": "/usr/share/datasets/fashion-mnist"}
- *   {"type": "idx", "images": "x.idx.gz", "labels": "y.idx.gz", "num_classes": 10, "scale": 255}
+ *   {"type": "fashion_mnist", "split": "train" | "test", "dir": "/usr/share/datasets/fashion-mnist",
+ *    "cache": "train.h5"}
+ *   {"type": "idx", "images": "x.idx.gz", "labels": "y.idx.gz", "num_classes": 10, "scale": 255,
+ *    "cache": "x.h5"}
  *   {"type": "hdf5", "path": "d.h5", ...the keys of ct_hdf5_dataset_config...}
  *   {"type": "tokens", "path": "t.bin", ...the keys of ct_token_dataset_config...}
  * and, on any of them:
  *   "limit": N          the first N samples only (short runs, tests)
  *   "transforms": [...] applied in order (data/transform.h's JSON specs)
+ *
+ * "cache" (fashion_mnist and idx, optional): an HDF5 file the IDX files are converted to once and
+ * read from afterwards, rebuilt when a source changed since (size or mtime) or it was built from other files
+ * (data/dataset_cache.h: atomic writes, bit-identical samples, a file ctrainer did not write is never
+ * overwritten). "limit", "transforms", "num_classes" and "scale" apply to the cached data as to the
+ * IDX files. In a distributed run the CLI builds the datasets with main_process_first, so one process
+ * per node builds a missing cache and the others open it.
  *
  * Relative paths are resolved against base_dir (the directory of the config file), so a config
  * works from any working directory. Errors name the JSON path ("data.train.images") and the file. */

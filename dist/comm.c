@@ -228,6 +228,54 @@ ct_status ct_comm_check_same(ct_comm *c, uint64_t value, const char *what) {
     return s;
 }
 
+/* --- main_process_first --------------------------------------------------------------------------- */
+
+/* What a failed main process sends the others: its status (an int32 in the first 4 bytes) and its
+ * message after it. */
+#define FIRST_MSG_BYTES 2048
+
+ct_status ct_comm_main_process_first(ct_comm *c, bool local, const char *desc, ct_status (*fn)(void *ctx),
+                                     void *ctx) {
+    CT_ASSERT(fn);
+    if (!desc) desc = "main_process_first";
+    if (!c || c->world_size <= 1) return fn(ctx);
+    bool is_main = local ? c->local_rank == 0 : c->rank == 0;
+    ct_status mine = CT_OK;
+    char msg[FIRST_MSG_BYTES] = "";
+    if (is_main) {
+        mine = fn(ctx);
+        /* The collectives below must not be able to replace the message this process returns. */
+        if (mine != CT_OK) snprintf(msg, sizeof msg, "%s", ct_last_error());
+    }
+    /* rank + 1 of a failed main, 0 otherwise: the MAX names a failing main (the highest) or none.
+     * The others wait here until every main has run. */
+    int64_t failed = mine != CT_OK ? (int64_t)c->rank + 1 : 0;
+    ct_status s = ct_comm_all_reduce_i64(c, &failed, 1, CT_MAX);
+    if (s != CT_OK) return mine != CT_OK ? ct_error(mine, "%s", msg) : ct_error_prefix(s, "%s: ", desc);
+    if (failed == 0) return is_main ? CT_OK : fn(ctx);
+
+    /* A main failed: it sends its status and message, so every process reports the reason (and the
+     * same exit code), whichever of them the job's end lets print. */
+    int root = (int)(failed - 1);
+    uint8_t buf[sizeof(int32_t) + FIRST_MSG_BYTES] = {0};
+    if (c->rank == root) {
+        int32_t st = (int32_t)mine;
+        memcpy(buf, &st, sizeof st);
+        snprintf((char *)buf + sizeof st, FIRST_MSG_BYTES, "%s", msg);
+    }
+    int64_t nbuf = (int64_t)sizeof buf;
+    ct_tensor t = ct_tensor_view(buf, CT_U8, CT_CPU, 1, &nbuf);
+    s = ct_comm_broadcast(c, &t, root);
+    if (mine != CT_OK) return ct_error(mine, "%s", msg);
+    if (s != CT_OK)
+        return ct_error(CT_ERR_STATE, "%s: the main process (rank %d) failed; see its message", desc, root);
+    int32_t st;
+    memcpy(&st, buf, sizeof st);
+    buf[sizeof buf - 1] = '\0';
+    ct_status theirs = st < 0 && st >= (int32_t)CT_ERR_INTERRUPTED ? (ct_status)st : CT_ERR_STATE;
+    return ct_error(theirs, "%s: the main process (rank %d) failed: %s", desc, root, (const char *)buf + sizeof st);
+}
+
 /* --- choosing a communicator ---------------------------------------------------------------------- */
 
 /* The number of processes the launcher started, from the first of its variables that is set to a

@@ -83,6 +83,12 @@ ct_status ct_comm_single_create(ct_comm **out);
  * last MPI communicator, after which MPI cannot be initialised again in this process: keep one
  * communicator for the whole run). Create and use it on one thread, the one that initialised MPI. */
 ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out);
+/* NCCL for CUDA tensors, one process per GPU under mpirun (dist/comm_nccl.c): bootstrapped through an
+ * MPI communicator of its own, which also carries every collective on CPU tensors. device: this
+ * rank's GPU, or -1 for the one of its local rank. CUDA tensors must live on that GPU; blocking
+ * collectives return when done, all_reduce_start/wait order the caller's stream after the
+ * all-reduce without synchronising the host. CT_ERR_UNSUPPORTED in builds without CUDA. */
+ct_status ct_comm_nccl_create(double timeout_s, int device, ct_comm **out);
 /* MPI when launched by mpirun/srun with several ranks, single otherwise. */
 ct_status ct_comm_create_default(double timeout_s, ct_comm **out);
 
@@ -106,5 +112,25 @@ ct_status ct_comm_all_reduce_i64(ct_comm *c, int64_t *v, int64_t n, ct_reduce op
 /* Checks that every rank holds the same 64-bit value (a config hash): CT_ERR_CONFIG on every rank,
  * naming the ranks that differ from rank 0, when they do not. `what` names the value. */
 ct_status ct_comm_check_same(ct_comm *c, uint64_t value, const char *what);
+
+/* Hugging Face's TrainingArguments.main_process_first(local, desc) as a call: the main processes
+ * (local rank 0 of each node when `local`, else rank 0) run fn(ctx) first while the others wait; then
+ * the others run fn. For work every process needs but one (per node) should do first, such as
+ * building a dataset cache on a node's disk (local) or on a shared file system (local = false), so
+ * the others find it done. With c NULL or one process, just fn(ctx).
+ *
+ * Unlike Hugging Face, the main processes' outcome is shared (an i64 MAX all-reduce of rank + 1 of
+ * a failed main, which is also the barrier the others wait in). When a main process fails, it
+ * returns its own status and message, and every other process, main or not, does not run fn and
+ * returns the failed main's status with "<desc>: the main process (rank R) failed: <its message>"
+ * (R: the highest failing rank; its status and message are broadcast from it, so each process's log
+ * has the reason and a job ends with one exit code; should that broadcast fail, CT_ERR_STATE
+ * "<desc>: the main process (rank R) failed; see its message"). Failures of the later, non-main
+ * calls are each process's own (they are not shared). The waiting is a collective: it gives up after
+ * the communicator's timeout (ddp_timeout, which, as in Hugging Face, must cover the main processes'
+ * work) with the collective's error, prefixed "<desc>: ". Every process must call this with the same
+ * `local`. */
+ct_status ct_comm_main_process_first(ct_comm *c, bool local, const char *desc, ct_status (*fn)(void *ctx),
+                                     void *ctx);
 
 #endif

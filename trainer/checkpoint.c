@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/checkpoint_zero.h"
@@ -350,8 +351,8 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
     ct_trainer_state_free(&t->state);
     t->state = st;
     t->progress = p;
-    if (ct_trainer_is_world_process_zero(t))
-        fprintf(stderr, "Resuming from %s: step %lld, epoch %lld, batch %lld%s\n", dir, (long long)st.global_step,
+    /* Info: printed where the log level lets it (the main process by default), as HF's logger.info. */
+    ct_log_info("Resuming from %s: step %lld, epoch %lld, batch %lld%s", dir, (long long)st.global_step,
                 (long long)p.epoch, (long long)p.next_batch, p.epoch_done ? " (epoch done)" : "");
     return CT_OK;
 }

@@ -23,6 +23,7 @@
 
 #include "core/h5io.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "trainer/checkpoint.h"
 
 #define MANIFEST "manifest.json"
@@ -633,7 +634,7 @@ ct_status ct_checkpoint_find_latest(const char *output_dir, char *out, size_t ca
             }
             break;
         }
-        fprintf(stderr, "warning: skipping invalid checkpoint: %s\n", ct_last_error());
+        ct_log_warning("skipping invalid checkpoint: %s", ct_last_error());
         if (used < sizeof skipped) {
             int w = snprintf(skipped + used, sizeof skipped - used, "%s%s", used ? "; " : "", ct_last_error());
             used += w > 0 ? (size_t)w : 0;

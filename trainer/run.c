@@ -1,5 +1,7 @@
 /* Builds what a run config describes (see run.h). Every step's config error goes through
- * ct_run_config_annotate, so it comes out as "file:line:column: path: message". */
+ * ct_run_config_annotate, so it comes out as "file:line:column: path: message". The datasets are
+ * built inside main_process_first when a communicator is given, so that one process per node
+ * builds what they cache. */
 #include <stdio.h>
 #include <string.h>
 
@@ -129,26 +131,51 @@ static ct_status build_rest(ct_run *r) {
     return CT_OK;
 }
 
-static ct_status prepare(ct_run *r, const ct_arg_override *ov, int n, ct_run_purpose purpose) {
+static ct_status resolve(ct_run *r, const ct_arg_override *ov, int n) {
     ct_training_args_default(&r->args);
     const json_t *ta = ct_run_config_section(&r->config, "training_args");
     if (ta) CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_from_json(&r->args, ta, "training_args")));
     for (int i = 0; i < n; i++) CT_TRY(ct_training_args_set(&r->args, ov[i].name, ov[i].value));
     /* Cross-argument errors then name "training_args.<argument>", which annotate points at. */
-    CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_validate_at(&r->args, "training_args")));
-    CT_TRY(open_data(r, purpose));
+    return ct_run_config_annotate(&r->config, ct_training_args_validate_at(&r->args, "training_args"));
+}
+
+typedef struct open_data_ctx {
+    ct_run *r;
+    ct_run_purpose purpose;
+} open_data_ctx;
+
+static ct_status open_data_fn(void *ctx) {
+    open_data_ctx *o = ctx;
+    return open_data(o->r, o->purpose);
+}
+
+static ct_status build(ct_run *r, ct_run_purpose purpose, ct_comm *comm) {
+    open_data_ctx ctx = {r, purpose};
+    CT_TRY(ct_comm_main_process_first(comm, true, "building datasets", open_data_fn, &ctx));
     CT_TRY(build_model(r));
     return build_rest(r);
 }
 
-ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,
-                         ct_run_purpose purpose) {
+ct_status ct_run_resolve(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n) {
     memset(r, 0, sizeof *r);
     r->config = *config;
     memset(config, 0, sizeof *config);
-    ct_status s = prepare(r, overrides, n, purpose);
+    ct_status s = resolve(r, overrides, n);
     if (s != CT_OK) ct_run_free(r);
     return s;
+}
+
+ct_status ct_run_build(ct_run *r, ct_run_purpose purpose, ct_comm *comm) {
+    ct_status s = build(r, purpose, comm);
+    if (s != CT_OK) ct_run_free(r);
+    return s;
+}
+
+ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,
+                         ct_run_purpose purpose) {
+    CT_TRY(ct_run_resolve(r, config, overrides, n));
+    return ct_run_build(r, purpose, NULL);
 }
 
 ct_trainer_setup ct_run_setup(ct_run *r) {

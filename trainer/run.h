@@ -37,9 +37,22 @@ typedef enum ct_run_purpose { CT_RUN_TRAIN, CT_RUN_EVALUATE, CT_RUN_PREDICT } ct
 /* Takes ownership of *config (also on failure). Resolves the arguments (n overrides applied after
  * the config's training_args) and validates them, builds the data the purpose needs, the model (its
  * "num_classes" defaults to the data's for the mlp and cnn presets), the loss (default
- * cross_entropy) and the callbacks. On failure everything built so far is released. */
+ * cross_entropy) and the callbacks. On failure everything built so far is released.
+ * Same as ct_run_resolve followed by ct_run_build(r, purpose, NULL). */
 ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,
                          ct_run_purpose purpose);
+
+/* ct_run_prepare in two stages, for a program of several processes: the communicator needs the
+ * resolved arguments (ddp_timeout), and the datasets are best built with it. ct_run_resolve takes
+ * ownership of *config (also on failure) and resolves and validates the arguments; ct_run_build then
+ * builds the rest. With a communicator, the datasets are built inside
+ * ct_comm_main_process_first(comm, true, "building datasets", ...) (dist/comm.h): local rank 0 of
+ * each node first (say, building a missing dataset cache, data/dataset_cache.h), then the others,
+ * which find it built; a failure of a node's first process fails every process, with its message.
+ * NULL: built here, as by ct_run_prepare. Each stage releases everything in r on failure (r is
+ * then zeroed, so ct_run_free of it is harmless). */
+ct_status ct_run_resolve(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n);
+ct_status ct_run_build(ct_run *r, ct_run_purpose purpose, ct_comm *comm);
 /* The trainer setup for r: model, loss, datasets, metrics and config (borrowed from r) and the
  * config's callbacks (which ct_trainer_init moves into the trainer). */
 ct_trainer_setup ct_run_setup(ct_run *r);

@@ -281,6 +281,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
     CT_TRY(ct_trainer_broadcast_params(t));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
+    ct_trainer_log_run_summary(t, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
     t->train_start_time = ct_trainer_now();

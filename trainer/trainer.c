@@ -10,10 +10,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
 #include "core/ops.h"
 #include "optim/zero.h"
 #include "trainer/trainer_impl.h"
 
+
+/* The arguments' levels are the logger's numbers (both are Python's). */
+_Static_assert(CT_LOG_PASSIVE == CT_LOG_LEVEL_PASSIVE && CT_LOG_DEBUG == CT_LOG_LEVEL_DEBUG &&
+                   CT_LOG_INFO == CT_LOG_LEVEL_INFO && CT_LOG_WARNING == CT_LOG_LEVEL_WARNING &&
+                   CT_LOG_ERROR == CT_LOG_LEVEL_ERROR && CT_LOG_CRITICAL == CT_LOG_LEVEL_CRITICAL,
+               "ct_log_level and core/log.h levels differ");
 
 static ct_status hook_error(ct_status s, const char *hook) {
     return s == CT_OK ? s : ct_error_prefix(s, "%s: ", hook);
@@ -264,6 +271,10 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     }
     t->rank = t->comm->rank;
     t->world_size = t->comm->world_size;
+    /* HF's Trainer.__init__: logging.set_verbosity(args.get_process_log_level()), before any work. */
+    ct_log_set_rank(t->rank, t->world_size);
+    ct_log_set_level(ct_log_process_level(ct_trainer_should_log(t), (int)t->args.log_level,
+                                          (int)t->args.log_level_replica));
     if (t->world_size > 1) CT_TRY(check_same_config(t, in->config));
     t->model = in->model;
     if (in->loss) {
@@ -330,6 +341,39 @@ void ct_trainer_free(ct_trainer *t) {
 
 bool ct_trainer_is_world_process_zero(const ct_trainer *t) { return t->rank == 0; }
 bool ct_trainer_is_local_process_zero(const ct_trainer *t) { return t->comm ? t->comm->local_rank == 0 : t->rank == 0; }
+bool ct_trainer_should_log(const ct_trainer *t) {
+    return ct_log_should_log(t->rank, t->comm ? t->comm->local_rank : t->rank, t->args.log_on_each_node);
+}
+
+/* Python's f"{n:,}": thousands separated by commas. */
+static const char *with_commas(int64_t n, char buf[32]) {
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%llu", (unsigned long long)(n < 0 ? -(uint64_t)n : (uint64_t)n));
+    char *o = buf;
+    if (n < 0) *o++ = '-';
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && (len - i) % 3 == 0) *o++ = ',';
+        *o++ = digits[i];
+    }
+    *o = 0;
+    return buf;
+}
+
+void ct_trainer_log_run_summary(const ct_trainer *t, int64_t max_steps, int64_t epochs) {
+    if (!ct_log_enabled(CT_LOG_LEVEL_INFO)) return;
+    const ct_training_args *a = &t->args;
+    char b[32];
+    int64_t examples = t->train_dataset ? ct_dataset_length(t->train_dataset) : 0;
+    int64_t total = a->per_device_train_batch_size * a->gradient_accumulation_steps * t->world_size;
+    ct_log_info("***** Running training *****");
+    ct_log_info("  Num examples = %s", with_commas(examples, b));
+    ct_log_info("  Num Epochs = %s", with_commas(epochs, b));
+    ct_log_info("  Instantaneous batch size per device = %s", with_commas(a->per_device_train_batch_size, b));
+    ct_log_info("  Total train batch size (w. parallel, distributed & accumulation) = %s", with_commas(total, b));
+    ct_log_info("  Gradient Accumulation steps = %lld", (long long)a->gradient_accumulation_steps);
+    ct_log_info("  Total optimization steps = %s", with_commas(max_steps, b));
+    ct_log_info("  Number of trainable parameters = %s", with_commas(ct_params_count(&t->model->params), b));
+}
 
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb) { return ct_callback_list_add(&t->callbacks, cb); }
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name) {

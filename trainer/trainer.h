@@ -237,6 +237,15 @@ void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metr
 ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t *metrics);
 bool ct_trainer_is_world_process_zero(const ct_trainer *t);
 bool ct_trainer_is_local_process_zero(const ct_trainer *t);
+/* Hugging Face's TrainingArguments.should_log: this process is the one that logs (the node's first
+ * with log_on_each_node, else the world's first). ct_trainer_init sets the process's log threshold
+ * (core/log.h) from it: log_level where it is true, log_level_replica elsewhere, passive leaving the
+ * threshold as it was; and the "[rank R/W] " prefix of log lines when there are several processes. */
+bool ct_trainer_should_log(const ct_trainer *t);
+/* Hugging Face's "***** Running training *****" block, at info level (one line each: examples,
+ * epochs, per-device batch, total batch, accumulation, optimization steps, trainable parameters);
+ * the training loop calls it once max_steps and the number of epochs are known. */
+void ct_trainer_log_run_summary(const ct_trainer *t, int64_t max_steps, int64_t epochs);
 
 /* Callbacks (the trainer owns what it is given). */
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);

@@ -849,12 +849,20 @@ static void test_printer(void) {
                               0, NULL);
     ct_callback_args a = {.args = &args, .state = &st, .control = &c, .logs = logs};
     CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a));
-    st.is_world_process_zero = false;
-    CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a)); /* other ranks print nothing */
+    st.is_world_process_zero = st.is_local_process_zero = false;
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a)); /* the node's other processes print nothing */
     char *out = read_all(f);
     const char *want = "{'loss': 0.3412, 'grad_norm': 1.25, 'learning_rate': 5e-05, 'epoch': 0.3333333333333333, "
                        "'note': \"it's\", 'n': 3, 'ok': True, 'x': None}\n";
     CHECK(strcmp(out, want) == 0, "printer:\n got  %s want %s", out, want);
+    free(out);
+    /* Another node's first process prints too, as HF's PrinterCallback (is_local_process_zero). */
+    st.is_local_process_zero = true;
+    fseek(f, 0, SEEK_END); /* from reading back to writing */
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a));
+    out = read_all(f); /* the whole file: the first line, then this one */
+    CHECK(strncmp(out, want, strlen(want)) == 0 && strcmp(out + strlen(want), want) == 0,
+          "printer on a node's local process zero:\n got  %s want %s twice", out, want);
     free(out);
     fclose(f);
     json_decref(logs);
@@ -936,6 +944,33 @@ static void test_jsonl(void) {
               "callback 'JsonlCallback' on_train_begin: /nonexistent/dir/log.jsonl: cannot open");
     ct_callback_list_free(&l);
     CHECK_ERR(ct_jsonl_callback_create("", &j), CT_ERR_INVALID_ARG, "path");
+
+    /* A relative path under a relative output_dir, opened again after train end (the evaluation
+     * after training logs outside it): always <output_dir>/log.jsonl, never <output_dir>/<output_dir>/. */
+    char cwd[1024], rel_dir[] = "/tmp/ct_test_jsonl_rel_XXXXXX";
+    CHECK(getcwd(cwd, sizeof cwd) && mkdtemp(rel_dir) && chdir(rel_dir) == 0, "chdir to a temporary directory");
+    snprintf(args.output_dir, sizeof args.output_dir, "out");
+    CHECK_OK(ct_jsonl_callback_create("log.jsonl", &j));
+    CHECK_OK(ct_callback_list_add(&l, j));
+    a.logs = NULL;
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_TRAIN_BEGIN, &a));
+    json_t *l3 = json_pack("{s:f}", "loss", 0.5);
+    a.logs = l3;
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a));
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_TRAIN_END, &a));
+    CHECK_OK(ct_callbacks_fire(&l, CT_ON_LOG, &a));
+    ct_callback_list_free(&l);
+    r = fopen("out/log.jsonl", "r");
+    n = 0;
+    while (r && fgets(line, sizeof line, r)) n++;
+    if (r) fclose(r);
+    CHECK(n == 2, "relative output_dir: 2 lines in out/log.jsonl, got %d", n);
+    CHECK(stat("out/out", &sb) != 0, "relative output_dir: no out/out directory");
+    remove("out/log.jsonl");
+    rmdir("out");
+    CHECK(chdir(cwd) == 0, "chdir back");
+    rmdir(rel_dir);
+    json_decref(l3);
     ct_trainer_state_free(&st);
 }
 
