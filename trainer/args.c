@@ -28,8 +28,11 @@
 
 static const char *const interval_names[] = {"no", "steps", "epoch", NULL};
 static const int interval_values[] = {CT_INTERVAL_NO, CT_INTERVAL_STEPS, CT_INTERVAL_EPOCH};
+static const char *const eval_names[] = {"no", "steps", "epoch", "continuous", NULL};
+static const int eval_values[] = {CT_INTERVAL_NO, CT_INTERVAL_STEPS, CT_INTERVAL_EPOCH, CT_INTERVAL_CONTINUOUS};
 static const char *const save_names[] = {"no", "steps", "epoch", "best", NULL};
 static const int save_values[] = {CT_INTERVAL_NO, CT_INTERVAL_STEPS, CT_INTERVAL_EPOCH, CT_INTERVAL_BEST};
+static const char *const async_policy_names[] = {"latest", "skip", "wait", NULL};
 static const char *const log_names[] = {"passive", "debug", "info", "warning", "error", "critical", NULL};
 static const int log_values[] = {CT_LOG_PASSIVE, CT_LOG_DEBUG, CT_LOG_INFO,
                                  CT_LOG_WARNING, CT_LOG_ERROR, CT_LOG_CRITICAL};
@@ -104,8 +107,8 @@ typedef struct field_info {
       "Linear warmup over this fraction of the training steps (rounded up).")                                          \
     X(warmup_steps, REAL, S_F64, "0", NULL, NULL, F_COUNT, 0,                                                          \
       "Linear warmup over this many steps (a value in (0, 1) is a ratio); wins over warmup_ratio.")                    \
-    X(eval_strategy, ENUM, S_ENUM, "\"no\"", interval_names, interval_values, 0, 0,                                    \
-      "When to evaluate: never, every eval_steps steps, or at the end of each epoch.")                                 \
+    X(eval_strategy, ENUM, S_ENUM, "\"no\"", eval_names, eval_values, 0, 0,                                            \
+      "When to evaluate: never, every eval_steps steps, at the end of each epoch, or continuously (eval_async).")     \
     X(eval_steps, REAL, S_F64, "null", NULL, NULL, F_COUNT, 0,                                                         \
       "Steps between evaluations (a value below 1 is a ratio of the run); null means logging_steps.")                  \
     X(eval_delay, REAL, S_F64, "0", NULL, NULL, F_COUNT, 0,                                                            \
@@ -154,6 +157,14 @@ typedef struct field_info {
       "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
     X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                        \
       "ctrainer: none (every process holds the optimizer state) or zero1 (each holds a shard; ZeRO stage 1).")        \
+    X(eval_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
+      "ctrainer: evaluate snapshots of the weights on a thread of their own while training goes on.")                 \
+    X(eval_device, STRING, S_STR, "\"cpu\"", NULL, NULL, 0, 0,                                                          \
+      "ctrainer: where asynchronous evaluations run: cpu or cuda:N.")                                                  \
+    X(eval_async_policy, STRING, S_STR, "\"latest\"", async_policy_names, NULL, 0, 0,                                   \
+      "ctrainer: an evaluation due while one waits: latest replaces the waiting one, skip drops the new one, wait blocks.") \
+    X(save_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
+      "ctrainer: write checkpoints from an in-memory snapshot in the background; training waits for the copy only.")  \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
     X(data_seed, INT, S_I64, "null", NULL, NULL, 0, -1, "Seed of the data sampler; null means seed.")
 
@@ -686,6 +697,7 @@ ct_status ct_training_args_to_json(const ct_training_args *a, json_t **out) {
 /* --- names ------------------------------------------------------------------------------------------ */
 
 const char *ct_interval_name(ct_interval v) {
+    if (v == CT_INTERVAL_CONTINUOUS) return "continuous";
     for (int k = 0; save_names[k]; k++)
         if (save_values[k] == (int)v) return save_names[k];
     return "?";
@@ -810,6 +822,9 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "eval_strategy", "'best' is a save_strategy only (allowed: no, steps, epoch)");
     if (a->logging_strategy == CT_INTERVAL_BEST)
         return bad(path, "logging_strategy", "'best' is a save_strategy only (allowed: no, steps, epoch)");
+    if (a->logging_strategy == CT_INTERVAL_CONTINUOUS || a->save_strategy == CT_INTERVAL_CONTINUOUS)
+        return bad(path, a->logging_strategy == CT_INTERVAL_CONTINUOUS ? "logging_strategy" : "save_strategy",
+                   "'continuous' is an eval_strategy only");
     for (int i = 0; i < N_ARGS; i++) {
         if (infos[i].st == S_STR && !memchr(field(a, i), '\0', infos[i].size))
             return bad(path, specs[i].name, "not NUL-terminated");
@@ -874,6 +889,12 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "eval_confidence_level", "must be in (0, 1), got %g", a->eval_confidence_level);
     if (a->data_seed < -1)
         return bad(path, "data_seed", "must be >= 0 (or null: seed), got %lld", (long long)a->data_seed);
+    ct_device eval_dev;
+    if (ct_device_parse(a->eval_device, &eval_dev) != CT_OK)
+        return bad(path, "eval_device", "'%s' is not a device (expected \"cpu\" or \"cuda:N\")", a->eval_device);
+    if (a->eval_strategy == CT_INTERVAL_CONTINUOUS && !a->eval_async)
+        return bad(path, "eval_strategy",
+                   "'continuous' evaluates beside training, one evaluation after the other, and needs eval_async true");
 
     /* Hugging Face's __post_init__, in its order. eval_steps unset falls back to logging_steps. */
     if (a->eval_strategy == CT_INTERVAL_STEPS && a->eval_steps == 0) {

@@ -24,12 +24,15 @@
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 
-/* eval_strategy, save_strategy, logging_strategy. BEST exists only for save_strategy. */
+/* eval_strategy, save_strategy, logging_strategy. BEST exists only for save_strategy; CONTINUOUS
+ * (ctrainer's) only for eval_strategy with eval_async: a new evaluation starts on the newest weights
+ * as soon as the previous one ended. */
 typedef enum ct_interval {
     CT_INTERVAL_NO = 0,
     CT_INTERVAL_STEPS = 1,
     CT_INTERVAL_EPOCH = 2,
     CT_INTERVAL_BEST = 3,
+    CT_INTERVAL_CONTINUOUS = 4,
 } ct_interval;
 
 /* log_level, log_level_replica: "passive" follows the library's default (warning for replicas). */
@@ -104,6 +107,12 @@ typedef struct ct_training_args {
     int64_t ddp_bucket_cap_mb;    /* 0 = HF's None: 25 MiB buckets */
     bool save_on_each_node;       /* false: only the world's process zero writes checkpoints */
     char optimizer_sharding[16];  /* ctrainer's own: "none" (DDP) or "zero1" (optimizer state sharded) */
+    /* asynchronous evaluation and saving (ctrainer's own) */
+    bool eval_async;              /* false: evaluations stop training; true: an evaluator thread runs them on snapshots */
+    char eval_device[32];         /* "cpu" (default) or "cuda:N": where the evaluator runs */
+    char eval_async_policy[16];   /* "latest": a newer snapshot replaces a waiting one; "skip": the new one is
+                                   * dropped while one waits or runs; "wait": training waits for the slot */
+    bool save_async;              /* false: saving stops training; true: written from a snapshot in the background */
     /* randomness */
     int64_t seed;      /* 42 */
     int64_t data_seed; /* -1 = unset: seed */

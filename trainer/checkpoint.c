@@ -215,6 +215,8 @@ static ct_status rotate(ct_trainer *t) {
     return s;
 }
 
+ct_status ct_trainer_rotate_checkpoints(ct_trainer *t) { return rotate(t); }
+
 static ct_status write_main_files(ct_trainer *t, const char *tmp);
 static ct_status save_sharded_optimizer(ct_trainer *t, const char *tmp);
 static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp);

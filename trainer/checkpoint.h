@@ -16,6 +16,8 @@
 ct_status ct_trainer_save_checkpoint(ct_trainer *t);
 /* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one. */
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+/* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
+ct_status ct_trainer_rotate_checkpoints(ct_trainer *t);
 /* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
  * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
  * after the optimizer and scheduler exist. Nothing of the trainer's own state changes on failure. */

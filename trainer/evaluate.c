@@ -25,6 +25,9 @@ typedef struct eval_run {
      * indices; rank 0 gathers them into out (only it holds whole arrays). */
     ct_tensor own_out, own_labels, own_idx;
     int64_t own_rows;
+    /* An asynchronous evaluation's pass (on the evaluator thread): no compute_metrics and nothing
+     * shared between processes; the caller handles both on the training thread. */
+    bool detached;
 } eval_run;
 
 /* Every evaluation forward runs on exactly per_device_eval_batch_size rows: BLAS picks its kernels
@@ -258,7 +261,7 @@ static ct_status reduce_across_processes(ct_trainer *t, eval_run *r) {
 
 /* Rank 0 computed the metrics (it holds the gathered records); every process gets its values, so
  * decisions taken from them (best model, early stopping, a plateau scheduler) agree everywhere. */
-static ct_status share_metrics(ct_trainer *t, json_t **m) {
+ct_status ct_trainer_share_json(ct_trainer *t, json_t **m) {
     if (t->world_size <= 1) return CT_OK;
     char *text = t->rank == 0 ? json_dumps(*m, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
     int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
@@ -310,15 +313,19 @@ static ct_status finish_metrics(ct_trainer *t, eval_run *r, const char *prefix, 
                                .confidence = t->args.eval_confidence_level,
                                .seed = (uint64_t)t->args.seed};
     CT_TRY(ct_metric_set_uncertainty(&t->metrics, &u, prefix, m));
-    ct_status (*cm)(ct_trainer *, const ct_prediction_output *, const char *, json_t *) =
-        CT_TRAINER_HOOK(t, compute_metrics);
-    if (cm) {
-        ct_status s = cm(t, r->out, prefix, m);
-        if (s != CT_OK) return ct_error_prefix(s, "compute_metrics: ");
-    }
+    if (!r->detached) CT_TRY(ct_trainer_call_compute_metrics(t, r->out, prefix, m));
     double total_batch = (double)(t->args.per_device_eval_batch_size * t->world_size);
     ct_trainer_speed_metrics(m, prefix, runtime, (double)r->samples, ceil((double)r->samples / total_batch));
     return CT_OK;
+}
+
+ct_status ct_trainer_call_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
+                                         json_t *metrics) {
+    ct_status (*cm)(ct_trainer *, const ct_prediction_output *, const char *, json_t *) =
+        CT_TRAINER_HOOK(t, compute_metrics);
+    if (!cm) return CT_OK;
+    ct_status s = cm(t, p, prefix, metrics);
+    return s == CT_OK ? CT_OK : ct_error_prefix(s, "compute_metrics: ");
 }
 
 /* One pass over r->ds: metrics (with speed metrics) into a new object *metrics. */
@@ -340,7 +347,7 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     json_t *m = s == CT_OK ? json_object() : NULL;
     if (s == CT_OK && !m) s = ct_error(CT_ERR_NOMEM, "out of memory");
     if (s == CT_OK) s = finish_metrics(t, r, prefix, runtime, m);
-    if (s == CT_OK) s = share_metrics(t, &m);
+    if (s == CT_OK && !r->detached) s = ct_trainer_share_json(t, &m);
     if (keep_for_hook) {
         ct_prediction_output_free(&kept);
         r->out = NULL;
@@ -351,6 +358,12 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     }
     *metrics = m;
     return CT_OK;
+}
+
+ct_status ct_trainer_evaluation_pass(ct_trainer *t, ct_dataset *ds, const char *prefix, ct_prediction_output *keep,
+                                    json_t **metrics) {
+    eval_run r = {.ds = ds, .out = keep, .detached = true};
+    return evaluation_loop(t, &r, prefix, metrics);
 }
 
 /* Evaluates one set, logs the metrics and fires on_evaluate. */

@@ -8,10 +8,15 @@
 #include "core/h5io.h"
 #include "trainer/model_io.h"
 
-static ct_status write_all(hid_t f, const ct_model *m, const json_t *spec) {
+/* values / buffers NULL: the model's own; else flat copies laid out like the model's buffers. */
+static ct_status write_all(hid_t f, const ct_model *m, const ct_tensor *values, const ct_tensor *buffers,
+                           const json_t *spec) {
     for (int i = 0; i < m->params.count; i++) {
         const ct_param *p = &m->params.items[i];
-        CT_TRY(ct_h5_write_tensor(f, p->name, p->value));
+        const ct_tensor *flat = p->flags & CT_PARAM_BUFFER ? buffers : values;
+        ct_tensor v = *p->value;
+        if (flat) v.data = (char *)flat->data + (size_t)p->offset * ct_dtype_size(flat->dtype);
+        CT_TRY(ct_h5_write_tensor(f, p->name, &v));
     }
     if (spec) {
         char *text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
@@ -24,13 +29,21 @@ static ct_status write_all(hid_t f, const ct_model *m, const json_t *spec) {
 }
 
 ct_status ct_model_save_h5(const ct_model *m, const json_t *spec, const char *file) {
+    return ct_model_save_h5_values(m, NULL, NULL, spec, file);
+}
+
+ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, const ct_tensor *buffers,
+                                  const json_t *spec, const char *file) {
+    if ((values && ct_tensor_numel(values) != ct_tensor_numel(&m->params.values)) ||
+        (buffers && ct_tensor_numel(buffers) != ct_tensor_numel(&m->params.buffers)))
+        return ct_error(CT_ERR_SHAPE, "save model '%s': the weights given are not laid out like the model's", file);
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
         return ct_error(CT_ERR_INVALID_ARG, "save model: path too long: %s", file);
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : write_all(f, m, spec);
+    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : write_all(f, m, values, buffers, spec);
     if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot close '%s'", tmp);
     ct_h5_unlock();
     if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);

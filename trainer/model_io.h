@@ -16,6 +16,10 @@
 /* Writes the model's parameters and buffers to `file`; spec (may be NULL) becomes the "config"
  * attribute. */
 ct_status ct_model_save_h5(const ct_model *m, const json_t *spec, const char *file);
+/* The same file from copies of the model's flat parameters and buffers (a snapshot taken earlier:
+ * the model gives names, shapes and offsets only); buffers may be NULL when the model has none. */
+ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, const ct_tensor *buffers,
+                                  const json_t *spec, const char *file);
 /* Reads every parameter and buffer of m from `file` (CT_ERR_IO when it cannot be opened,
  * CT_ERR_FORMAT naming the tensor for a missing, extra or mis-shaped one). */
 ct_status ct_model_load_h5(ct_model *m, const char *file);

@@ -26,14 +26,16 @@ ct_status ct_write_json_file(const json_t *v, const char *file) {
     return CT_OK;
 }
 
-ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) {
+ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) { return ct_trainer_save_model_from(t, dir, NULL, NULL); }
+
+ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_tensor *values, const ct_tensor *buffers) {
     if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
     if (!dir) dir = t->args.output_dir;
     CT_TRY(ct_make_dirs(dir));
     char path[4096];
     const json_t *spec = t->config ? json_object_get(t->config, "model") : NULL;
     snprintf(path, sizeof path, "%s/model.h5", dir);
-    CT_TRY(ct_model_save_h5(t->model, spec, path));
+    CT_TRY(ct_model_save_h5_values(t->model, values, buffers, spec, path));
     json_t *args;
     CT_TRY(ct_training_args_to_json(&t->args, &args));
     snprintf(path, sizeof path, "%s/training_args.json", dir);

@@ -85,7 +85,8 @@ static ct_status open_data(ct_run *r, ct_run_purpose purpose) {
 
 static ct_dataset *any_set(const ct_run *r) { return r->train ? r->train : r->n_eval ? r->eval[0] : r->test; }
 
-static ct_status build_model(ct_run *r) {
+/* A model as the config's "model" section describes it, for batches up to max_batch on dev. */
+static ct_status model_from_config(ct_run *r, int64_t max_batch, ct_device dev, ct_model *out) {
     const json_t *section = ct_run_config_section(&r->config, "model");
     if (!section) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"model\" section", r->config.file);
     json_t *spec = json_deep_copy(section);
@@ -99,14 +100,24 @@ static ct_status build_model(ct_run *r) {
     ct_status s = ct_run_config_annotate(&r->config, ct_module_from_json(spec, "model", &root));
     json_decref(spec);
     CT_TRY(s);
+    ct_model_options o = {.dtype = CT_F32, .device = dev, .max_batch = max_batch, .seed = (uint64_t)r->args.seed};
+    s = ct_model_build(out, root, &ds->spec.feature_shape, &o);
+    if (s != CT_OK) return ct_run_config_annotate(&r->config, ct_error_prefix(s, "model: "));
+    return CT_OK;
+}
+
+static ct_status build_model(ct_run *r) {
     int64_t max_batch = r->args.per_device_train_batch_size > r->args.per_device_eval_batch_size
                             ? r->args.per_device_train_batch_size
                             : r->args.per_device_eval_batch_size;
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = (uint64_t)r->args.seed};
-    s = ct_model_build(&r->model, root, &ds->spec.feature_shape, &o);
-    if (s != CT_OK) return ct_run_config_annotate(&r->config, ct_error_prefix(s, "model: "));
+    CT_TRY(model_from_config(r, max_batch, CT_CPU, &r->model));
     r->model_built = true;
     return CT_OK;
+}
+
+/* ct_trainer_setup.make_model: replicas for asynchronous evaluation. */
+static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_model *out) {
+    return model_from_config(ctx, max_batch, dev, out);
 }
 
 static ct_status build_rest(ct_run *r) {
@@ -181,7 +192,7 @@ ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override
 ct_trainer_setup ct_run_setup(ct_run *r) {
     ct_trainer_setup s = {.model = &r->model, .loss = r->loss, .train_dataset = r->train, .n_eval = r->n_eval,
                           .metrics = ct_run_config_section(&r->config, "metrics"), .config = r->config.root,
-                          .callbacks = &r->callbacks};
+                          .callbacks = &r->callbacks, .make_model = make_replica, .make_model_ctx = r};
     for (int i = 0; i < r->n_eval; i++) {
         s.eval_datasets[i] = r->eval[i];
         s.eval_names[i] = r->eval_names[i];

@@ -17,11 +17,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "core/ops.h"
 #include "optim/clip.h"
 #include "optim/zero.h"
+#include "trainer/async_eval.h"
 #include "trainer/checkpoint.h"
 #include "trainer/trainer_impl.h"
 
@@ -78,22 +80,133 @@ static ct_status determine_best(ct_trainer *t, const json_t *metrics, bool *is_n
     return CT_OK;
 }
 
+/* A metric-driven scheduler (reduce_lr_on_plateau) follows metric_for_best_model (or the loss). */
+static ct_status feed_scheduler(ct_trainer *t, const json_t *metrics) {
+    if (!ct_scheduler_needs_metric(t->lr_scheduler)) return CT_OK;
+    const char *name = t->args.metric_for_best_model[0] ? t->args.metric_for_best_model : "loss";
+    char key[CT_ARGS_NAME_MAX + 8];
+    snprintf(key, sizeof key, "%s%s", strncmp(name, "eval_", 5) == 0 ? "" : "eval_", name);
+    const json_t *v = json_object_get(metrics, key);
+    return json_is_number(v) ? ct_scheduler_step_metric(t->lr_scheduler, json_number_value(v))
+                             : ct_error(CT_ERR_CONFIG, "reduce_lr_on_plateau: no metric '%s' to follow", key);
+}
+
 /* Hugging Face's _evaluate: evaluate, feed a metric-driven scheduler, track the best metric. */
-static ct_status evaluate_during_training(ct_trainer *t, bool feed_scheduler, bool *is_new_best) {
+static ct_status evaluate_during_training(ct_trainer *t, bool feed, bool *is_new_best) {
     json_t *metrics = NULL;
     CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &metrics));
-    ct_status s = CT_OK;
-    if (feed_scheduler && ct_scheduler_needs_metric(t->lr_scheduler)) {
-        const char *name = t->args.metric_for_best_model[0] ? t->args.metric_for_best_model : "loss";
-        char key[CT_ARGS_NAME_MAX + 8];
-        snprintf(key, sizeof key, "%s%s", strncmp(name, "eval_", 5) == 0 ? "" : "eval_", name);
-        const json_t *v = json_object_get(metrics, key);
-        s = json_is_number(v) ? ct_scheduler_step_metric(t->lr_scheduler, json_number_value(v))
-                              : ct_error(CT_ERR_CONFIG, "reduce_lr_on_plateau: no metric '%s' to follow", key);
-    }
+    ct_status s = feed ? feed_scheduler(t, metrics) : CT_OK;
     if (s == CT_OK) s = determine_best(t, metrics, is_new_best);
     json_decref(metrics);
     return s;
+}
+
+/* --- asynchronous evaluation (eval_async; trainer/async_eval.h) ----------------------------------- *
+ * Only the world's process zero runs an evaluator; it evaluates the whole sets on one replica, so
+ * no evaluation collective ever meets a training one. Results reach every process at the same step
+ * boundary: one small all-reduce says how many are ready on rank 0, which then broadcasts each. */
+
+/* A snapshot of the weights now, to the evaluator (rank 0; the others hold the same weights). */
+static ct_status submit_snapshot(ct_trainer *t) {
+    /* As a synchronous evaluation's on_evaluate would: the request is served. */
+    t->control.should_evaluate = false;
+    if (!t->async_eval) return CT_OK;
+    bool accepted;
+    return ct_async_eval_submit(t->async_eval, &accepted);
+}
+
+/* Rank 0: the message every process handles for result r (compute_metrics runs here, on the
+ * training thread, with the outputs the evaluator kept). */
+static json_t *result_message(ct_trainer *t, ct_async_result *r) {
+    ct_status s = r->status;
+    char error[1100];
+    snprintf(error, sizeof error, "%s", r->error);
+    for (int i = 0; s == CT_OK && i < r->n_sets; i++) {
+        s = ct_trainer_call_compute_metrics(t, &r->outputs[i], r->prefixes[i], r->metrics);
+        if (s != CT_OK) snprintf(error, sizeof error, "%s", ct_last_error());
+    }
+    if (s != CT_OK)
+        return json_pack("{s:I, s:f, s:i, s:s}", "step", (json_int_t)r->step, "epoch", r->epoch, "status", (int)s,
+                         "error", error);
+    return json_pack("{s:I, s:f, s:O}", "step", (json_int_t)r->step, "epoch", r->epoch, "metrics", r->metrics);
+}
+
+/* A new best from an asynchronous result: the checkpoint of the snapshot's step when one was saved
+ * there (its weights are the snapshot's); else, when the best must be kept (save_strategy best,
+ * load_best_model_at_end), a model-only checkpoint written from the snapshot (not resumable: the
+ * optimizer has moved on since). */
+static ct_status keep_best(ct_trainer *t, int64_t step, const ct_async_result *r) {
+    char dir[CT_ARGS_PATH_MAX + 32];
+    snprintf(dir, sizeof dir, "%s/checkpoint-%lld", t->args.output_dir, (long long)step);
+    struct stat st;
+    bool exists = stat(dir, &st) == 0;
+    if (!exists && (t->args.save_strategy == CT_INTERVAL_BEST || t->args.load_best_model_at_end)) {
+        if (r) CT_TRY(ct_async_save_model_checkpoint(t, r, dir));
+        if (t->world_size > 1) CT_TRY(ct_comm_barrier(t->comm)); /* the others point at it after it exists */
+        exists = true;
+    }
+    if (exists) snprintf(t->state.best_model_checkpoint, sizeof t->state.best_model_checkpoint, "%s", dir);
+    return CT_OK;
+}
+
+/* Handles one result as Hugging Face handles an evaluation at the snapshot's step: log_history
+ * entry, on_evaluate, the plateau scheduler, the best metric and its checkpoint. */
+static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_result *r) {
+    int64_t step = json_integer_value(json_object_get(msg, "step"));
+    double epoch = json_number_value(json_object_get(msg, "epoch"));
+    const json_t *err = json_object_get(msg, "error");
+    if (err)
+        return ct_error((ct_status)json_integer_value(json_object_get(msg, "status")),
+                        "asynchronous evaluation of step %lld: %s", (long long)step, json_string_value(err));
+    json_t *metrics = json_object_get(msg, "metrics");
+    int64_t now_step = t->state.global_step;
+    double now_epoch = t->state.epoch;
+    t->state.global_step = step;
+    t->state.epoch = epoch;
+    ct_status s = ct_trainer_log(t, json_deep_copy(metrics));
+    if (s == CT_OK) {
+        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+                              .metrics = metrics};
+        s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
+    }
+    if (s == CT_OK) s = feed_scheduler(t, metrics);
+    bool is_new_best = false;
+    if (s == CT_OK) s = determine_best(t, metrics, &is_new_best);
+    if (s == CT_OK && is_new_best) s = keep_best(t, step, r);
+    t->state.global_step = now_step;
+    t->state.epoch = now_epoch;
+    if (s == CT_OK && is_new_best && t->args.save_strategy == CT_INTERVAL_BEST && t->rank == 0)
+        s = ct_trainer_rotate_checkpoints(t);
+    return s;
+}
+
+/* Every finished result, oldest first, on every process (collective when there are several). */
+static ct_status take_async_results(ct_trainer *t) {
+    if (!t->args.eval_async) return CT_OK;
+    int64_t n = t->async_eval ? ct_async_eval_ready(t->async_eval) : 0;
+    if (t->world_size > 1) CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
+    for (int64_t i = 0; i < n; i++) {
+        ct_async_result *r = t->async_eval ? ct_async_eval_take(t->async_eval) : NULL;
+        json_t *msg = r ? result_message(t, r) : NULL;
+        ct_status s = r && !msg ? ct_error(CT_ERR_NOMEM, "out of memory") : CT_OK;
+        if (s == CT_OK) s = ct_trainer_share_json(t, &msg);
+        /* The result's on_evaluate resets should_evaluate, which may already ask for this step's
+         * own evaluation: that request stays. */
+        bool requested = t->control.should_evaluate;
+        if (s == CT_OK) s = handle_result(t, msg, r);
+        t->control.should_evaluate = requested;
+        json_decref(msg);
+        ct_async_result_free(r);
+        CT_TRY(s);
+    }
+    return CT_OK;
+}
+
+/* The end of training: what is running or waiting finishes and is handled. */
+static ct_status finish_async_evaluations(ct_trainer *t) {
+    if (!t->args.eval_async) return CT_OK;
+    if (t->async_eval) ct_async_eval_drain(t->async_eval, false);
+    return take_async_results(t);
 }
 
 /* Python's round(x, 4): the decimal rounding of x's exact binary value, which printf also does. */
@@ -116,11 +229,17 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         L->last_logged_step = t->state.global_step;
         CT_TRY(ct_trainer_log(t, logs));
     }
-    if (t->control.should_evaluate) {
+    CT_TRY(take_async_results(t));
+    if (t->control.should_evaluate && t->args.eval_async) {
+        CT_TRY(submit_snapshot(t));
+    } else if (t->control.should_evaluate) {
         bool is_new_best;
         CT_TRY(evaluate_during_training(t, true, &is_new_best));
         if (t->args.save_strategy == CT_INTERVAL_BEST) t->control.should_save = is_new_best;
     }
+    /* continuous: the next evaluation starts on the newest weights as soon as the last one ended */
+    if (t->args.eval_strategy == CT_INTERVAL_CONTINUOUS && t->async_eval && ct_async_eval_idle(t->async_eval))
+        CT_TRY(submit_snapshot(t));
     if (t->control.should_save) {
         CT_TRY(ct_trainer_save_checkpoint(t));
         CT_TRY(fire(t, CT_ON_SAVE));
@@ -289,7 +408,9 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
     /* A resumed run evaluated on start the first time; doing it again would add a log entry the
      * uninterrupted run does not have. */
-    if (a->eval_on_start && !resume) {
+    if (a->eval_on_start && !resume && a->eval_async) {
+        CT_TRY(submit_snapshot(t));
+    } else if (a->eval_on_start && !resume) {
         bool ignored;
         CT_TRY(evaluate_during_training(t, false, &ignored));
     }
@@ -300,6 +421,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     for (int64_t epoch = first_epoch; epoch < epochs && !t->control.should_training_stop; epoch++) {
         CT_TRY(run_epoch(t, loader, epoch, epoch == first_epoch ? first_batch : 0, len));
     }
+    CT_TRY(finish_async_evaluations(t));
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
     L->total_loss += L->tr_loss;
     L->tr_loss = 0;
@@ -337,7 +459,13 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     sigaction(SIGINT, &act, &old_int);
     /* Plain DDP sums gradients in buckets during backward; ZeRO-1 reduce-scatters them instead. */
     ct_status s = t->world_size > 1 && !ct_trainer_uses_zero1(t) ? ct_ddp_create(t, &t->ddp) : CT_OK;
+    /* The evaluator of eval_async runs on the world's process zero (see take_async_results). */
+    if (s == CT_OK && t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->async_eval);
     if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
+    /* After an error or a stop signal a waiting snapshot is dropped and a running evaluation ends
+     * unreported: nothing of it was written. */
+    ct_async_eval_free(t->async_eval);
+    t->async_eval = NULL;
     ct_ddp_free(t->ddp);
     t->ddp = NULL;
     sigaction(SIGTERM, &old_term, NULL);

@@ -294,6 +294,9 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     }
     t->config = in->config ? json_incref(in->config) : NULL;
     CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
+    if (in->metrics && !(t->metrics_spec = json_deep_copy(in->metrics))) return ct_error(CT_ERR_NOMEM, "out of memory");
+    t->make_model = in->make_model;
+    t->make_model_ctx = in->make_model_ctx;
     CT_TRY(ct_trainer_state_init(&t->state));
     t->state.is_world_process_zero = ct_trainer_is_world_process_zero(t);
     t->state.is_local_process_zero = ct_trainer_is_local_process_zero(t);
@@ -328,6 +331,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_optimizer_destroy(t->optimizer);
     ct_scheduler_destroy(t->lr_scheduler);
     ct_metric_set_free(&t->metrics);
+    json_decref(t->metrics_spec);
     ct_trainer_state_free(&t->state);
     if (t->owns_loss) ct_loss_free(t->loss);
     ct_tensor_free(&t->dloss);

@@ -142,6 +142,11 @@ typedef struct ct_trainer_setup {
                                   * built-ins and before on_init_end; may be NULL */
     ct_comm *comm;               /* the processes of a data-parallel run (borrowed); NULL: the trainer
                                   * creates ct_comm_create_default (MPI under mpirun, else single) */
+    /* Builds another model of the same architecture on `device` for batches up to max_batch (its
+     * weights are overwritten from snapshots): what eval_async evaluates on. NULL: eval_async is
+     * refused. ct_run_setup fills it from the run config's "model". */
+    ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
+    void *make_model_ctx;
 } ct_trainer_setup;
 
 struct ct_trainer {
@@ -171,6 +176,11 @@ struct ct_trainer {
     int64_t saved_step;         /* internal: global_step of the last checkpoint written (-1: none) */
     bool saved_epoch_done;      /* and its progress.epoch_done */
     struct ct_ddp *ddp;         /* internal: gradient buckets while a data-parallel run trains */
+    /* internal: asynchronous evaluation (eval_async; trainer/async_eval.h) */
+    ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
+    void *make_model_ctx;
+    json_t *metrics_spec;           /* the metrics list the trainer was built with (a copy), for replicas */
+    struct ct_async_eval *async_eval; /* the evaluator while training runs (world process zero only) */
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar

@@ -28,6 +28,18 @@ ct_status ct_ddp_finish_step(ct_ddp *d, bool start_rest);
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (optim/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);
 
+/* Evaluation pieces the asynchronous evaluator (trainer/async_eval.c) runs apart (evaluate.c):
+ * one pass over ds on t's model without compute_metrics, sharing or logging (keep: where the outputs
+ * go, for compute_metrics later; NULL: not kept); the compute_metrics hook (if any) on outputs; and
+ * rank 0's JSON value to every process (collective). */
+ct_status ct_trainer_evaluation_pass(ct_trainer *t, ct_dataset *ds, const char *prefix, ct_prediction_output *keep,
+                                    json_t **metrics);
+ct_status ct_trainer_call_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
+                                         json_t *metrics);
+ct_status ct_trainer_share_json(ct_trainer *t, json_t **value);
+/* ct_trainer_save_model with copies of the model's flat parameters and buffers (a snapshot) instead
+ * of its live weights (NULL: the live ones). */
+ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_tensor *values, const ct_tensor *buffers);
 /* Seconds on a monotonic clock. */
 double ct_trainer_now(void);
 /* Adds Hugging Face's speed_metrics to m: <split>_runtime, <split>_samples_per_second and

@@ -99,7 +99,8 @@ ours = json.loads(p.stdout) if p.returncode == 0 else {}
 hf = hf_args().to_dict()
 check(len(ours) >= 40, f"only {len(ours)} arguments dumped")
 # ctrainer's own arguments: they must NOT collide with a Hugging Face name, and keep their defaults.
-CTRAINER_ONLY = {"eval_bootstrap_resamples": 1000, "eval_confidence_level": 0.95, "optimizer_sharding": "none"}
+CTRAINER_ONLY = {"eval_bootstrap_resamples": 1000, "eval_confidence_level": 0.95, "optimizer_sharding": "none",
+                 "eval_async": False, "eval_device": "cpu", "eval_async_policy": "latest", "save_async": False}
 for name, value in CTRAINER_ONLY.items():
     check(name not in hf, f"{name}: ctrainer's own argument now clashes with a Hugging Face field")
     check(ours.get(name) == value, f"{name}: default {ours.get(name)!r}, expected {value!r}")

@@ -1,0 +1,488 @@
+/* Asynchronous evaluation (eval_async) against synchronous evaluation, on small in-memory data:
+ *  - every asynchronous result equals the synchronous evaluation of the same step, bit for bit (all
+ *    metrics and intervals), the log_history entries sit at the snapshot's step, and training itself
+ *    is untouched (same losses, same final weights);
+ *  - continuous evaluation and the waiting policies ("latest", "skip", "wait"): each logged result equals a
+ *    synchronous evaluation of the weights recorded at its step, steps strictly increase;
+ *  - best-model bookkeeping (metric_for_best_model, load_best_model_at_end, save_strategy best from
+ *    the snapshot): best metric, best step, checkpoint and the final weights equal the synchronous
+ *    run's; early stopping stops the run (no earlier than the synchronous run), after the same
+ *    evaluations, and its best is the best of what it evaluated;
+ *  - compute_metrics runs on the training thread with the snapshot's outputs: same values;
+ *  - errors: no make_model, an overridden prediction_step, a failing compute_metrics (named with
+ *    the snapshot's step). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/rng.h"
+#include "core/util.h"
+#include "model/layers.h"
+#include "testlib.h"
+#include "trainer/trainer.h"
+
+static char tmp_root[256];
+static int run_counter;
+
+/* --- data, model, replica factory ------------------------------------------------------------- */
+
+static ct_dataset *make_data(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
+    ct_rng rng;
+    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
+    ct_tensor x, y;
+    int64_t xs[2] = {n, dim}, ys[1] = {n};
+    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK)
+        abort();
+    /* Labels follow the first feature's sign for half the classes, so accuracy moves while training. */
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t j = 0; j < dim; j++) ((float *)x.data)[i * dim + j] = (float)(ct_rng_uniform(&rng) * 2 - 1);
+        int64_t c = (int64_t)(ct_rng_uniform(&rng) * (double)classes);
+        ((int64_t *)y.data)[i] = ct_rng_uniform(&rng) < 0.6 ? (((float *)x.data)[i * dim] > 0) : c;
+    }
+    ct_dataset *ds;
+    if (ct_tensor_dataset_create(&x, &y, classes, &ds) != CT_OK) abort();
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+    return ds;
+}
+
+enum { DIM = 12, CLASSES = 4 };
+
+static ct_status build_model(int64_t max_batch, ct_device dev, ct_model *m) {
+    json_t *spec = json_pack("{s:s, s:[i], s:I, s:f}", "type", "mlp", "hidden", 24, "num_classes", (json_int_t)CLASSES,
+                             "dropout", 0.1);
+    ct_module *root;
+    ct_status s = ct_module_from_json(spec, "model", &root);
+    json_decref(spec);
+    CT_TRY(s);
+    ct_shape in = {.ndim = 1, .dims = {DIM}};
+    ct_model_options o = {.dtype = CT_F32, .device = dev, .max_batch = max_batch, .seed = 3};
+    return ct_model_build(m, root, &in, &o);
+}
+
+static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_model *out) {
+    (void)ctx;
+    return build_model(max_batch, dev, out);
+}
+
+/* --- a recording trainer ----------------------------------------------------------------------- */
+
+#define MAX_STEPS 64
+
+typedef struct rec_trainer {
+    ct_trainer base;
+    int64_t n_values;
+    float *weights[MAX_STEPS + 1]; /* the weights at the end of each step (0: at the start) */
+    bool fail_metrics;
+    unsigned step_sleep_us; /* slows training down so that evaluations overlap several steps */
+} rec_trainer;
+
+static ct_status record_step(ct_callback *cb, const ct_callback_args *a) {
+    (void)cb;
+    rec_trainer *r = ct_container_of(a->trainer, rec_trainer, base);
+    int64_t g = a->state->global_step;
+    if (g > MAX_STEPS) return CT_OK;
+    const ct_tensor *v = &a->trainer->model->params.values;
+    r->n_values = ct_tensor_numel(v);
+    free(r->weights[g]);
+    r->weights[g] = malloc((size_t)r->n_values * sizeof(float));
+    memcpy(r->weights[g], v->data, (size_t)r->n_values * sizeof(float));
+    if (r->step_sleep_us) usleep(r->step_sleep_us);
+    return CT_OK;
+}
+
+static const ct_callback_ops recorder_ops = {.size = sizeof(ct_callback_ops), .name = "Recorder",
+                                             .on_train_begin = record_step, .on_step_end = record_step};
+
+/* Hugging Face's compute_metrics: the mean of the first logit and the number of rows. */
+static ct_status my_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
+                                    json_t *metrics) {
+    rec_trainer *r = ct_container_of(t, rec_trainer, base);
+    if (r->fail_metrics) return ct_error(CT_ERR_INVALID_ARG, "deliberate failure");
+    int64_t n = p->predictions.shape[0], c = p->predictions.shape[1];
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += ((const float *)p->predictions.data)[i * c];
+    char key[160];
+    snprintf(key, sizeof key, "%s_first_logit_mean", prefix);
+    json_object_set_new(metrics, key, json_real(sum / (double)n));
+    snprintf(key, sizeof key, "%s_rows", prefix);
+    json_object_set_new(metrics, key, json_integer(n));
+    return CT_OK;
+}
+
+static ct_status my_prediction_step(ct_trainer *t, const ct_batch *b, bool plo, ct_loss_value *loss,
+                                    ct_tensor *outputs) {
+    return ct_trainer_default_prediction_step(t, b, plo, loss, outputs);
+}
+
+typedef struct run_opts {
+    bool async, compute_metrics, best, early_stopping, no_factory, override_prediction, fail_metrics;
+    ct_interval eval_strategy, save_strategy;
+    const char *policy;
+    int64_t eval_steps, max_steps;
+    unsigned step_sleep_us;
+} run_opts;
+
+typedef struct run_out {
+    ct_status status;
+    char error[1024];
+    json_t *history;  /* log_history */
+    json_t *state;    /* trainer_state as JSON */
+    float *final;
+    int64_t n;
+    rec_trainer *rec; /* kept for the recorded weights (freed by free_out) */
+    char output_dir[512];
+} run_out;
+
+static ct_dataset *train_set, *eval_set;
+
+static void run(const run_opts *o, run_out *out) {
+    memset(out, 0, sizeof *out);
+    ct_model model;
+    if (build_model(32, CT_CPU, &model) != CT_OK) abort();
+    ct_training_args a;
+    ct_training_args_default(&a);
+    snprintf(out->output_dir, sizeof out->output_dir, "%s/run%d", tmp_root, run_counter++);
+    snprintf(a.output_dir, sizeof a.output_dir, "%s", out->output_dir);
+    a.disable_tqdm = true;
+    a.logging_strategy = CT_INTERVAL_STEPS;
+    a.logging_steps = 1;
+    a.learning_rate = 3e-2;
+    a.per_device_train_batch_size = 16;
+    a.per_device_eval_batch_size = 32;
+    a.max_steps = o->max_steps;
+    a.eval_strategy = o->eval_strategy;
+    a.eval_steps = (double)o->eval_steps;
+    a.save_strategy = o->save_strategy;
+    a.save_steps = (double)(o->eval_steps ? o->eval_steps : 1);
+    a.eval_bootstrap_resamples = 100;
+    a.eval_async = o->async;
+    if (o->policy) snprintf(a.eval_async_policy, sizeof a.eval_async_policy, "%s", o->policy);
+    if (o->best) {
+        snprintf(a.metric_for_best_model, sizeof a.metric_for_best_model, "accuracy");
+        a.load_best_model_at_end = true;
+    }
+    if (o->early_stopping) snprintf(a.metric_for_best_model, sizeof a.metric_for_best_model, "loss");
+    json_t *metrics = json_pack("[s, s, s]", "accuracy", "f1_macro", "auroc");
+    rec_trainer *rec = calloc(1, sizeof *rec);
+    rec->fail_metrics = o->fail_metrics;
+    rec->step_sleep_us = o->step_sleep_us;
+    out->rec = rec;
+    ct_trainer_ops ops = {.size = sizeof ops};
+    if (o->compute_metrics) ops.compute_metrics = my_compute_metrics;
+    if (o->override_prediction) ops.prediction_step = my_prediction_step;
+    ct_callback *recorder = calloc(1, sizeof *recorder);
+    recorder->ops = &recorder_ops;
+    ct_callback_list cbs = {0};
+    ct_callback_list_add(&cbs, recorder);
+    if (o->early_stopping) {
+        ct_callback *es;
+        json_t *spec = json_pack("{s:s, s:i}", "type", "early_stopping", "early_stopping_patience", 1);
+        if (ct_callback_from_json(spec, "callbacks[0]", &es) != CT_OK) abort();
+        json_decref(spec);
+        ct_callback_list_add(&cbs, es);
+    }
+    ct_trainer_setup setup = {.model = &model, .train_dataset = train_set, .n_eval = 1, .eval_datasets = {eval_set},
+                              .metrics = metrics, .callbacks = &cbs};
+    if (!o->no_factory) setup.make_model = make_replica;
+    out->status = ct_training_args_validate(&a);
+    if (out->status == CT_OK) out->status = ct_trainer_init(&rec->base, &ops, &a, &setup);
+    if (out->status == CT_OK) {
+        ct_train_output to;
+        out->status = ct_trainer_train(&rec->base, NULL, &to);
+        if (out->status == CT_OK) ct_train_output_free(&to);
+        else snprintf(out->error, sizeof out->error, "%s", ct_last_error());
+        out->history = json_deep_copy(rec->base.state.log_history);
+        ct_trainer_state_to_json(&rec->base.state, &out->state);
+        ct_trainer_free(&rec->base);
+    } else {
+        snprintf(out->error, sizeof out->error, "%s", ct_last_error());
+        ct_callback_list_free(&cbs);
+    }
+    out->n = ct_tensor_numel(&model.params.values);
+    out->final = malloc((size_t)out->n * sizeof(float));
+    memcpy(out->final, model.params.values.data, (size_t)out->n * sizeof(float));
+    ct_model_free(&model);
+    ct_training_args_free(&a);
+    json_decref(metrics);
+}
+
+static void free_out(run_out *o) {
+    json_decref(o->history);
+    json_decref(o->state);
+    free(o->final);
+    for (int i = 0; o->rec && i <= MAX_STEPS; i++) free(o->rec->weights[i]);
+    free(o->rec);
+}
+
+/* --- comparisons -------------------------------------------------------------------------------- */
+
+static bool speed_key(const char *k) {
+    size_t n = strlen(k);
+    return (n > 8 && strcmp(k + n - 8, "_runtime") == 0) || strstr(k, "_per_second") != NULL;
+}
+
+/* The entries of h holding eval_loss, without timing keys, as a new array. */
+static json_t *eval_entries(const json_t *h) {
+    json_t *out = json_array();
+    size_t i;
+    const json_t *e;
+    json_array_foreach(h, i, e) {
+        if (!json_object_get(e, "eval_loss")) continue;
+        json_t *c = json_object();
+        const char *k;
+        const json_t *v;
+        json_object_foreach((json_t *)e, k, v) if (!speed_key(k)) json_object_set(c, k, (json_t *)v);
+        json_array_append_new(out, c);
+    }
+    return out;
+}
+
+static json_t *train_entries(const json_t *h) {
+    json_t *out = json_array();
+    size_t i;
+    const json_t *e;
+    json_array_foreach(h, i, e) if (json_object_get(e, "loss")) json_array_append(out, (json_t *)e);
+    return out;
+}
+
+static void check_same_json(const char *what, const json_t *a, const json_t *b) {
+    bool same = json_equal((json_t *)a, (json_t *)b);
+    if (!same) {
+        char *sa = json_dumps(a, JSON_COMPACT | JSON_REAL_PRECISION(17)),
+             *sb = json_dumps(b, JSON_COMPACT | JSON_REAL_PRECISION(17));
+        CHECK(false, "%s differ:\n  %.1500s\n  %.1500s", what, sa ? sa : "?", sb ? sb : "?");
+        free(sa);
+        free(sb);
+    }
+}
+
+/* Each asynchronous result equals a synchronous evaluation of the weights recorded at its step. */
+static int check_against_recorded(const char *what, const run_out *r, bool compute_metrics) {
+    json_t *ev = eval_entries(r->history);
+    ct_model model;
+    if (build_model(32, CT_CPU, &model) != CT_OK) abort();
+    ct_training_args a;
+    ct_training_args_default(&a);
+    snprintf(a.output_dir, sizeof a.output_dir, "%s/check%d", tmp_root, run_counter++);
+    a.disable_tqdm = true;
+    a.per_device_eval_batch_size = 32;
+    a.eval_bootstrap_resamples = 100;
+    json_t *metrics = json_pack("[s, s, s]", "accuracy", "f1_macro", "auroc");
+    rec_trainer checker = {0};
+    ct_trainer_ops ops = {.size = sizeof ops, .compute_metrics = compute_metrics ? my_compute_metrics : NULL};
+    ct_trainer_setup setup = {.model = &model, .n_eval = 1, .eval_datasets = {eval_set}, .metrics = metrics};
+    CHECK_OK(ct_trainer_init(&checker.base, &ops, &a, &setup));
+    int64_t last = -1;
+    size_t i;
+    json_t *e;
+    int n = 0;
+    json_array_foreach(ev, i, e) {
+        int64_t step = json_integer_value(json_object_get(e, "step"));
+        CHECK(step > last, "%s: evaluations at increasing steps (%lld after %lld)", what, (long long)step, (long long)last);
+        last = step;
+        if (step < 0 || step > MAX_STEPS || !r->rec->weights[step]) {
+            CHECK(false, "%s: no recorded weights for step %lld", what, (long long)step);
+            continue;
+        }
+        memcpy(model.params.values.data, r->rec->weights[step], (size_t)r->rec->n_values * sizeof(float));
+        json_t *m;
+        CHECK_OK(ct_trainer_evaluate(&checker.base, NULL, "eval", &m));
+        json_t *want = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(m, k, v) if (!speed_key(k)) json_object_set(want, k, v);
+        json_t *got = json_deep_copy(e);
+        json_object_del(got, "step");
+        json_object_del(got, "epoch");
+        char label[160];
+        snprintf(label, sizeof label, "%s: result of step %lld vs a synchronous evaluation of its weights", what,
+                 (long long)step);
+        check_same_json(label, got, want);
+        json_decref(got);
+        json_decref(want);
+        json_decref(m);
+        n++;
+    }
+    ct_trainer_free(&checker.base);
+    ct_model_free(&model);
+    ct_training_args_free(&a);
+    json_decref(metrics);
+    json_decref(ev);
+    return n;
+}
+
+static int64_t state_int(const run_out *r, const char *key) {
+    return json_integer_value(json_object_get(r->state, key));
+}
+
+/* --- the cases ---------------------------------------------------------------------------------- */
+
+static void test_equals_sync(bool compute_metrics) {
+    run_opts o = {.eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO, .eval_steps = 5,
+                  .max_steps = 30, .compute_metrics = compute_metrics, .policy = "wait"};
+    run_out sync, async;
+    run(&o, &sync);
+    o.async = true;
+    run(&o, &async);
+    const char *what = compute_metrics ? "with compute_metrics" : "steps";
+    CHECK(sync.status == CT_OK && async.status == CT_OK, "%s: runs (%s%s)", what, sync.error, async.error);
+    json_t *es = eval_entries(sync.history), *ea = eval_entries(async.history);
+    CHECK(json_array_size(es) == 6, "%s: 6 synchronous evaluations, got %zu", what, json_array_size(es));
+    check_same_json(compute_metrics ? "compute_metrics: eval entries" : "eval entries", ea, es);
+    json_t *ts = train_entries(sync.history), *ta = train_entries(async.history);
+    check_same_json("training log entries", ta, ts);
+    CHECK(sync.n == async.n && memcmp(sync.final, async.final, (size_t)sync.n * sizeof(float)) == 0,
+          "%s: training is untouched by asynchronous evaluation (final weights)", what);
+    if (compute_metrics)
+        CHECK(json_object_get(json_array_get(ea, 0), "eval_first_logit_mean") != NULL, "compute_metrics values logged");
+    json_decref(es);
+    json_decref(ea);
+    json_decref(ts);
+    json_decref(ta);
+    free_out(&sync);
+    free_out(&async);
+}
+
+static void test_continuous(const char *policy) {
+    run_opts o = {.async = true, .eval_strategy = CT_INTERVAL_CONTINUOUS, .save_strategy = CT_INTERVAL_NO,
+                  .max_steps = 60, .policy = policy, .compute_metrics = true, .step_sleep_us = 4000};
+    run_out r;
+    run(&o, &r);
+    char what[64];
+    snprintf(what, sizeof what, "continuous (%s)", policy);
+    CHECK(r.status == CT_OK, "%s: runs (%s)", what, r.error);
+    int n = check_against_recorded(what, &r, true);
+    CHECK(n >= 2, "%s: %d evaluations", what, n);
+    free_out(&r);
+
+    /* Steps, due every step while each evaluation takes several: some are replaced or skipped. */
+    run_opts o2 = {.async = true, .eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO,
+                   .eval_steps = 1, .max_steps = 60, .policy = policy, .step_sleep_us = 4000};
+    run(&o2, &r);
+    snprintf(what, sizeof what, "every step (%s)", policy);
+    CHECK(r.status == CT_OK, "%s: runs (%s)", what, r.error);
+    n = check_against_recorded(what, &r, false);
+    /* Due every step while one evaluation lasts several: some are replaced or skipped, except that
+     * "wait" runs every one. */
+    if (strcmp(policy, "wait") == 0) CHECK(n == 60, "%s: %d evaluations, want all 60", what, n);
+    else CHECK(n >= 2 && n < 60, "%s: %d evaluations", what, n);
+    free_out(&r);
+}
+
+static void test_best(void) {
+    run_opts o = {.eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_BEST, .eval_steps = 4,
+                  .max_steps = 32, .best = true, .policy = "wait"};
+    run_out sync, async;
+    run(&o, &sync);
+    o.async = true;
+    run(&o, &async);
+    CHECK(sync.status == CT_OK && async.status == CT_OK, "best: runs (%s%s)", sync.error, async.error);
+    CHECK(state_int(&sync, "best_global_step") == state_int(&async, "best_global_step") &&
+              state_int(&sync, "best_global_step") > 0,
+          "best: best_global_step %lld vs %lld", (long long)state_int(&async, "best_global_step"),
+          (long long)state_int(&sync, "best_global_step"));
+    CHECK(json_equal(json_object_get(sync.state, "best_metric"), json_object_get(async.state, "best_metric")),
+          "best: best_metric equal");
+    const char *bs = json_string_value(json_object_get(sync.state, "best_model_checkpoint"));
+    const char *ba = json_string_value(json_object_get(async.state, "best_model_checkpoint"));
+    CHECK(bs && ba && strcmp(strrchr(bs, '/'), strrchr(ba, '/')) == 0, "best: checkpoint %s vs %s", ba ? ba : "-",
+          bs ? bs : "-");
+    struct stat st;
+    char path[700];
+    snprintf(path, sizeof path, "%s/model.h5", ba ? ba : "");
+    CHECK(ba && stat(path, &st) == 0, "best: the asynchronous best checkpoint holds model.h5");
+    /* load_best_model_at_end: the final weights are the best step's, so both runs end equal. */
+    CHECK(sync.n == async.n && memcmp(sync.final, async.final, (size_t)sync.n * sizeof(float)) == 0,
+          "best: final weights (the best model loaded at the end) equal");
+    json_t *es = eval_entries(sync.history), *ea = eval_entries(async.history);
+    check_same_json("best: eval entries", ea, es);
+    json_decref(es);
+    json_decref(ea);
+    free_out(&sync);
+    free_out(&async);
+}
+
+static void test_early_stopping(void) {
+    run_opts o = {.eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO, .eval_steps = 2,
+                  .max_steps = 60, .early_stopping = true, .policy = "wait"};
+    run_out sync, async;
+    run(&o, &sync);
+    o.async = true;
+    run(&o, &async);
+    CHECK(sync.status == CT_OK && async.status == CT_OK, "early stopping: runs (%s%s)", sync.error, async.error);
+    int64_t ss = state_int(&sync, "global_step"), sa = state_int(&async, "global_step");
+    CHECK(ss < 60, "early stopping: the synchronous run stops early (step %lld)", (long long)ss);
+    CHECK(sa < 60 && sa >= ss, "early stopping: the asynchronous run stops at %lld, not before %lld", (long long)sa,
+          (long long)ss);
+    /* The asynchronous run's evaluations are the synchronous run's, then perhaps a few more (those
+     * submitted before the stopping result arrived, reported at the end); its best is the best of
+     * all of them, the first lowest loss. */
+    json_t *es = eval_entries(sync.history), *ea = eval_entries(async.history);
+    int64_t best_step = -1;
+    double best = INFINITY;
+    for (size_t i = 0; i < json_array_size(ea); i++) {
+        double l = json_number_value(json_object_get(json_array_get(ea, i), "eval_loss"));
+        if (l < best) {
+            best = l;
+            best_step = json_integer_value(json_object_get(json_array_get(ea, i), "step"));
+        }
+    }
+    CHECK(state_int(&async, "best_global_step") == best_step, "early stopping: best step %lld, the history says %lld",
+          (long long)state_int(&async, "best_global_step"), (long long)best_step);
+    bool prefix = json_array_size(ea) >= json_array_size(es);
+    for (size_t i = 0; prefix && i < json_array_size(es); i++)
+        prefix = json_equal(json_array_get(es, i), json_array_get(ea, i));
+    CHECK(prefix, "early stopping: the synchronous evaluations come first, unchanged");
+    json_decref(es);
+    json_decref(ea);
+    free_out(&sync);
+    free_out(&async);
+}
+
+static void test_errors(void) {
+    run_opts o = {.async = true, .eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO,
+                  .eval_steps = 5, .max_steps = 10, .no_factory = true};
+    run_out r;
+    run(&o, &r);
+    CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "make_model"), "no factory: %s", r.error);
+    free_out(&r);
+    o.no_factory = false;
+    o.override_prediction = true;
+    run(&o, &r);
+    CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "prediction_step"), "prediction_step override: %s", r.error);
+    free_out(&r);
+    o.override_prediction = false;
+    o.compute_metrics = o.fail_metrics = true;
+    o.policy = "wait"; /* step 5's evaluation runs (with "latest" step 10's could replace it) */
+    run(&o, &r);
+    CHECK(r.status == CT_ERR_INVALID_ARG && strstr(r.error, "asynchronous evaluation of step 5") &&
+              strstr(r.error, "deliberate failure"),
+          "failing compute_metrics: %s", r.error);
+    free_out(&r);
+}
+
+int main(void) {
+    ct_test_begin("test_async_eval");
+    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_async_eval_XXXXXX");
+    if (!mkdtemp(tmp_root)) return 1;
+    train_set = make_data(400, DIM, CLASSES, ct_test_seed);
+    eval_set = make_data(601, DIM, CLASSES, ct_test_seed + 1);
+    test_equals_sync(false);
+    test_equals_sync(true);
+    test_continuous("latest");
+    test_continuous("skip");
+    test_continuous("wait");
+    test_best();
+    test_early_stopping();
+    test_errors();
+    ct_dataset_free(train_set);
+    ct_dataset_free(eval_set);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    return ct_test_finish();
+}

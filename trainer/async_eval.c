@@ -1,0 +1,322 @@
+/* The asynchronous evaluator (see async_eval.h): one thread, one replica, a waiting slot and a queue
+ * of finished results, all under one mutex. The evaluator sees the trainer through a "shadow": a
+ * ct_trainer value holding the replica, its own metric set and the evaluation sets, one process,
+ * no callbacks and the default hooks, so the ordinary evaluation loop (evaluate.c) runs on it
+ * unchanged and computes exactly what a synchronous evaluation of the same weights computes. */
+#include "trainer/async_eval.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/ops.h"
+#include "trainer/checkpoint_io.h"
+#include "trainer/state.h"
+#include "trainer/trainer_impl.h"
+
+typedef struct snapshot {
+    int64_t step;
+    double epoch;
+    ct_tensor values, buffers;
+} snapshot;
+
+typedef struct result_node {
+    ct_async_result *r;
+    struct result_node *next;
+} result_node;
+
+struct ct_async_eval {
+    ct_trainer *t;
+    ct_trainer shadow; /* what the evaluation loop sees; never passed to ct_trainer_free */
+    ct_model replica;
+    bool replica_built, keep_outputs, skip_policy, wait_policy;
+    pthread_t thread;
+    bool thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    snapshot *waiting;          /* the next snapshot to evaluate */
+    bool running, stop;
+    result_node *head, *tail;   /* finished, oldest first */
+    int n_ready;
+};
+
+static void snapshot_free(snapshot *s) {
+    if (!s) return;
+    ct_tensor_free(&s->values);
+    ct_tensor_free(&s->buffers);
+    free(s);
+}
+
+void ct_async_result_free(ct_async_result *r) {
+    if (!r) return;
+    json_decref(r->metrics);
+    for (int i = 0; i < r->n_sets; i++) ct_prediction_output_free(&r->outputs[i]);
+    ct_tensor_free(&r->values);
+    ct_tensor_free(&r->buffers);
+    free(r);
+}
+
+/* A host copy of a flat buffer (any device), or an empty tensor for an empty one. */
+static ct_status host_copy(const ct_tensor *src, ct_tensor *dst) {
+    *dst = (ct_tensor){0};
+    if (!src->data || ct_tensor_numel(src) == 0) return CT_OK;
+    CT_TRY(ct_tensor_alloc(dst, src->dtype, CT_CPU, src->ndim, src->shape));
+    ct_status s = ct_tensor_copy_to(dst, src);
+    if (s != CT_OK) ct_tensor_free(dst);
+    return s;
+}
+
+/* The evaluation of one snapshot on the evaluator thread: load it into the replica, then every set. */
+static ct_async_result *evaluate(ct_async_eval *e, snapshot *snap) {
+    ct_async_result *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->step = snap->step;
+    r->epoch = snap->epoch;
+    r->values = snap->values;
+    r->buffers = snap->buffers;
+    snap->values = snap->buffers = (ct_tensor){0};
+    ct_param_store *ps = &e->replica.params;
+    ct_status s = ct_tensor_copy_to(&ps->values, &r->values);
+    if (s == CT_OK && r->buffers.data) s = ct_tensor_copy_to(&ps->buffers, &r->buffers);
+    r->metrics = json_object();
+    if (s == CT_OK && !r->metrics) s = ct_error(CT_ERR_NOMEM, "out of memory");
+    const ct_trainer *t = e->t;
+    for (int i = 0; s == CT_OK && i < t->n_eval; i++) {
+        if (t->eval_names[i][0]) snprintf(r->prefixes[i], sizeof r->prefixes[i], "eval_%s", t->eval_names[i]);
+        else snprintf(r->prefixes[i], sizeof r->prefixes[i], "eval");
+        r->n_sets = i + 1;
+        json_t *m = NULL;
+        s = ct_trainer_evaluation_pass(&e->shadow, t->eval_datasets[i], r->prefixes[i],
+                                       e->keep_outputs ? &r->outputs[i] : NULL, &m);
+        if (s == CT_OK) json_object_update(r->metrics, m);
+        json_decref(m);
+    }
+    r->status = s;
+    if (s != CT_OK) snprintf(r->error, sizeof r->error, "%s", ct_last_error());
+    return r;
+}
+
+static void *evaluator_main(void *arg) {
+    ct_async_eval *e = arg;
+    /* As the training thread runs (ct_trainer_train), so the numbers equal a synchronous evaluation. */
+    ct_set_flush_denormal(true);
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->stop && !e->waiting) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop) break;
+        snapshot *snap = e->waiting;
+        e->waiting = NULL;
+        e->running = true;
+        pthread_cond_broadcast(&e->cv); /* the slot is free ("wait" policy) */
+        pthread_mutex_unlock(&e->mu);
+        ct_async_result *r = evaluate(e, snap);
+        snapshot_free(snap);
+        result_node *node = r ? calloc(1, sizeof *node) : NULL;
+        if (!node) {
+            /* Out of memory: say so through a result if possible, else drop it with a message. */
+            if (r) ct_async_result_free(r);
+            ct_log_error("asynchronous evaluation: out of memory; an evaluation result was lost");
+        }
+        pthread_mutex_lock(&e->mu);
+        if (node) {
+            node->r = r;
+            if (e->tail) e->tail->next = node;
+            else e->head = node;
+            e->tail = node;
+            e->n_ready++;
+        }
+        e->running = false;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* The evaluator's view of the trainer: only what the evaluation loop reads. */
+static void make_shadow(ct_async_eval *e, ct_metric_set metrics) {
+    const ct_trainer *t = e->t;
+    ct_trainer *s = &e->shadow;
+    memset(s, 0, sizeof *s);
+    s->args = t->args; /* shares lr_scheduler_kwargs, which the evaluation never reads */
+    s->model = &e->replica;
+    s->loss = t->loss;
+    s->n_eval = t->n_eval;
+    for (int i = 0; i < t->n_eval; i++) {
+        s->eval_datasets[i] = t->eval_datasets[i];
+        memcpy(s->eval_names[i], t->eval_names[i], sizeof s->eval_names[i]);
+    }
+    s->metrics = metrics;
+    s->rank = 0;
+    s->world_size = 1;
+    ct_trainer_state_init(&s->state);
+}
+
+ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
+    *out = NULL;
+    if (!t->make_model)
+        return ct_error(CT_ERR_CONFIG, "training_args.eval_async: asynchronous evaluation needs a way to build a "
+                        "model replica (ct_trainer_setup.make_model; run configs have one)");
+    if (CT_TRAINER_HOOK(t, prediction_step) || CT_TRAINER_HOOK(t, get_eval_dataloader) ||
+        CT_TRAINER_HOOK(t, evaluate))
+        return ct_error(CT_ERR_CONFIG, "training_args.eval_async: the application overrides %s, which runs on the "
+                        "training trainer and cannot run on the evaluator's replica; evaluate synchronously",
+                        CT_TRAINER_HOOK(t, prediction_step)       ? "prediction_step"
+                        : CT_TRAINER_HOOK(t, get_eval_dataloader) ? "get_eval_dataloader"
+                                                                  : "evaluate");
+    if (t->n_eval == 0) return ct_error(CT_ERR_CONFIG, "training_args.eval_async: no evaluation dataset was given");
+    ct_device dev;
+    CT_TRY(ct_device_parse(t->args.eval_device, &dev));
+    ct_async_eval *e = calloc(1, sizeof *e);
+    if (!e) return ct_error(CT_ERR_NOMEM, "out of memory");
+    e->t = t;
+    e->keep_outputs = CT_TRAINER_HOOK(t, compute_metrics) != NULL;
+    e->skip_policy = strcmp(t->args.eval_async_policy, "skip") == 0;
+    e->wait_policy = strcmp(t->args.eval_async_policy, "wait") == 0;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    ct_metric_set metrics = {0};
+    ct_status s = t->make_model(t->make_model_ctx, t->args.per_device_eval_batch_size, dev, &e->replica);
+    if (s != CT_OK) s = ct_error_prefix(s, "asynchronous evaluation: the model replica: ");
+    e->replica_built = s == CT_OK;
+    if (s == CT_OK && (ct_tensor_numel(&e->replica.params.values) != ct_tensor_numel(&t->model->params.values) ||
+                       ct_tensor_numel(&e->replica.params.buffers) != ct_tensor_numel(&t->model->params.buffers)))
+        s = ct_error(CT_ERR_STATE, "asynchronous evaluation: the replica's parameters are not laid out like the "
+                     "trained model's (%lld vs %lld values)",
+                     (long long)ct_tensor_numel(&e->replica.params.values),
+                     (long long)ct_tensor_numel(&t->model->params.values));
+    if (s == CT_OK) s = ct_metric_set_from_json(t->metrics_spec, "metrics", &metrics);
+    if (s == CT_OK) {
+        make_shadow(e, metrics);
+        ct_model_train(&e->replica, false);
+        if (pthread_create(&e->thread, NULL, evaluator_main, e) != 0)
+            s = ct_error(CT_ERR_STATE, "asynchronous evaluation: cannot start the evaluator thread");
+        else
+            e->thread_started = true;
+    } else {
+        ct_metric_set_free(&metrics);
+    }
+    if (s != CT_OK) {
+        ct_async_eval_free(e);
+        return s;
+    }
+    *out = e;
+    return CT_OK;
+}
+
+void ct_async_eval_free(ct_async_eval *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        snapshot_free(e->waiting);
+        e->waiting = NULL;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL); /* a running evaluation finishes first */
+        ct_metric_set_free(&e->shadow.metrics);
+        ct_trainer_state_free(&e->shadow.state);
+    }
+    snapshot_free(e->waiting);
+    while (e->head) {
+        result_node *n = e->head;
+        e->head = n->next;
+        ct_async_result_free(n->r);
+        free(n);
+    }
+    if (e->replica_built) ct_model_free(&e->replica);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
+    *accepted = false;
+    pthread_mutex_lock(&e->mu);
+    bool busy = e->running || e->waiting;
+    pthread_mutex_unlock(&e->mu);
+    if (e->skip_policy && busy) {
+        ct_log_info("asynchronous evaluation: step %lld skipped (an evaluation is still running)",
+                    (long long)e->t->state.global_step);
+        return CT_OK;
+    }
+    /* The copy is taken on the training thread, before the weights change again. */
+    snapshot *snap = calloc(1, sizeof *snap);
+    if (!snap) return ct_error(CT_ERR_NOMEM, "out of memory");
+    snap->step = e->t->state.global_step;
+    snap->epoch = e->t->state.epoch;
+    const ct_param_store *ps = &e->t->model->params;
+    ct_status s = host_copy(&ps->values, &snap->values);
+    if (s == CT_OK) s = host_copy(&ps->buffers, &snap->buffers);
+    if (s != CT_OK) {
+        snapshot_free(snap);
+        return ct_error_prefix(s, "asynchronous evaluation: snapshot of step %lld: ", (long long)e->t->state.global_step);
+    }
+    pthread_mutex_lock(&e->mu);
+    /* "wait": every due evaluation runs; training waits until the waiting one has started. */
+    while (e->wait_policy && e->waiting) pthread_cond_wait(&e->cv, &e->mu);
+    snapshot *replaced = e->waiting;
+    e->waiting = snap;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (replaced) {
+        ct_log_info("asynchronous evaluation: the snapshot of step %lld replaces the waiting one of step %lld",
+                    (long long)snap->step, (long long)replaced->step);
+        snapshot_free(replaced);
+    }
+    *accepted = true;
+    return CT_OK;
+}
+
+bool ct_async_eval_idle(ct_async_eval *e) {
+    pthread_mutex_lock(&e->mu);
+    bool idle = !e->running && !e->waiting;
+    pthread_mutex_unlock(&e->mu);
+    return idle;
+}
+
+int ct_async_eval_ready(ct_async_eval *e) {
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_ready;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
+ct_async_result *ct_async_eval_take(ct_async_eval *e) {
+    pthread_mutex_lock(&e->mu);
+    result_node *n = e->head;
+    if (n) {
+        e->head = n->next;
+        if (!e->head) e->tail = NULL;
+        e->n_ready--;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (!n) return NULL;
+    ct_async_result *r = n->r;
+    free(n);
+    return r;
+}
+
+void ct_async_eval_drain(ct_async_eval *e, bool drop_waiting) {
+    pthread_mutex_lock(&e->mu);
+    if (drop_waiting) {
+        snapshot_free(e->waiting);
+        e->waiting = NULL;
+    }
+    while (e->running || e->waiting) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
+ct_status ct_async_save_model_checkpoint(ct_trainer *t, const ct_async_result *r, const char *dir) {
+    if (t->rank != 0) return CT_OK;
+    char tmp[4200], path[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", dir);
+    ct_status s = ct_trainer_save_model_from(t, tmp, &r->values, r->buffers.data ? &r->buffers : NULL);
+    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+    if (s == CT_OK) s = ct_trainer_store_callback_state(t);
+    if (s == CT_OK) s = ct_trainer_state_save(&t->state, path);
+    if (s == CT_OK) s = ct_checkpoint_write_manifest(tmp);
+    if (s == CT_OK) s = ct_checkpoint_commit(tmp, dir);
+    return s == CT_OK ? CT_OK : ct_error_prefix(s, "best model of step %lld: ", (long long)r->step);
+}
