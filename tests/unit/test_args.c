@@ -207,10 +207,35 @@ static void test_set_text(void) {
     CHECK_OK(ct_training_args_set(&a, "save_strategy", "best"));
     CHECK(a.save_strategy == CT_INTERVAL_BEST, "save_strategy best");
     CHECK_MSG(ct_training_args_set(&a, "eval_strategy", "best"),
-              "eval_strategy: unknown value 'best' (allowed: no, steps, epoch)");
+              "eval_strategy: unknown value 'best' (allowed: no, steps, epoch, continuous)");
     CHECK_MSG(ct_training_args_set(&a, "eval_strategy", "epochs"),
-              "eval_strategy: unknown value 'epochs', did you mean 'epoch'? (allowed: no, steps, epoch)");
+              "eval_strategy: unknown value 'epochs', did you mean 'epoch'? (allowed: no, steps, epoch, continuous)");
     CHECK(a.eval_strategy == CT_INTERVAL_EPOCH, "unchanged");
+    /* Asynchronous evaluation's arguments (ctrainer's own). */
+    {
+        ct_training_args b;
+        ct_training_args_default(&b);
+        CHECK(!b.eval_async && !b.save_async && strcmp(b.eval_device, "cpu") == 0 &&
+                  strcmp(b.eval_async_policy, "latest") == 0,
+              "async defaults");
+        CHECK_OK(ct_training_args_set(&b, "eval_strategy", "continuous"));
+        CHECK_MSG(ct_training_args_validate(&b), "eval_strategy: 'continuous' evaluates beside training, one evaluation "
+                  "after the other, and needs eval_async true");
+        CHECK_OK(ct_training_args_set(&b, "eval_async", "true"));
+        CHECK_OK(ct_training_args_validate(&b));
+        CHECK(b.eval_strategy == CT_INTERVAL_CONTINUOUS, "continuous");
+        CHECK_MSG(ct_training_args_set(&b, "eval_async_policy", "latests"),
+                  "eval_async_policy: unknown value 'latests', did you mean 'latest'? (allowed: latest, skip, wait)");
+        CHECK_OK(ct_training_args_set(&b, "eval_device", "gpu"));
+        CHECK_MSG(ct_training_args_validate(&b), "eval_device: 'gpu' is not a device (expected \"cpu\" or \"cuda:N\")");
+        CHECK_OK(ct_training_args_set(&b, "eval_device", "cuda:1"));
+        CHECK_OK(ct_training_args_validate(&b));
+        CHECK_MSG(ct_training_args_set(&b, "logging_strategy", "continuous"),
+                  "logging_strategy: unknown value 'continuous' (allowed: no, steps, epoch)");
+        b.logging_strategy = CT_INTERVAL_CONTINUOUS;
+        CHECK_MSG(ct_training_args_validate(&b), "logging_strategy: 'continuous' is an eval_strategy only");
+        ct_training_args_free(&b);
+    }
     CHECK_OK(ct_training_args_set(&a, "log_level", "debug"));
     CHECK(a.log_level == CT_LOG_DEBUG, "log_level");
     CHECK_MSG(
@@ -295,7 +320,7 @@ static void test_json_in(void) {
     CHECK_MSG(ct_training_args_set_json(&a, "learnin_rate", v, "training_args.learnin_rate"),
               "training_args.learnin_rate: unknown key 'learnin_rate', did you mean 'learning_rate'?");
     CHECK_MSG(ct_training_args_set_json(&a, "eval_strategy", v, "training_args.eval_strategy"),
-              "training_args.eval_strategy: expected one of: no, steps, epoch, got 1");
+              "training_args.eval_strategy: expected one of: no, steps, epoch, continuous, got 1");
     CHECK_MSG(ct_training_args_set_json(&a, "dataloader_drop_last", v, "training_args.dataloader_drop_last"),
               "training_args.dataloader_drop_last: expected true or false, got 1");
     json_decref(v);
