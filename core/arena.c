@@ -21,10 +21,10 @@ ct_status ct_arena_alloc(ct_arena *a, size_t bytes, void **out) {
     CT_TRY(ct_device_check(a->device));
     ct_arena_block *b = malloc(sizeof *b);
     if (!b) return ct_error(CT_ERR_NOMEM, "arena: out of memory");
-    b->data = ct_host_alloc(bytes);
-    if (!b->data) {
+    ct_status s = ct_device_alloc(a->device, bytes, &b->data);
+    if (s != CT_OK) {
         free(b);
-        return ct_error(CT_ERR_NOMEM, "arena: cannot allocate %zu bytes", bytes);
+        return ct_error_prefix(s, "arena: ");
     }
     b->next = a->blocks;
     a->blocks = b;
@@ -36,7 +36,7 @@ ct_status ct_arena_alloc(ct_arena *a, size_t bytes, void **out) {
 void ct_arena_reset(ct_arena *a) {
     while (a->blocks) {
         ct_arena_block *next = a->blocks->next;
-        ct_host_free(a->blocks->data);
+        ct_device_free(a->device, a->blocks->data);
         free(a->blocks);
         a->blocks = next;
     }

@@ -11,6 +11,10 @@
 
 #include "core/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum ct_device_kind { CT_DEVICE_CPU = 0, CT_DEVICE_CUDA = 1 } ct_device_kind;
 
 typedef struct ct_device {
@@ -35,5 +39,15 @@ int ct_cuda_device_count(void);
 
 /* CT_OK when the device can run ops in this build on this machine. */
 ct_status ct_device_check(ct_device d);
+
+/* Zeroed memory on a device (64-byte aligned on the host), its release, and copies between any two
+ * devices (a copy that ends on the host has finished when this returns). */
+ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
+void ct_device_free(ct_device d, void *p);
+ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -16,6 +16,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* --- threading --------------------------------------------------------------------------------- */
 
 /* Number of threads used by OpenMP loops and OpenBLAS (0 = leave as the environment set it). */
@@ -66,6 +70,10 @@ void ct_op_activation_forward(ct_activation act, const ct_tensor *x, ct_tensor *
 /* dx = dy * act'(x); uses x (gelu) or y (relu, tanh, sigmoid), whichever the formula needs. */
 void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
                                ct_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
 
 /* The other op families have headers of their own. */
 #include "core/ops_conv.h"

@@ -18,6 +18,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* PyTorch's output length along one dimension (ceil_mode=False):
  * floor((in + 2*padding - dilation*(kernel-1) - 1) / stride) + 1; may be <= 0 for inputs that are
  * too small, which callers must reject. */
@@ -67,5 +71,9 @@ void ct_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, cons
  * (count_include_pad) or the number of real input elements in it (PyTorch's rule). */
 void ct_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
 void ct_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

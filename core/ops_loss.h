@@ -15,6 +15,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Options of softmax cross-entropy, with PyTorch's meaning. */
 typedef struct ct_xent_opts {
     const ct_tensor *weight; /* [C] float64 class weights on the logits' device, or NULL */
@@ -55,5 +59,9 @@ double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_o
 /* dpred = scale * d(sum)/d(pred). */
 void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                    const ct_tensor *target, double scale, ct_tensor *dpred);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

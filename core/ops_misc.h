@@ -11,6 +11,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* --- dropout ------------------------------------------------------------------------------------ */
 
 /* What a dropout mask is keyed by. key comes from ct_dropout_key; sample_offset is the global index
@@ -44,5 +48,9 @@ void ct_op_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_t
 /* dweight[ids[i], :] += dy[i, :], skipping ids equal to padding_idx (-1: none). Threads split the
  * embedding columns, so repeated ids never race and the sum order is the same for any thread count. */
 void ct_op_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

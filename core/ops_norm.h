@@ -12,6 +12,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Batch norm of x viewed as [N, C, inner] (N = x->shape[0], C = numel of running_mean, inner the
  * rest: H*W for BatchNorm2d), as nn.BatchNorm*d.
  * training: normalise with the batch mean and biased variance, save them, and update
@@ -39,5 +43,9 @@ void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const 
 void ct_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
                               ct_tensor *dweight, ct_tensor *dbias);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -13,6 +13,10 @@
 
 #include "core/tensor.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* torch.optim.SGD for one range:
  *   d = g + weight_decay * p
  *   buf = first ? d : momentum * buf + (1 - dampening) * d     (only when momentum != 0)
@@ -52,5 +56,9 @@ double ct_op_sum_squares_det(const ct_tensor *t);
  * finite (f64 values near 1e154 and beyond), the norm is recomputed scaled by the largest magnitude,
  * so it is finite whenever it is representable. */
 double ct_op_l2_norm(const ct_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -11,7 +11,12 @@
 #define CT_STATUS_H
 
 #include <stdarg.h>
+#ifdef __cplusplus
+#define CT_NORETURN [[noreturn]]
+#else
 #include <stdnoreturn.h>
+#define CT_NORETURN noreturn
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -49,7 +54,7 @@ ct_status ct_error_prefix(ct_status s, const char *fmt, ...) __attribute__((form
 /* Clears the thread's message. */
 void ct_error_clear(void);
 
-noreturn void ct_abort_at(const char *file, int line, const char *fmt, ...)
+CT_NORETURN void ct_abort_at(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #define CT_ASSERT(cond)                                                                            \

@@ -68,15 +68,22 @@ ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, co
     CT_TRY(ct_shape_nbytes(ndim, shape, dt, &bytes));
     CT_TRY(ct_device_check(dev));
     *t = ct_tensor_view(NULL, dt, dev, ndim, shape);
-    t->data = ct_host_alloc(bytes);
-    if (!t->data) return ct_error(CT_ERR_NOMEM, "tensor: cannot allocate %zu bytes", bytes);
-    return CT_OK;
+    ct_status s = ct_device_alloc(dev, bytes, &t->data);
+    return s == CT_OK ? CT_OK : ct_error_prefix(s, "tensor: ");
 }
 
 void ct_tensor_free(ct_tensor *t) {
     if (!t) return;
-    ct_host_free(t->data);
+    ct_device_free(t->device, t->data);
     t->data = NULL;
+}
+
+ct_status ct_tensor_copy_to(ct_tensor *dst, const ct_tensor *src) {
+    if (dst->dtype != src->dtype || ct_tensor_numel(dst) != ct_tensor_numel(src)) {
+        char a[128], b[128];
+        return ct_error(CT_ERR_SHAPE, "copy: %s into %s", ct_tensor_str(src, a, sizeof a), ct_tensor_str(dst, b, sizeof b));
+    }
+    return ct_device_copy(dst->data, dst->device, src->data, src->device, ct_tensor_nbytes(src));
 }
 
 int64_t ct_tensor_numel(const ct_tensor *t) {

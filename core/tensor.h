@@ -15,6 +15,10 @@
 #include "core/device.h"
 #include "core/status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef enum ct_dtype {
     CT_F32 = 0,
     CT_F64 = 1,  /* the reference path: finite-difference gradient checks run in double */
@@ -47,6 +51,8 @@ ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *b
 
 /* Allocates zeroed, 64-byte aligned memory for a tensor of the given shape. */
 ct_status ct_tensor_alloc(ct_tensor *t, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
+/* Copies src's elements into dst (same dtype and element count; any devices, e.g. host to GPU). */
+ct_status ct_tensor_copy_to(ct_tensor *dst, const ct_tensor *src);
 void ct_tensor_free(ct_tensor *t);
 
 int64_t ct_tensor_numel(const ct_tensor *t);
@@ -80,5 +86,9 @@ void ct_tensor_copy_to_f64(const ct_tensor *t, double *dst);
 /* Element i of a float or integer CPU tensor as double. */
 double ct_tensor_get(const ct_tensor *t, int64_t i);
 void ct_tensor_set(ct_tensor *t, int64_t i, double v);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -39,7 +39,9 @@ bool ct_set_flush_denormal(bool on) {
 
 void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                 ct_tensor *c) {
+    CT_ON_CUDA(c, ct_cuda_op_gemm(trans_a, trans_b, alpha, a, b, beta, c));
     CT_CHECK_CPU(a);
+    CT_CHECK_CPU(b);
     CT_ASSERT(a->ndim == 2 && b->ndim == 2 && c->ndim == 2);
     CT_ASSERT(a->dtype == b->dtype && a->dtype == c->dtype);
     int64_t m = trans_a ? a->shape[1] : a->shape[0];

@@ -24,6 +24,27 @@
 
 #define CT_CHECK_CPU(t) CT_ASSERT((t)->device.kind == CT_DEVICE_CPU)
 
+/* At the top of an op: when t lives on a CUDA device, run `call` (the core/cuda/ops_cuda.h twin,
+ * same arguments) and return; a CPU-only build aborts on CUDA tensors, which the device checks of
+ * layers and tensors keep from happening. CT_ON_CUDA_RETURN is the same for ops with a value. */
+#ifdef CT_HAVE_CUDA
+#include "core/cuda/ops_cuda.h"
+#define CT_ON_CUDA(t, call)                                                                        \
+    do {                                                                                           \
+        if ((t)->device.kind == CT_DEVICE_CUDA) {                                                  \
+            call;                                                                                  \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+#define CT_ON_CUDA_RETURN(t, call)                                                                 \
+    do {                                                                                           \
+        if ((t)->device.kind == CT_DEVICE_CUDA) return call;                                       \
+    } while (0)
+#else
+#define CT_ON_CUDA(t, call) CT_CHECK_CPU(t)
+#define CT_ON_CUDA_RETURN(t, call) CT_CHECK_CPU(t)
+#endif
+
 /* Sliding windows (convolution, pooling): outputs o in [*lo, *hi) of [0, out) read the input
  * position o*stride + off inside [0, n); the rest fall in the padding. Always 0 <= *lo <= *hi <= out.
  * Computing the span once keeps bounds checks out of the innermost loops. */

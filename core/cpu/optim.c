@@ -28,7 +28,7 @@ static void check_same(const ct_tensor *a, const ct_tensor *b) {
 }
 
 void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
-    CT_CHECK_CPU(param);
+    CT_ON_CUDA(param, ct_cuda_op_sgd_step(param, grad, momentum_buffer, a));
     check_same(param, grad);
     if (momentum_buffer) check_same(param, momentum_buffer);
     CT_ASSERT((momentum_buffer != NULL) == (a->momentum != 0));
@@ -38,7 +38,7 @@ void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum
 
 void ct_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
-    CT_CHECK_CPU(param);
+    CT_ON_CUDA(param, ct_cuda_op_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, a));
     check_same(param, grad);
     check_same(param, exp_avg);
     check_same(param, exp_avg_sq);
@@ -56,12 +56,12 @@ static double sumsq_scaled(const ct_tensor *t, double inv_scale) {
 }
 
 double ct_op_sum_squares_det(const ct_tensor *t) {
-    CT_CHECK_CPU(t);
+    CT_ON_CUDA_RETURN(t, ct_cuda_op_sum_squares_det(t));
     return sumsq_scaled(t, 1.0);
 }
 
 double ct_op_l2_norm(const ct_tensor *t) {
-    CT_CHECK_CPU(t);
+    CT_ON_CUDA_RETURN(t, ct_cuda_op_l2_norm(t));
     double ss = sumsq_scaled(t, 1.0);
     if (!isinf(ss)) return sqrt(ss);
     /* inf: either an infinite element (the norm is inf) or finite squares that overflowed. */
