@@ -1,33 +1,15 @@
-/* Philox4x32-10 and the stream helpers built on it (see rng.h). Constants are those of the
- * Random123 reference; tests/unit/test_rng.c checks its published known-answer vectors. */
+/* Philox4x32-10 and the stream helpers built on it (see rng.h). The generator itself is
+ * core/rng_philox.h (shared with the CUDA kernels); tests/unit/test_rng.c checks Random123's
+ * published known-answer vectors through ct_philox4x32. */
 #include "core/rng.h"
 
 #include <math.h>
 
-#define PHILOX_M0 0xD2511F53u
-#define PHILOX_M1 0xCD9E8D57u
-#define PHILOX_W0 0x9E3779B9u
-#define PHILOX_W1 0xBB67AE85u
+#include "core/rng_philox.h"
 
+/* The one implementation lives in rng_philox.h, shared with the CUDA kernels. */
 void ct_philox4x32(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)PHILOX_M1 * c2;
-        uint32_t hi0 = (uint32_t)(p0 >> 32), lo0 = (uint32_t)p0;
-        uint32_t hi1 = (uint32_t)(p1 >> 32), lo1 = (uint32_t)p1;
-        c0 = hi1 ^ c1 ^ k0;
-        c1 = lo1;
-        c2 = hi0 ^ c3 ^ k1;
-        c3 = lo0;
-        k0 += PHILOX_W0;
-        k1 += PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    ct_philox4x32_10(counter, key, out);
 }
 
 void ct_rng_init(ct_rng *r, uint64_t seed, uint32_t rank, uint32_t purpose) {

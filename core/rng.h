@@ -12,6 +12,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Well-known purposes, so streams of different jobs never overlap. */
 enum {
     CT_RNG_INIT = 1,    /* parameter initialisation */
@@ -55,5 +59,9 @@ void ct_rng_set_state(ct_rng *r, ct_rng_state s);
 
 /* A uniform in [0, 1) from a 32-bit Philox output word (24 bits, exact in float). */
 static inline float ct_u32_to_unit_float(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

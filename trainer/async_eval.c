@@ -262,7 +262,7 @@ ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
     pthread_mutex_unlock(&e->mu);
     if (replaced) {
         ct_log_info("asynchronous evaluation: the snapshot of step %lld replaces the waiting one of step %lld",
-                    (long long)snap->step, (long long)replaced->step);
+                    (long long)e->t->state.global_step, (long long)replaced->step);
         snapshot_free(replaced);
     }
     *accepted = true;

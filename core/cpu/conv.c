@@ -69,6 +69,7 @@ static void check_conv(const ct_conv2d_geom *g, const ct_tensor *x, const ct_ten
 
 void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+    CT_ON_CUDA(x, ct_cuda_op_conv2d_forward(g, x, weight, bias, y, ws));
     check_conv(g, x, weight, y, ws);
     CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
     if (x->shape[0] == 0) return;
@@ -77,6 +78,7 @@ void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_
 
 void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
+    CT_ON_CUDA(x, ct_cuda_op_conv2d_backward(g, x, weight, dy, dweight, dbias, dx, ws));
     check_conv(g, x, weight, dy, ws);
     CT_ASSERT(!dweight || (ct_tensor_numel(dweight) == ct_tensor_numel(weight) && dweight->dtype == x->dtype));
     CT_ASSERT(!dbias || (ct_tensor_numel(dbias) == g->out_channels && dbias->dtype == x->dtype));

@@ -1,4 +1,5 @@
-/* Loss kernels on the CPU (see ops_loss.h); the type-generic code is in loss_tmpl.h.
+/* Loss kernels on the CPU (see ops_loss.h); the type-generic code is in loss_tmpl.h. Tensors on a
+ * CUDA device go to the twins in core/cuda/loss.cu.
  *
  * Reductions split their range into CT_LOSS_CHUNKS fixed chunks, sum each chunk in double (in
  * parallel when large), then add the chunk sums in order. The split depends only on the size, never
@@ -38,6 +39,7 @@ static void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct
                       int64_t *c) {
     CT_CHECK_CPU(logits);
     CT_CHECK_CPU(target);
+    CT_ASSERT(!o->weight || o->weight->device.kind == CT_DEVICE_CPU);
     CT_ASSERT(logits->ndim >= 1 && (target->dtype == CT_I64 || target->dtype == CT_I32));
     *c = logits->shape[logits->ndim - 1];
     CT_ASSERT(*c > 0);
@@ -48,6 +50,7 @@ static void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct
 
 int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                     double *sum, double *count) {
+    CT_ON_CUDA_RETURN(logits, ct_cuda_op_cross_entropy_forward(logits, target, o, sum, count));
     int64_t rows, c;
     xent_dims(logits, target, o, &rows, &c);
     const double *w = o->weight ? o->weight->data : NULL;
@@ -61,8 +64,10 @@ int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *ta
 
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits) {
+    CT_ON_CUDA_RETURN(logits, ct_cuda_op_cross_entropy_backward(logits, target, o, scale, dlogits));
     int64_t rows, c;
     xent_dims(logits, target, o, &rows, &c);
+    CT_CHECK_CPU(dlogits);
     CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == rows * c);
     const double *w = o->weight ? o->weight->data : NULL;
     bool t64 = target->dtype == CT_I64;
@@ -78,7 +83,7 @@ int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *t
 static const double *pos_weight(const ct_pointwise_opts *o, const ct_tensor *pred, int64_t *npw) {
     *npw = 1;
     if (!o || !o->pos_weight) return NULL;
-    CT_ASSERT(o->pos_weight->dtype == CT_F64);
+    CT_ASSERT(o->pos_weight->dtype == CT_F64 && o->pos_weight->device.kind == CT_DEVICE_CPU);
     *npw = ct_tensor_numel(o->pos_weight);
     CT_ASSERT(*npw == 1 || (pred->ndim >= 1 && *npw == pred->shape[pred->ndim - 1]));
     return o->pos_weight->data;
@@ -86,7 +91,8 @@ static const double *pos_weight(const ct_pointwise_opts *o, const ct_tensor *pre
 
 double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target) {
-    CT_CHECK_CPU(pred);
+    CT_ON_CUDA_RETURN(pred, ct_cuda_op_pointwise_loss_forward(kind, o, pred, target));
+    CT_CHECK_CPU(target);
     int64_t n = ct_tensor_numel(pred), npw;
     CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
     const double *pw = pos_weight(o, pred, &npw);
@@ -98,7 +104,9 @@ double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_o
 
 void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                    const ct_tensor *target, double scale, ct_tensor *dpred) {
-    CT_CHECK_CPU(pred);
+    CT_ON_CUDA(pred, ct_cuda_op_pointwise_loss_backward(kind, o, pred, target, scale, dpred));
+    CT_CHECK_CPU(target);
+    CT_CHECK_CPU(dpred);
     int64_t n = ct_tensor_numel(pred), npw;
     CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
     CT_ASSERT(ct_tensor_numel(dpred) == n && dpred->dtype == pred->dtype);

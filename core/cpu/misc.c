@@ -1,22 +1,21 @@
-/* Dropout and embedding on the CPU (see ops_misc.h); typed kernels in misc_tmpl.h.
+/* Dropout and embedding on the CPU (see ops_misc.h); typed kernels in misc_tmpl.h. Tensors on a
+ * CUDA device go to the twins in core/cuda/misc.cu.
  *
- * The dropout counter packs (element block, sample, step) into Philox's 128 bits: word 0 the
- * element index / 4, word 1 the low 32 bits of the sample index, word 2 the low 32 bits of the
- * step, word 3 the next 16 bits of each. Counters are thus distinct for samples and steps below
- * 2^48 and up to 2^34 elements per sample, far beyond any run. */
+ * The dropout counter layout (element block, sample, step packed into Philox's 128 bits) is
+ * ct_dropout_philox in core/rng_philox.h, shared with the CUDA kernels so both backends draw the
+ * same mask for the same ct_dropout_ctx. */
 #include <math.h>
 #include <string.h>
 
 #include "core/cpu/cpu_impl.h"
 #include "core/ops.h"
 #include "core/rng.h"
+#include "core/rng_philox.h"
 
 #define CT_EMB_COLS 64
 
 static inline void dropout_words(const ct_dropout_ctx *ctx, uint64_t sample, uint64_t block, uint32_t out[4]) {
-    uint32_t ctr[4] = {(uint32_t)block, (uint32_t)sample, (uint32_t)ctx->step,
-                       (uint32_t)(((sample >> 32) & 0xFFFFu) | (((ctx->step >> 32) & 0xFFFFu) << 16))};
-    ct_philox4x32(ctr, ctx->key, out);
+    ct_dropout_philox(ctx->key, ctx->step, sample, block, out);
 }
 
 #define R float
@@ -56,7 +55,9 @@ uint64_t ct_hash_name(const char *name) {
 static uint64_t keep_threshold(double p) { return (uint64_t)ceil(p * 4294967296.0); }
 
 void ct_op_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask, ct_tensor *y) {
-    CT_CHECK_CPU(x);
+    CT_ON_CUDA(x, ct_cuda_op_dropout_forward(x, p, ctx, mask, y));
+    CT_CHECK_CPU(mask);
+    CT_CHECK_CPU(y);
     int64_t n = ct_tensor_numel(x);
     CT_ASSERT(p >= 0.0 && p <= 1.0 && x->ndim >= 1 && x->shape[0] > 0);
     CT_ASSERT(y->dtype == x->dtype && ct_tensor_numel(y) == n);
@@ -67,7 +68,9 @@ void ct_op_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *c
 }
 
 void ct_op_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx) {
-    CT_CHECK_CPU(dy);
+    CT_ON_CUDA(dy, ct_cuda_op_dropout_backward(dy, mask, p, dx));
+    CT_CHECK_CPU(mask);
+    CT_CHECK_CPU(dx);
     int64_t n = ct_tensor_numel(dy);
     CT_ASSERT(p >= 0.0 && p <= 1.0);
     CT_ASSERT(dx->dtype == dy->dtype && ct_tensor_numel(dx) == n);
@@ -77,7 +80,7 @@ void ct_op_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p
 }
 
 int64_t ct_op_embedding_find_invalid(const ct_tensor *ids, int64_t num_embeddings) {
-    CT_CHECK_CPU(ids);
+    CT_ON_CUDA_RETURN(ids, ct_cuda_op_embedding_find_invalid(ids, num_embeddings));
     CT_ASSERT(ids->dtype == CT_I64);
     const int64_t *p = ids->data;
     int64_t n = ct_tensor_numel(ids);
@@ -87,7 +90,9 @@ int64_t ct_op_embedding_find_invalid(const ct_tensor *ids, int64_t num_embedding
 }
 
 void ct_op_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y) {
-    CT_CHECK_CPU(ids);
+    CT_ON_CUDA(ids, ct_cuda_op_embedding_forward(ids, weight, y));
+    CT_CHECK_CPU(weight);
+    CT_CHECK_CPU(y);
     CT_ASSERT(ids->dtype == CT_I64 && weight->ndim == 2 && y->dtype == weight->dtype);
     int64_t n = ct_tensor_numel(ids), num = weight->shape[0], dim = weight->shape[1];
     CT_ASSERT(ct_tensor_numel(y) == n * dim);
@@ -103,7 +108,9 @@ void ct_op_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_t
 }
 
 void ct_op_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight) {
-    CT_CHECK_CPU(ids);
+    CT_ON_CUDA(ids, ct_cuda_op_embedding_backward(ids, dy, padding_idx, dweight));
+    CT_CHECK_CPU(dy);
+    CT_CHECK_CPU(dweight);
     CT_ASSERT(ids->dtype == CT_I64 && dweight->ndim == 2 && dy->dtype == dweight->dtype);
     int64_t n = ct_tensor_numel(ids), dim = dweight->shape[1];
     CT_ASSERT(ct_tensor_numel(dy) == n * dim);

@@ -33,7 +33,8 @@ static void check_stats(const ct_tensor *mean, const ct_tensor *rstd, int64_t n)
 void ct_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
                              ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
                              double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
-    CT_CHECK_CPU(x);
+    CT_ON_CUDA(x, ct_cuda_op_batchnorm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, y,
+                                               save_mean, save_rstd));
     int64_t c = ct_tensor_numel(running_mean), total = ct_tensor_numel(x), n = x->shape[0];
     CT_ASSERT(x->ndim >= 2 && c > 0 && n > 0 && x->shape[1] == c && total % (n * c) == 0);
     CT_ASSERT(y->dtype == x->dtype && ct_tensor_numel(y) == total && y->data != x->data);
@@ -54,7 +55,7 @@ void ct_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const 
 void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
                               const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
                               ct_tensor *dweight, ct_tensor *dbias) {
-    CT_CHECK_CPU(x);
+    CT_ON_CUDA(x, ct_cuda_op_batchnorm_backward(x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias));
     int64_t c = ct_tensor_numel(save_mean), total = ct_tensor_numel(x), n = x->shape[0];
     CT_ASSERT(x->ndim >= 2 && c > 0 && n > 0 && x->shape[1] == c && total % (n * c) == 0);
     CT_ASSERT(dy->dtype == x->dtype && ct_tensor_numel(dy) == total);
@@ -74,7 +75,7 @@ void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_
 
 void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
-    CT_CHECK_CPU(x);
+    CT_ON_CUDA(x, ct_cuda_op_layernorm_forward(x, weight, bias, eps, y, save_mean, save_rstd));
     CT_ASSERT(x->ndim >= 1);
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     CT_ASSERT(f > 0 && y->dtype == x->dtype && ct_tensor_numel(y) == total);
@@ -94,7 +95,7 @@ void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const 
 void ct_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
                               ct_tensor *dweight, ct_tensor *dbias) {
-    CT_CHECK_CPU(x);
+    CT_ON_CUDA(x, ct_cuda_op_layernorm_backward(x, dy, weight, save_mean, save_rstd, dx, dweight, dbias));
     CT_ASSERT(x->ndim >= 1);
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     CT_ASSERT(f > 0 && dy->dtype == x->dtype && ct_tensor_numel(dy) == total);

@@ -67,23 +67,27 @@ static void check_indices(const ct_pool2d_geom *g, const ct_tensor *indices, con
 }
 
 void ct_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices) {
+    CT_ON_CUDA(x, ct_cuda_op_maxpool2d_forward(g, x, y, indices));
     int64_t planes = check_pool(g, x, y);
     check_indices(g, indices, y);
     CT_REAL_DISPATCH(x, maxpool_fwd, g, x->data, y->data, indices->data, planes);
 }
 
 void ct_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices, ct_tensor *dx) {
+    CT_ON_CUDA(dy, ct_cuda_op_maxpool2d_backward(g, dy, indices, dx));
     int64_t planes = check_pool(g, dx, dy);
     check_indices(g, indices, dy);
     CT_REAL_DISPATCH(dx, maxpool_bwd, g, dy->data, indices->data, dx->data, planes);
 }
 
 void ct_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
+    CT_ON_CUDA(x, ct_cuda_op_avgpool2d_forward(g, x, y));
     int64_t planes = check_pool(g, x, y);
     CT_REAL_DISPATCH(x, avgpool_fwd, g, x->data, y->data, planes);
 }
 
 void ct_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
+    CT_ON_CUDA(dy, ct_cuda_op_avgpool2d_backward(g, dy, dx));
     int64_t planes = check_pool(g, dx, dy);
     CT_REAL_DISPATCH(dx, avgpool_bwd, g, dy->data, dx->data, planes);
 }

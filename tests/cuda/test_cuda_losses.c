@@ -1,0 +1,295 @@
+/* The loss ops on CUDA against the CPU backend, on the same fresh random inputs each run, through the
+ * public ct_op_* entry points (so the CT_ON_CUDA dispatch of core/cpu/loss.c is covered too).
+ *
+ * Cross-entropy: logits [N, C] and [N, T, C] in f32 and f64, i64 and i32 targets, class counts from
+ * 1 to 2000 (below, at and far above a warp's 32 lanes), with and without class weights, label
+ * smoothing and ignore_index (the default -100, or a real class); the sum and the weight count
+ * (to 1e-12: both backends compute in double) and the gradient, which must overwrite whatever
+ * dlogits held. Also: the first invalid target row (two invalid rows, before and after each other)
+ * from forward and backward, NaN logits reaching the sum and the row's gradient, backward in place
+ * (dlogits aliasing logits), and many rows (several reduction blocks).
+ *
+ * Pointwise losses (mse, l1, huber, bce_with_logits): random shapes up to 3-D, sizes up to ~300k
+ * (the capped reduction grid), targets equal to predictions in places (l1's and huber's d == 0),
+ * large logits for bce, pos_weight absent, [1] or [last dim]; sum to 1e-12, gradient vs CPU.
+ *
+ * Gradients are compared relative to max(|cpu|, floor) with floor a fraction of |scale| (the size
+ * of a gradient entry): f32 1e-5, f64 1e-12. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops.h"
+#include "cuda_testlib.h"
+
+static ct_rng rng;
+
+static double urand(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
+static int64_t irand(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
+
+static double grad_tol(ct_dtype dt) { return dt == CT_F32 ? 1e-5 : 1e-12; }
+/* Entries far below the gradient's scale are compared absolutely: f64 values there differ by
+ * rounding of the softmax (~1e-15 of the scale), f32 ones by one rounding to float. */
+static double grad_floor(ct_dtype dt, double scale) { return dt == CT_F32 ? 1e-6 * fabs(scale) : fabs(scale); }
+
+static void check_sum(const char *what, double gpu, double cpu) {
+    bool both_nan = isnan(gpu) && isnan(cpu);
+    double err = fabs(gpu - cpu) / fmax(fabs(cpu), 1e-300);
+    CHECK(both_nan || (gpu == cpu) || err <= 1e-12, "%s: gpu %.17g, cpu %.17g (rel %.3g > 1e-12)", what, gpu, cpu,
+          err);
+}
+
+static void set_target(ct_tensor *t, int64_t i, int64_t v) {
+    if (t->dtype == CT_I64)
+        ((int64_t *)t->data)[i] = v;
+    else
+        ((int32_t *)t->data)[i] = (int32_t)v;
+}
+
+static void free_all(ct_tensor *ts, int n) {
+    for (int i = 0; i < n; i++) ct_tensor_free(&ts[i]);
+}
+
+/* --- cross-entropy -------------------------------------------------------------------------------- */
+
+typedef struct xent_setup {
+    ct_dtype dt;
+    int ndim;
+    int64_t shape[3], rows, c;
+    ct_tensor logits, target, weight;           /* CPU */
+    ct_tensor g_logits, g_target, g_weight;     /* GPU copies */
+    ct_xent_opts cpu, gpu;
+} xent_setup;
+
+static int64_t pick_classes(void) {
+    switch (irand(0, 3)) {
+    case 0: return irand(1, 31);
+    case 1: return 32;
+    case 2: return irand(33, 200);
+    default: return irand(500, 2000);
+    }
+}
+
+/* Random logits, targets (about 10% ignore_index) and options; everything mirrored on the GPU. */
+static void xent_make(xent_setup *x, ct_dtype dt, int64_t rows_hint) {
+    memset(x, 0, sizeof *x);
+    x->dt = dt;
+    x->ndim = (int)irand(2, 3);
+    x->c = pick_classes();
+    int64_t n = rows_hint > 0 ? rows_hint : irand(1, 300), t = x->ndim == 3 ? irand(1, 12) : 1;
+    x->shape[0] = n;
+    x->shape[1] = x->ndim == 3 ? t : x->c;
+    x->shape[2] = x->c;
+    x->rows = n * t;
+    double lim = urand(0.5, 8.0);
+    x->logits = ct_ct_rand(&rng, dt, x->ndim, x->shape, -lim, lim);
+    ct_dtype tdt = irand(0, 1) ? CT_I64 : CT_I32;
+    x->target = ct_ct_rand(&rng, tdt, x->ndim - 1, x->shape, 0, (double)x->c);
+    bool weighted = irand(0, 1);
+    double eps = irand(0, 2) == 0 ? 0.0 : irand(0, 9) == 0 ? 1.0 : urand(0.0, 1.0);
+    int64_t ignore = irand(0, 1) ? -100 : irand(0, x->c - 1);
+    for (int64_t r = 0; r < x->rows; r++)
+        if (irand(0, 9) == 0) set_target(&x->target, r, ignore);
+    if (weighted) x->weight = ct_ct_rand(&rng, CT_F64, 1, &x->c, 0.1, 3.0);
+    x->g_logits = ct_ct_to_gpu(&x->logits);
+    x->g_target = ct_ct_to_gpu(&x->target);
+    if (weighted) x->g_weight = ct_ct_to_gpu(&x->weight);
+    x->cpu = (ct_xent_opts){weighted ? &x->weight : NULL, eps, ignore};
+    x->gpu = (ct_xent_opts){weighted ? &x->g_weight : NULL, eps, ignore};
+}
+
+static void xent_free(xent_setup *x) {
+    ct_tensor ts[6] = {x->logits, x->target, x->weight, x->g_logits, x->g_target, x->g_weight};
+    free_all(ts, 6);
+}
+
+static const char *xent_str(const xent_setup *x, char *buf, size_t cap) {
+    snprintf(buf, cap, "xent %s rows %lld C %lld %s weight %s eps %g ignore %lld", ct_dtype_name(x->dt),
+             (long long)x->rows, (long long)x->c, ct_dtype_name(x->target.dtype), x->cpu.weight ? "yes" : "no",
+             x->cpu.label_smoothing, (long long)x->cpu.ignore_index);
+    return buf;
+}
+
+/* Forward and backward, CPU against GPU, on one random setup. */
+static void xent_compare(xent_setup *x) {
+    char what[160], w2[200];
+    xent_str(x, what, sizeof what);
+    double sc = 0, cc = 0, sg = -1, cg = -1;
+    int64_t bc = ct_op_cross_entropy_forward(&x->logits, &x->target, &x->cpu, &sc, &cc);
+    int64_t bg = ct_op_cross_entropy_forward(&x->g_logits, &x->g_target, &x->gpu, &sg, &cg);
+    CHECK(bc == -1 && bg == -1, "%s: forward reports invalid rows (cpu %lld, gpu %lld)", what, (long long)bc,
+          (long long)bg);
+    snprintf(w2, sizeof w2, "%s: sum", what);
+    check_sum(w2, sg, sc);
+    snprintf(w2, sizeof w2, "%s: count", what);
+    check_sum(w2, cg, cc);
+
+    double scale = urand(0.1, 3.0) * (irand(0, 1) ? 1.0 : -1.0);
+    ct_tensor dc = ct_ct_zeros(x->dt, x->ndim, x->shape);
+    /* dlogits starts as garbage: backward must overwrite every element, ignored rows included */
+    ct_tensor junk = ct_ct_rand(&rng, x->dt, x->ndim, x->shape, -9, 9);
+    ct_tensor dg = ct_ct_to_gpu(&junk);
+    bc = ct_op_cross_entropy_backward(&x->logits, &x->target, &x->cpu, scale, &dc);
+    bg = ct_op_cross_entropy_backward(&x->g_logits, &x->g_target, &x->gpu, scale, &dg);
+    CHECK(bc == -1 && bg == -1, "%s: backward reports invalid rows (cpu %lld, gpu %lld)", what, (long long)bc,
+          (long long)bg);
+    snprintf(w2, sizeof w2, "%s: dlogits (scale %g)", what, scale);
+    ct_ct_check_close(w2, &dg, &dc, grad_tol(x->dt), grad_floor(x->dt, scale));
+    ct_tensor ts[3] = {dc, junk, dg};
+    free_all(ts, 3);
+}
+
+static void xent_random(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        ct_dtype dt = dti ? CT_F64 : CT_F32;
+        for (int k = 0; k < 24; k++) {
+            xent_setup x;
+            xent_make(&x, dt, 0);
+            xent_compare(&x);
+            xent_free(&x);
+        }
+        /* many rows: the per-row values go through several reduction blocks */
+        xent_setup x;
+        xent_make(&x, dt, irand(20000, 70000) / (dt == CT_F64 ? 4 : 1));
+        xent_compare(&x);
+        xent_free(&x);
+    }
+}
+
+/* Two invalid targets (one too large, one negative and not ignore_index): both backends report the
+ * first row, forward and backward, and backward still writes the same gradient everywhere. */
+static void xent_invalid(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        xent_setup x;
+        xent_make(&x, dti ? CT_F64 : CT_F32, irand(3, 400));
+        int64_t r1 = irand(0, x.rows - 2), r2 = irand(r1 + 1, x.rows - 1);
+        bool big_first = irand(0, 1);
+        set_target(&x.target, r1, big_first ? x.c + irand(0, 5) : -7);
+        set_target(&x.target, r2, big_first ? -7 : x.c);
+        if (x.cpu.ignore_index == -7) x.cpu.ignore_index = x.gpu.ignore_index = -100;
+        ct_tensor_free(&x.g_target);
+        x.g_target = ct_ct_to_gpu(&x.target);
+        double s = 0, n = 0;
+        int64_t bc = ct_op_cross_entropy_forward(&x.logits, &x.target, &x.cpu, &s, &n);
+        int64_t bg = ct_op_cross_entropy_forward(&x.g_logits, &x.g_target, &x.gpu, &s, &n);
+        CHECK(bc == r1 && bg == r1, "invalid targets at rows %lld and %lld: forward says cpu %lld, gpu %lld",
+              (long long)r1, (long long)r2, (long long)bc, (long long)bg);
+        double scale = urand(0.5, 2.0);
+        ct_tensor dc = ct_ct_zeros(x.dt, x.ndim, x.shape), dg = ct_ct_to_gpu(&dc);
+        bc = ct_op_cross_entropy_backward(&x.logits, &x.target, &x.cpu, scale, &dc);
+        bg = ct_op_cross_entropy_backward(&x.g_logits, &x.g_target, &x.gpu, scale, &dg);
+        CHECK(bc == r1 && bg == r1, "invalid targets at rows %lld and %lld: backward says cpu %lld, gpu %lld",
+              (long long)r1, (long long)r2, (long long)bc, (long long)bg);
+        ct_ct_check_close("xent dlogits with invalid rows", &dg, &dc, grad_tol(x.dt), grad_floor(x.dt, scale));
+        ct_tensor ts[2] = {dc, dg};
+        free_all(ts, 2);
+        xent_free(&x);
+    }
+}
+
+/* A NaN logit makes the sum NaN on both backends and its row's gradient NaN; backward in place. */
+static void xent_nan_and_in_place(void) {
+    for (int dti = 0; dti < 2; dti++) {
+        ct_dtype dt = dti ? CT_F64 : CT_F32;
+        xent_setup x;
+        xent_make(&x, dt, irand(2, 200));
+        /* a row with a valid, not ignored target gets the NaN */
+        x.cpu.ignore_index = x.gpu.ignore_index = -100;
+        int64_t row = irand(0, x.rows - 1);
+        set_target(&x.target, row, irand(0, x.c - 1));
+        ct_tensor_set(&x.logits, row * x.c + irand(0, x.c - 1), NAN);
+        ct_tensor_free(&x.g_logits);
+        ct_tensor_free(&x.g_target);
+        x.g_logits = ct_ct_to_gpu(&x.logits);
+        x.g_target = ct_ct_to_gpu(&x.target);
+        double sc = 0, cc = 0, sg = 0, cg = 0;
+        ct_op_cross_entropy_forward(&x.logits, &x.target, &x.cpu, &sc, &cc);
+        ct_op_cross_entropy_forward(&x.g_logits, &x.g_target, &x.gpu, &sg, &cg);
+        CHECK(isnan(sc) && isnan(sg), "NaN logit: sums cpu %g gpu %g (both must be NaN)", sc, sg);
+
+        /* in place: dlogits is the logits tensor itself */
+        double scale = urand(0.1, 2.0);
+        ct_tensor dc = ct_ct_zeros(dt, x.ndim, x.shape);
+        ct_op_cross_entropy_backward(&x.logits, &x.target, &x.cpu, scale, &dc);
+        ct_op_cross_entropy_backward(&x.g_logits, &x.g_target, &x.gpu, scale, &x.g_logits);
+        ct_ct_check_close("xent dlogits in place (with a NaN row)", &x.g_logits, &dc, grad_tol(dt),
+                          grad_floor(dt, scale));
+        ct_tensor_free(&dc);
+        xent_free(&x);
+    }
+}
+
+/* --- pointwise losses ---------------------------------------------------------------------------- */
+
+static const char *kind_name(ct_pointwise_loss k) {
+    return k == CT_LOSS_MSE ? "mse" : k == CT_LOSS_L1 ? "l1" : k == CT_LOSS_HUBER ? "huber" : "bce_with_logits";
+}
+
+static void pointwise_case(ct_dtype dt, ct_pointwise_loss kind, bool big) {
+    int ndim = (int)irand(1, 3);
+    int64_t shape[3] = {irand(1, 40), irand(1, 30), irand(1, 9)};
+    if (big) {
+        ndim = 2;
+        shape[0] = irand(1000, 3000);
+        shape[1] = irand(60, 130);
+    }
+    bool bce = kind == CT_LOSS_BCE_LOGITS;
+    double lim = bce && irand(0, 1) ? 40.0 : 3.0;
+    ct_tensor pred = ct_ct_rand(&rng, dt, ndim, shape, -lim, lim);
+    ct_tensor target = ct_ct_rand(&rng, dt, ndim, shape, bce ? 0.0 : -3.0, bce ? 1.0 : 3.0);
+    int64_t n = ct_tensor_numel(&pred);
+    if (!bce) /* d == 0 in places: sign(0) = 0, huber's quadratic side */
+        for (int64_t i = 0; i < n; i++)
+            if (irand(0, 19) == 0) ct_tensor_set(&target, i, ct_tensor_get(&pred, i));
+    ct_pointwise_opts oc = {.delta = urand(0.1, 2.0), .pos_weight = NULL}, og = oc;
+    ct_tensor pw = {0}, gpw = {0};
+    int pw_kind = bce ? (int)irand(0, 2) : 0;
+    if (pw_kind) {
+        int64_t npw = pw_kind == 1 ? 1 : shape[ndim - 1];
+        pw = ct_ct_rand(&rng, CT_F64, 1, &npw, 0.2, 5.0);
+        gpw = ct_ct_to_gpu(&pw);
+        oc.pos_weight = &pw;
+        og.pos_weight = &gpw;
+    }
+    ct_tensor gpred = ct_ct_to_gpu(&pred), gtarget = ct_ct_to_gpu(&target);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s numel %lld delta %g pos_weight %s", kind_name(kind), ct_dtype_name(dt),
+             (long long)n, oc.delta, pw_kind == 0 ? "none" : pw_kind == 1 ? "[1]" : "[last dim]");
+
+    double sc = ct_op_pointwise_loss_forward(kind, &oc, &pred, &target);
+    double sg = ct_op_pointwise_loss_forward(kind, &og, &gpred, &gtarget);
+    CHECK(isfinite(sc), "%s: CPU sum %g is not finite", what, sc);
+    char w2[200];
+    snprintf(w2, sizeof w2, "%s: sum", what);
+    check_sum(w2, sg, sc);
+
+    double scale = urand(0.1, 3.0) * (irand(0, 1) ? 1.0 : -1.0);
+    ct_tensor dc = ct_ct_zeros(dt, ndim, shape);
+    ct_tensor junk = ct_ct_rand(&rng, dt, ndim, shape, -9, 9);
+    ct_tensor dg = ct_ct_to_gpu(&junk);
+    ct_op_pointwise_loss_backward(kind, &oc, &pred, &target, scale, &dc);
+    ct_op_pointwise_loss_backward(kind, &og, &gpred, &gtarget, scale, &dg);
+    snprintf(w2, sizeof w2, "%s: dpred (scale %g)", what, scale);
+    ct_ct_check_close(w2, &dg, &dc, grad_tol(dt), grad_floor(dt, scale));
+    ct_tensor ts[9] = {pred, target, pw, gpw, gpred, gtarget, dc, junk, dg};
+    free_all(ts, 9);
+}
+
+static void pointwise_random(void) {
+    const ct_pointwise_loss kinds[] = {CT_LOSS_MSE, CT_LOSS_L1, CT_LOSS_HUBER, CT_LOSS_BCE_LOGITS};
+    for (int dti = 0; dti < 2; dti++)
+        for (int k = 0; k < 4; k++) {
+            for (int rep = 0; rep < 6; rep++) pointwise_case(dti ? CT_F64 : CT_F32, kinds[k], false);
+            pointwise_case(dti ? CT_F64 : CT_F32, kinds[k], true);
+        }
+}
+
+int main(void) {
+    ct_cuda_test_begin("test_cuda_losses");
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    xent_random();
+    xent_invalid();
+    xent_nan_and_in_place();
+    pointwise_random();
+    return ct_test_finish();
+}
