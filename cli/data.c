@@ -1,6 +1,8 @@
 /* `ctrainer data`: tools for data sets. `data convert` turns IDX image/label files or a CSV file into
  * the HDF5 layout that the "hdf5" dataset reads (see data/convert.h), then opens the result as a
- * dataset to check it and say what it holds. Exit codes: 0 done, 1 runtime failure, 2 usage error. */
+ * dataset to check it and say what it holds. `data tokenize` turns text files into the token files
+ * the "tokens" dataset reads, with the byte-level tokenizer (data/tokenizer.h). Exit codes: 0 done,
+ * 1 runtime failure, 2 usage error. */
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,11 +12,13 @@
 #include "cli/cli.h"
 #include "data/convert.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 
 static void data_usage(FILE *f) {
     fprintf(f, "usage: ctrainer data <command> [options]\n\n"
                "commands:\n"
-               "  convert   write IDX or CSV data as an HDF5 file for training (data convert --help)\n");
+               "  convert   write IDX or CSV data as an HDF5 file for training (data convert --help)\n"
+               "  tokenize  turn text files into token files for language models (data tokenize --help)\n");
 }
 
 static void convert_usage(FILE *f) {
@@ -36,15 +40,36 @@ static void convert_usage(FILE *f) {
             CT_CONVERT_DEFAULT_CHUNK_ROWS, CT_CONVERT_DEFAULT_COMPRESSION);
 }
 
+static void tokenize_usage(FILE *f) {
+    fprintf(f,
+            "usage: ctrainer data tokenize --input FILE... --output TRAIN.bin [--val-output VAL.bin]\n"
+            "                              [--val-fraction F] [--bytes-per-token 2|4] [--eot]\n\n"
+            "Writes the byte-level tokens of the input files, in order, as a flat little-endian array of\n"
+            "uint16 (or uint32) ids: the file the \"tokens\" dataset reads. Every byte is one token (ids\n"
+            "0-255); --eot ends each input with the end-of-text id 256, and the model then needs\n"
+            "vocab_size 257 (else 256).\n"
+            "  --input FILE...      text files (several after one --input, or --input repeated)\n"
+            "  --output FILE        the training tokens (directories are created)\n"
+            "  --val-output FILE    also write validation tokens: the last --val-fraction of every input,\n"
+            "                       cut at the start of a line\n"
+            "  --val-fraction F     in (0, 1), default 0.1 with --val-output\n"
+            "  --bytes-per-token N  2 (uint16, the default) or 4 (uint32)\n"
+            "  --eot                end every input's part with the end-of-text token 256\n");
+}
+
+/* The usage message of the command being run: convert's or tokenize's. */
+static void (*current_usage)(FILE *) = convert_usage;
+static const char *current_name = "convert";
+
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "ctrainer data convert: ");
+    fprintf(stderr, "ctrainer data %s: ", current_name);
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    convert_usage(stderr);
+    current_usage(stderr);
     return 2;
 }
 
@@ -125,6 +150,77 @@ static int convert(int argc, char **argv) {
     return 0;
 }
 
+static int tokenize(int argc, char **argv) {
+    const char **inputs = calloc((size_t)argc, sizeof *inputs);
+    if (!inputs) {
+        fprintf(stderr, "ctrainer data tokenize: out of memory\n");
+        return 1;
+    }
+    ct_tokenize_opts o = {.inputs = inputs, .bytes_per_token = 2};
+    bool fraction_given = false;
+    static const struct option longopts[] = {
+        {"input", required_argument, 0, 'i'},      {"output", required_argument, 0, 'o'},
+        {"val-output", required_argument, 0, 'v'}, {"val-fraction", required_argument, 0, 'f'},
+        {"bytes-per-token", required_argument, 0, 'b'}, {"eot", no_argument, 0, 'e'},
+        {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    int c, rc = -1;
+    char *end;
+    optind = 1;
+    opterr = 0;
+    /* "+": options end at the first stray word, which the loop below then reports */
+    while (rc < 0 && (c = getopt_long(argc, argv, "+:o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'i':
+            /* --input a b c: the files up to the next option */
+            inputs[o.n_inputs++] = optarg;
+            while (optind < argc && argv[optind][0] != '-') inputs[o.n_inputs++] = argv[optind++];
+            break;
+        case 'o': o.output = optarg; break;
+        case 'v': o.val_output = optarg; break;
+        case 'f':
+            o.val_fraction = strtod(optarg, &end);
+            if (!*optarg || *end || !(o.val_fraction > 0 && o.val_fraction < 1))
+                rc = usage_error("--val-fraction expects a number between 0 and 1 (exclusive), got '%s'", optarg);
+            fraction_given = true;
+            break;
+        case 'b':
+            if (strcmp(optarg, "2") != 0 && strcmp(optarg, "4") != 0)
+                rc = usage_error("--bytes-per-token expects 2 or 4, got '%s'", optarg);
+            o.bytes_per_token = optarg[0] - '0';
+            break;
+        case 'e': o.eot = true; break;
+        case 'h': tokenize_usage(stdout); rc = 0; break;
+        case ':': rc = usage_error("%s needs a value", argv[optind - 1]); break;
+        default: rc = usage_error("unknown option '%s'", argv[optind - 1]); break;
+        }
+    }
+    if (rc < 0 && optind < argc) rc = usage_error("unexpected argument '%s'", argv[optind]);
+    if (rc < 0 && o.n_inputs == 0) rc = usage_error("nothing to tokenize: give --input FILE...");
+    if (rc < 0 && !o.output) rc = usage_error("--output TRAIN.bin is required");
+    if (rc < 0 && fraction_given && !o.val_output) rc = usage_error("--val-fraction needs --val-output");
+    if (rc >= 0) {
+        free(inputs);
+        return rc;
+    }
+    if (o.val_output && !fraction_given) o.val_fraction = 0.1;
+    ct_tokenize_result r;
+    ct_status s = ct_tokenize_files(&o, &r);
+    free(inputs);
+    if (s != CT_OK) {
+        /* The library's messages name the function; here the command already does. */
+        const char *msg = ct_last_error();
+        if (strncmp(msg, "tokenize: ", 10) == 0) msg += 10;
+        fprintf(stderr, "ctrainer data tokenize: %s\n", msg);
+        return s == CT_ERR_CONFIG ? 2 : 1;
+    }
+    const char *width = o.bytes_per_token == 4 ? "uint32" : "uint16";
+    printf("wrote %s: %lld tokens (%s)\n", o.output, (long long)r.train_tokens, width);
+    if (o.val_output) printf("wrote %s: %lld tokens (%s)\n", o.val_output, (long long)r.val_tokens, width);
+    printf("vocabulary: %lld (%s); use \"vocab_size\": %lld in the model and the dataset\n", (long long)r.vocab_size,
+           o.eot ? "bytes 0-255 and end-of-text 256" : "bytes 0-255", (long long)r.vocab_size);
+    return 0;
+}
+
 int ct_cli_data(int argc, char **argv) {
     if (argc < 2) {
         data_usage(stderr);
@@ -135,6 +231,11 @@ int ct_cli_data(int argc, char **argv) {
         return 0;
     }
     if (strcmp(argv[1], "convert") == 0) return convert(argc - 1, argv + 1);
+    if (strcmp(argv[1], "tokenize") == 0) {
+        current_usage = tokenize_usage;
+        current_name = "tokenize";
+        return tokenize(argc - 1, argv + 1);
+    }
     fprintf(stderr, "ctrainer data: unknown data command '%s'\n", argv[1]);
     data_usage(stderr);
     return 2;

@@ -13,7 +13,7 @@ static void usage(FILE *f) {
                "  predict   write a saved model's predictions to HDF5 (predict --help)\n"
                "  config    the training arguments' defaults and reference (config --help)\n"
                "  demo      train a model on Fashion-MNIST with ctrainer's layers (demo --help)\n"
-               "  data      convert IDX or CSV data to chunked, compressed HDF5 (data --help)\n"
+               "  data      convert IDX or CSV data to HDF5, tokenize text for language models (data --help)\n"
                "  version   print the version\n");
 }
 

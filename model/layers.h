@@ -45,6 +45,23 @@ ct_status ct_batchnorm2d_create(int64_t num_features, double eps, double momentu
 ct_status ct_layernorm_create(int64_t features, double eps, bool elementwise_affine, bool bias, ct_module **out);
 ct_status ct_dropout_create(double p, ct_module **out);
 
+/* --- language models ---------------------------------------------------------------------------- */
+
+/* A GPT-2-style decoder (model/gpt.c), nanoGPT's GPT with the names of Hugging Face's GPT2Config:
+ * token ids [B, T] (int64, 1 <= T <= n_positions) -> logits [B, T, vocab_size]. */
+typedef struct ct_gpt_config {
+    int64_t vocab_size;
+    int64_t n_positions; /* context length (nanoGPT's block_size): the size of the position table */
+    int64_t n_embd, n_layer, n_head; /* n_embd a multiple of n_head */
+    double dropout;      /* of the embeddings, the attention probabilities and both residual branches */
+    bool bias;           /* biases in every Linear and LayerNorm (GPT-2: true) */
+    double layer_norm_epsilon;
+} ct_gpt_config;
+/* GPT-2 124M's sizes (vocab_size 50257, n_positions 1024, n_embd 768, n_layer 12, n_head 12),
+ * dropout 0, bias true, layer_norm_epsilon 1e-5. */
+ct_gpt_config ct_gpt_config_default(void);
+ct_status ct_gpt_create(const ct_gpt_config *cfg, ct_module **out);
+
 /* --- JSON -------------------------------------------------------------------------------------- */
 
 /* Builds a module from its JSON spec ({"type": "linear", "out_features": 10, ...}); errors name
@@ -71,5 +88,6 @@ ct_status ct_avgpool2d_from_json(const json_t *spec, const char *path, ct_module
 ct_status ct_batchnorm2d_from_json(const json_t *spec, const char *path, ct_module **out);
 ct_status ct_layernorm_from_json(const json_t *spec, const char *path, ct_module **out);
 ct_status ct_dropout_from_json(const json_t *spec, const char *path, ct_module **out);
+ct_status ct_gpt_from_json(const json_t *spec, const char *path, ct_module **out);
 
 #endif

@@ -21,7 +21,7 @@ static const entry builtin[] = {
     {"maxpool2d", ct_maxpool2d_from_json},   {"avgpool2d", ct_avgpool2d_from_json},
     {"batchnorm2d", ct_batchnorm2d_from_json}, {"layernorm", ct_layernorm_from_json},
     {"dropout", ct_dropout_from_json},         {"mlp", ct_mlp_from_json},
-    {"cnn", ct_cnn_from_json},
+    {"cnn", ct_cnn_from_json},                 {"gpt", ct_gpt_from_json},
 };
 
 #define CT_MAX_USER_TYPES 64

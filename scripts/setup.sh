@@ -11,6 +11,7 @@ packages=(
   libopenmpi-dev openmpi-bin                # multi-process training
   zlib1g-dev                                # gzip'd IDX files
   dataset-fashion-mnist                     # the examples' data, in /usr/share/datasets/fashion-mnist
+  fortunes                                  # text for the GPT example, in /usr/share/games/fortunes
   python3 python3-numpy python3-torch python3-sklearn python3-h5py python3-venv python3-pip  # test oracles
   python3-yaml python3-requests python3-packaging python3-typing-extensions  # transformers (oracle venv)
 )

@@ -11,6 +11,7 @@
 #define CT_OPS_CUDA_H
 
 #include "core/ops.h"
+#include "core/ops_attn.h"
 #include "core/ops_conv.h"
 #include "core/ops_loss.h"
 #include "core/ops_misc.h"
@@ -71,6 +72,11 @@ int64_t ct_cuda_op_embedding_find_invalid(const ct_tensor *ids, int64_t num_embe
 void ct_cuda_op_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y);
 void ct_cuda_op_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx,
                                    ct_tensor *dweight);
+/* attention (core/ops_attn.h) */
+void ct_cuda_op_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cuda_op_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cuda_op_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
+void ct_cuda_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
 /* normalisation */
 void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
                                   ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,

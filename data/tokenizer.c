@@ -1,0 +1,226 @@
+/* The byte-level tokenizer and token-file writer (see tokenizer.h). Inputs are read whole (text
+ * corpora for this tokenizer are small next to memory) and checked before any output is opened, so
+ * a missing or empty input leaves no half-written file behind. */
+#include "data/tokenizer.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/fs.h"
+
+void ct_byte_encode(const unsigned char *bytes, size_t n, int64_t *ids) {
+    for (size_t i = 0; i < n; i++) ids[i] = bytes[i];
+}
+
+ct_status ct_byte_decode(const int64_t *ids, size_t n, unsigned char *out, size_t *out_len) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] == CT_BYTE_EOT) continue;
+        if (ids[i] < 0 || ids[i] > CT_BYTE_EOT)
+            return ct_error(CT_ERR_INVALID_ARG, "byte decode: id %lld at position %zu is not a byte (0..255) or the "
+                            "end-of-text id 256", (long long)ids[i], i);
+        out[k++] = (unsigned char)ids[i];
+    }
+    *out_len = k;
+    return CT_OK;
+}
+
+/* --- reading ------------------------------------------------------------------------------------- */
+
+typedef struct text {
+    unsigned char *data;
+    size_t len;
+    size_t cut; /* bytes [0, cut) go to training, [cut, len) to validation */
+} text;
+
+/* The whole file (any kind that reads: pipes and /dev/stdin too). */
+static ct_status read_all(const char *path, text *t) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    size_t cap = 1 << 16, len = 0;
+    unsigned char *buf = malloc(cap);
+    ct_status s = CT_OK;
+    for (;;) {
+        if (!buf) {
+            s = ct_error(CT_ERR_NOMEM, "%s: out of memory reading it", path);
+            break;
+        }
+        len += fread(buf + len, 1, cap - len, f);
+        if (len < cap) break;
+        unsigned char *grown = realloc(buf, cap * 2);
+        if (!grown) free(buf);
+        buf = grown;
+        cap *= 2;
+    }
+    if (s == CT_OK && ferror(f)) s = ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    fclose(f);
+    if (s != CT_OK) {
+        free(buf);
+        return s;
+    }
+    t->data = buf;
+    t->len = len;
+    return CT_OK;
+}
+
+/* Where validation starts: the nominal point, moved to the start of the next line when one
+ * begins before the end of the file. */
+static size_t split_point(const text *t, double val_fraction) {
+    size_t nominal = t->len - (size_t)llround((double)t->len * val_fraction);
+    if (nominal == 0 || nominal >= t->len || t->data[nominal - 1] == '\n') return nominal;
+    const unsigned char *nl = memchr(t->data + nominal, '\n', t->len - nominal);
+    if (nl && (size_t)(nl - t->data) + 1 < t->len) return (size_t)(nl - t->data) + 1;
+    return nominal;
+}
+
+/* --- writing ------------------------------------------------------------------------------------- */
+
+typedef struct writer {
+    const char *path;
+    char *tmp;
+    FILE *f;
+    int bpt;
+    int64_t tokens;
+} writer;
+
+static ct_status writer_open(writer *w, const char *path, int bpt) {
+    memset(w, 0, sizeof *w);
+    w->path = path;
+    w->bpt = bpt;
+    char *dir = strdup(path);
+    if (!dir) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    char *slash = strrchr(dir, '/');
+    ct_status s = CT_OK;
+    if (slash && slash != dir) {
+        *slash = '\0';
+        s = ct_make_dirs(dir);
+    }
+    free(dir);
+    CT_TRY(s);
+    size_t n = strlen(path) + 32;
+    w->tmp = malloc(n);
+    if (!w->tmp) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
+    w->f = fopen(w->tmp, "wb");
+    if (!w->f) {
+        s = ct_error(CT_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
+        free(w->tmp);
+        w->tmp = NULL;
+    }
+    return s;
+}
+
+/* Appends the ids of bytes (and an end-of-text id), little-endian, through a fixed chunk buffer. */
+static ct_status writer_put(writer *w, const unsigned char *bytes, size_t n, bool eot) {
+    unsigned char chunk[1 << 16];
+    const size_t per = sizeof chunk / 4;
+    for (size_t i = 0; i < n || eot;) {
+        size_t k = 0, bytes_out = 0;
+        for (; k < per && (i < n || eot); k++) {
+            uint32_t id = i < n ? bytes[i++] : (eot = false, (uint32_t)CT_BYTE_EOT);
+            for (int b = 0; b < w->bpt; b++) chunk[bytes_out++] = (unsigned char)(id >> (8 * b));
+        }
+        if (fwrite(chunk, 1, bytes_out, w->f) != bytes_out)
+            return ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
+        w->tokens += (int64_t)k;
+    }
+    return CT_OK;
+}
+
+static ct_status writer_commit(writer *w) {
+    ct_status s = CT_OK;
+    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+        s = ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
+    if (fclose(w->f) != 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
+    w->f = NULL;
+    if (s == CT_OK && rename(w->tmp, w->path) != 0)
+        s = ct_error(CT_ERR_IO, "%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
+    if (s != CT_OK) remove(w->tmp);
+    free(w->tmp);
+    w->tmp = NULL;
+    return s;
+}
+
+static void writer_abort(writer *w) {
+    if (w->f) fclose(w->f);
+    if (w->tmp) remove(w->tmp);
+    free(w->tmp);
+    memset(w, 0, sizeof *w);
+}
+
+/* --- the whole job ------------------------------------------------------------------------------- */
+
+static ct_status check_opts(const ct_tokenize_opts *o) {
+    if (o->n_inputs < 1 || !o->inputs) return ct_error(CT_ERR_INVALID_ARG, "tokenize: no input files");
+    if (!o->output || !o->output[0]) return ct_error(CT_ERR_INVALID_ARG, "tokenize: no output file");
+    if (o->bytes_per_token != 0 && o->bytes_per_token != 2 && o->bytes_per_token != 4)
+        return ct_error(CT_ERR_INVALID_ARG, "tokenize: bytes_per_token %d (2 for uint16 ids, 4 for uint32)",
+                        o->bytes_per_token);
+    if (o->val_output) {
+        if (!o->val_output[0]) return ct_error(CT_ERR_INVALID_ARG, "tokenize: empty validation output path");
+        if (!(o->val_fraction > 0 && o->val_fraction < 1))
+            return ct_error(CT_ERR_INVALID_ARG, "tokenize: val_fraction %g must be in (0, 1) with a validation output",
+                            o->val_fraction);
+        if (strcmp(o->val_output, o->output) == 0)
+            return ct_error(CT_ERR_INVALID_ARG, "tokenize: the training and validation outputs are both '%s'",
+                            o->output);
+    } else if (o->val_fraction != 0) {
+        return ct_error(CT_ERR_INVALID_ARG, "tokenize: val_fraction %g given without a validation output",
+                        o->val_fraction);
+    }
+    return CT_OK;
+}
+
+static ct_status write_all(const ct_tokenize_opts *o, const text *texts, ct_tokenize_result *r) {
+    const int bpt = o->bytes_per_token ? o->bytes_per_token : 2;
+    writer train, val = {0};
+    CT_TRY(writer_open(&train, o->output, bpt));
+    ct_status s = o->val_output ? writer_open(&val, o->val_output, bpt) : CT_OK;
+    for (int i = 0; s == CT_OK && i < o->n_inputs; i++) {
+        const text *t = &texts[i];
+        if (t->cut > 0) s = writer_put(&train, t->data, t->cut, o->eot);
+        if (s == CT_OK && t->len > t->cut) s = writer_put(&val, t->data + t->cut, t->len - t->cut, o->eot);
+    }
+    if (s == CT_OK) s = writer_commit(&train);
+    if (s == CT_OK && o->val_output) s = writer_commit(&val);
+    if (s != CT_OK) {
+        writer_abort(&train);
+        writer_abort(&val);
+        return s;
+    }
+    r->train_tokens = train.tokens;
+    r->val_tokens = val.tokens;
+    return CT_OK;
+}
+
+ct_status ct_tokenize_files(const ct_tokenize_opts *o, ct_tokenize_result *result) {
+    CT_ASSERT(o && result);
+    memset(result, 0, sizeof *result);
+    CT_TRY(check_opts(o));
+    text *texts = calloc((size_t)o->n_inputs, sizeof *texts);
+    if (!texts) return ct_error(CT_ERR_NOMEM, "tokenize: out of memory");
+    ct_status s = CT_OK;
+    size_t total = 0, train_bytes = 0;
+    for (int i = 0; s == CT_OK && i < o->n_inputs; i++) {
+        s = read_all(o->inputs[i], &texts[i]);
+        if (s != CT_OK) break;
+        texts[i].cut = o->val_output ? split_point(&texts[i], o->val_fraction) : texts[i].len;
+        total += texts[i].len;
+        train_bytes += texts[i].cut;
+    }
+    if (s == CT_OK && total == 0)
+        s = ct_error(CT_ERR_INVALID_ARG, "tokenize: no text: %s empty", o->n_inputs == 1 ? "the input is" :
+                     "every input is");
+    if (s == CT_OK && o->val_output && (train_bytes == 0 || train_bytes == total))
+        s = ct_error(CT_ERR_INVALID_ARG, "tokenize: val_fraction %g of %zu bytes leaves the %s part empty",
+                     o->val_fraction, total, train_bytes == 0 ? "training" : "validation");
+    if (s == CT_OK) s = write_all(o, texts, result);
+    if (s == CT_OK) result->vocab_size = o->eot ? CT_BYTE_VOCAB_EOT : CT_BYTE_VOCAB;
+    for (int i = 0; i < o->n_inputs; i++) free(texts[i].data);
+    free(texts);
+    return s;
+}
