@@ -57,9 +57,13 @@ ct_status ct_h5_write_tensor(hid_t file, const char *name, const ct_tensor *t) {
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     H5Pset_create_intermediate_group(lcpl, 1);
     hid_t space = H5Screate_simple(t->ndim, dims, NULL);
-    hid_t ds = H5Dcreate2(file, name, mem_type(t->dtype), space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
+    /* No modification times in the file: the same tensors give the same bytes (checkpoints compare). */
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    H5Pset_obj_track_times(dcpl, 0);
+    hid_t ds = H5Dcreate2(file, name, mem_type(t->dtype), space, lcpl, dcpl, H5P_DEFAULT);
     herr_t rc = ds < 0 ? -1 : H5Dwrite(ds, mem_type(t->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
     if (ds >= 0) H5Dclose(ds);
+    H5Pclose(dcpl);
     H5Sclose(space);
     H5Pclose(lcpl);
     if (rc < 0) return ct_error(CT_ERR_IO, "hdf5: cannot write dataset '%s'", name);

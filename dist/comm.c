@@ -300,7 +300,17 @@ ct_status ct_comm_create_default(double timeout_s, ct_comm **out) {
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return ct_error(CT_ERR_INVALID_ARG, "communicator: ddp_timeout must be a positive number of seconds, got %g",
                         timeout_s);
-    if (launcher_world_size() > 1) return ct_comm_mpi_create(timeout_s, out);
+    int launched = launcher_world_size();
+#ifdef CT_HAVE_MPI
+    if (launched > 1) return ct_comm_mpi_create(timeout_s, out);
+#else
+    /* Alone, each of the launched processes would train the whole model by itself. */
+    if (launched > 1)
+        return ct_error(CT_ERR_UNSUPPORTED,
+                        "communicator: started by mpirun/srun as one of %d processes, but this build has no MPI "
+                        "(configure with -DCTRAINER_MPI=ON)",
+                        launched);
+#endif
     CT_TRY(ct_comm_single_create(out));
     (*out)->timeout_s = timeout_s;
     return CT_OK;

@@ -81,15 +81,17 @@ struct ct_comm {
 ct_status ct_comm_single_create(ct_comm **out);
 /* MPI_COMM_WORLD (initialising MPI with MPI_THREAD_FUNNELED if needed; finalised by destroy of the
  * last MPI communicator, after which MPI cannot be initialised again in this process: keep one
- * communicator for the whole run). Create and use it on one thread, the one that initialised MPI. */
+ * communicator for the whole run). Create and use it on one thread, the one that initialised MPI.
+ * CT_ERR_UNSUPPORTED in builds without MPI (CTRAINER_MPI=OFF, dist/comm_no_mpi.c). */
 ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out);
 /* NCCL for CUDA tensors, one process per GPU under mpirun (dist/comm_nccl.c): bootstrapped through an
  * MPI communicator of its own, which also carries every collective on CPU tensors. device: this
  * rank's GPU, or -1 for the one of its local rank. CUDA tensors must live on that GPU; blocking
  * collectives return when done, all_reduce_start/wait order the caller's stream after the
- * all-reduce without synchronising the host. CT_ERR_UNSUPPORTED in builds without CUDA. */
+ * all-reduce without synchronising the host. CT_ERR_UNSUPPORTED in builds without CUDA or MPI. */
 ct_status ct_comm_nccl_create(double timeout_s, int device, ct_comm **out);
-/* MPI when launched by mpirun/srun with several ranks, single otherwise. */
+/* MPI when launched by mpirun/srun with several ranks, single otherwise. In builds without MPI a
+ * launch with several ranks is CT_ERR_UNSUPPORTED (each would otherwise train alone). */
 ct_status ct_comm_create_default(double timeout_s, ct_comm **out);
 
 /* The wrappers: validate (dtype, shapes, contiguity), then call the op; errors say

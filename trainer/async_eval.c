@@ -38,6 +38,7 @@ struct ct_async_eval {
     pthread_cond_t cv;
     snapshot *waiting;          /* the next snapshot to evaluate */
     bool running, stop;
+    int64_t last_step;          /* step of the last accepted snapshot (-1: none) */
     result_node *head, *tail;   /* finished, oldest first */
     int n_ready;
 };
@@ -171,6 +172,7 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
     ct_async_eval *e = calloc(1, sizeof *e);
     if (!e) return ct_error(CT_ERR_NOMEM, "out of memory");
     e->t = t;
+    e->last_step = -1;
     e->keep_outputs = CT_TRAINER_HOOK(t, compute_metrics) != NULL;
     e->skip_policy = strcmp(t->args.eval_async_policy, "skip") == 0;
     e->wait_policy = strcmp(t->args.eval_async_policy, "wait") == 0;
@@ -233,6 +235,8 @@ void ct_async_eval_free(ct_async_eval *e) {
 
 ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
     *accepted = false;
+    /* The same weights twice (a step's end and the epoch's end that follows it): once is enough. */
+    if (e->t->state.global_step == e->last_step) return CT_OK;
     pthread_mutex_lock(&e->mu);
     bool busy = e->running || e->waiting;
     pthread_mutex_unlock(&e->mu);
@@ -253,6 +257,7 @@ ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
         snapshot_free(snap);
         return ct_error_prefix(s, "asynchronous evaluation: snapshot of step %lld: ", (long long)e->t->state.global_step);
     }
+    int64_t snap_step = snap->step; /* snap belongs to the evaluator once published */
     pthread_mutex_lock(&e->mu);
     /* "wait": every due evaluation runs; training waits until the waiting one has started. */
     while (e->wait_policy && e->waiting) pthread_cond_wait(&e->cv, &e->mu);
@@ -262,9 +267,10 @@ ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
     pthread_mutex_unlock(&e->mu);
     if (replaced) {
         ct_log_info("asynchronous evaluation: the snapshot of step %lld replaces the waiting one of step %lld",
-                    (long long)e->t->state.global_step, (long long)replaced->step);
+                    (long long)snap_step, (long long)replaced->step);
         snapshot_free(replaced);
     }
+    e->last_step = snap_step;
     *accepted = true;
     return CT_OK;
 }

@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_async.h"
 #include "trainer/checkpoint_io.h"
 #include "trainer/checkpoint_zero.h"
 #include "trainer/model_io.h"
@@ -112,7 +113,7 @@ static json_t *hex_double(double v) {
     return json_string(buf);
 }
 
-static ct_status write_progress(const ct_trainer *t, const char *file) {
+char *ct_checkpoint_progress_text(const ct_trainer *t) {
     const ct_train_progress *p = &t->progress;
     json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o}", "format",
                           "ctrainer-progress", "rank", t->rank, "world_size", t->world_size, "global_batch_size",
@@ -122,10 +123,10 @@ static ct_status write_progress(const ct_trainer *t, const char *file) {
                           "tr_loss", hex_double(p->tr_loss), "total_loss", hex_double(p->total_loss),
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate));
-    if (!o) return ct_error(CT_ERR_NOMEM, "out of memory");
-    ct_status s = ct_write_json_file(o, file);
+    /* indented, keys sorted, as ct_write_json_file writes JSON */
+    char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
-    return s;
+    return text;
 }
 
 static ct_status read_double(const json_t *o, const char *file, const char *key, double *out) {
@@ -191,8 +192,11 @@ static ct_status read_progress(const ct_trainer *t, const char *file, ct_train_p
     return s;
 }
 
-/* Hugging Face's _sorted_checkpoints + _rotate_checkpoints. */
-static ct_status rotate(ct_trainer *t) {
+/* Hugging Face's _sorted_checkpoints + _rotate_checkpoints: the checkpoints to delete, oldest first
+ * (*out as ct_checkpoint_list's; *n 0 when none). */
+ct_status ct_checkpoint_rotation_victims(const ct_trainer *t, char ***out, int *n_out) {
+    *out = NULL;
+    *n_out = 0;
     int64_t limit = t->args.save_total_limit;
     if (limit <= 0) return CT_OK;
     char **list;
@@ -209,19 +213,34 @@ static ct_status rotate(ct_trainer *t) {
         break;
     }
     if (best[0] && limit == 1 && n > 0 && !same_path(list[n - 1], best)) limit = 2;
+    /* the survivors are freed; the victims stay at the front of the array */
+    int victims = n > limit ? n - (int)limit : 0;
+    for (int i = victims; i < n; i++) free(list[i]);
+    if (!victims) {
+        free(list);
+        list = NULL;
+    }
+    *out = list;
+    *n_out = victims;
+    return CT_OK;
+}
+
+static ct_status rotate(ct_trainer *t) {
+    char **list;
+    int n;
+    CT_TRY(ct_checkpoint_rotation_victims(t, &list, &n));
     ct_status s = CT_OK;
-    for (int i = 0; i < n - limit && s == CT_OK; i++) s = remove_tree(list[i]);
+    for (int i = 0; i < n && s == CT_OK; i++) s = remove_tree(list[i]);
     ct_checkpoint_list_free(list, n);
     return s;
 }
 
 ct_status ct_trainer_rotate_checkpoints(ct_trainer *t) { return rotate(t); }
 
-static ct_status write_main_files(ct_trainer *t, const char *tmp);
-static ct_status save_sharded_optimizer(ct_trainer *t, const char *tmp);
-static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp);
-
 ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
+    /* The previous save (save_async) completes first: one save in flight, and the best checkpoint's
+     * existence below is then known. */
+    CT_TRY(ct_trainer_async_save_drain(t));
     char dir[4096], tmp[4200];
     snprintf(dir, sizeof dir, "%s/" PREFIX "%lld", t->args.output_dir, (long long)t->state.global_step);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
@@ -236,77 +255,8 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     }
     t->saved_step = t->state.global_step;
     t->saved_epoch_done = t->progress.epoch_done;
-    if (t->world_size > 1) return save_distributed(t, dir, tmp);
-    CT_TRY(write_main_files(t, tmp));
-    CT_TRY(save_sharded_optimizer(t, tmp));
-    CT_TRY(ct_checkpoint_write_manifest(tmp));
-    CT_TRY(ct_checkpoint_commit(tmp, dir));
-    return rotate(t);
-}
-
-/* What process zero writes: model, trainer state, optimizer, scheduler, its own progress. */
-static ct_status write_main_files(ct_trainer *t, const char *tmp) {
-    CT_TRY(remove_tree(tmp));
-    CT_TRY(ct_trainer_save_model(t, tmp));
-    char path[4300];
-    snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
-    CT_TRY(ct_trainer_store_callback_state(t));
-    CT_TRY(ct_trainer_state_save(&t->state, path));
-    if (!t->args.save_only_model) {
-        snprintf(path, sizeof path, "%s/optimizer.h5", tmp);
-        /* a ZeRO-1 shard optimizer's state is gathered by a collective: see save_sharded_optimizer */
-        if (!ct_trainer_uses_zero1(t)) CT_TRY(ct_optimizer_save_h5(t->optimizer, path));
-        snprintf(path, sizeof path, "%s/scheduler.json", tmp);
-        CT_TRY(ct_scheduler_save_json(t->lr_scheduler, path));
-        snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
-        CT_TRY(write_progress(t, path));
-    }
-    return CT_OK;
-}
-
-/* Collective: CT_OK on every process only if s is CT_OK on every process; a process that failed
- * returns its own error, the others one that says another process failed. */
-static ct_status agree(ct_trainer *t, ct_status s, const char *what) {
-    int64_t failed = s != CT_OK;
-    ct_status r = ct_comm_all_reduce_i64(t->comm, &failed, 1, CT_MAX);
-    if (s != CT_OK) return s;
-    CT_TRY(r);
-    if (failed) return ct_error(CT_ERR_IO, "checkpoint-%lld: another process failed while %s; nothing was committed",
-                                (long long)t->state.global_step, what);
-    return CT_OK;
-}
-
-/* ZeRO-1: every process hands its shard of the optimizer state to rank 0, which writes the ordinary
- * optimizer.h5 (the same file as without sharding, for any number of processes). Collective. */
-static ct_status save_sharded_optimizer(ct_trainer *t, const char *tmp) {
-    if (!ct_trainer_uses_zero1(t) || t->args.save_only_model) return CT_OK;
-    char path[4300];
-    snprintf(path, sizeof path, "%s/optimizer.h5", tmp);
-    return ct_zero1_save_h5(t->optimizer, t->comm, 0, path);
-}
-
-/* Several processes: rank 0 writes the shared files into the temporary directory, every other rank
- * adds its own progress file, and rank 0 seals the manifest and commits once all have written.
- * Barriers order the steps; a failure on any rank surfaces as that rank's error (and the others'
- * timeout), never as a half-written checkpoint under the final name. */
-static ct_status save_distributed(ct_trainer *t, const char *dir, const char *tmp) {
-    ct_status s = t->rank == 0 ? write_main_files(t, tmp) : CT_OK;
-    CT_TRY(agree(t, s, "writing the checkpoint's shared files"));
-    CT_TRY(save_sharded_optimizer(t, tmp));
-    if (t->rank != 0 && !t->args.save_only_model) {
-        char path[4300];
-        snprintf(path, sizeof path, "%s/rng_state_%d.json", tmp, t->rank);
-        s = write_progress(t, path);
-    }
-    /* a barrier says everyone arrived, not that everyone succeeded: commit only if all did */
-    CT_TRY(agree(t, s, "writing its progress file"));
-    if (t->rank == 0) {
-        s = ct_checkpoint_write_manifest(tmp);
-        if (s == CT_OK) s = ct_checkpoint_commit(tmp, dir);
-        if (s == CT_OK) s = rotate(t);
-    }
-    CT_TRY(ct_comm_barrier(t->comm));
-    return s;
+    /* snapshot, then written here or by the writer thread (trainer/checkpoint_async.h) */
+    return ct_checkpoint_save(t, dir, tmp);
 }
 
 ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
@@ -360,6 +310,7 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
 }
 
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t) {
+    CT_TRY(ct_trainer_async_save_drain(t)); /* every save committed before the last rotation */
     if (!ct_trainer_is_world_process_zero(t) || t->args.save_total_limit != 1 || !t->state.best_model_checkpoint[0])
         return CT_OK;
     char **list;
@@ -373,6 +324,7 @@ ct_status ct_trainer_finish_checkpoints(ct_trainer *t) {
 }
 
 ct_status ct_trainer_load_best_model(ct_trainer *t) {
+    CT_TRY(ct_trainer_async_save_drain(t)); /* the best checkpoint may still be being written */
     char path[4200];
     snprintf(path, sizeof path, "%s/model.h5", t->state.best_model_checkpoint);
     ct_status s = ct_model_load_h5(t->model, path);

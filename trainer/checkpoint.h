@@ -6,15 +6,19 @@
  * and renamed when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
  * Face's _rotate_checkpoints: with save_total_limit N the oldest checkpoints go, but never the best
  * one (it is moved to the end of the deletion order), and with a limit of 1 the best and the last
- * both stay. */
+ * both stay. The synchronous and the asynchronous save (save_async) share every writer: see
+ * trainer/checkpoint_async.h. */
 #ifndef CT_CHECKPOINT_H
 #define CT_CHECKPOINT_H
 
 #include "trainer/trainer.h"
 
-/* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. */
+/* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. A save still in flight
+ * (save_async) completes first; with save_async this one is then written by the writer thread and
+ * committed later (trainer/checkpoint_async.h). Collective with several processes. */
 ct_status ct_trainer_save_checkpoint(ct_trainer *t);
-/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one. */
+/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
+ * Like ct_trainer_load_best_model, first waits until every save in flight is committed. */
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
 /* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
 ct_status ct_trainer_rotate_checkpoints(ct_trainer *t);

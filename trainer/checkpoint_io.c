@@ -25,6 +25,7 @@
 #include "core/json.h"
 #include "core/log.h"
 #include "trainer/checkpoint.h"
+#include "trainer/h5_image.h"
 
 #define MANIFEST "manifest.json"
 #define MANIFEST_FORMAT "ctrainer-checkpoint"
@@ -66,6 +67,30 @@ static ct_status write_text_synced(const char *path, const char *text) {
         return ct_error(CT_ERR_IO, "cannot sync '%s': %s", path, strerror(err));
     }
     if (close(fd) != 0) return ct_error(CT_ERR_IO, "cannot close '%s': %s", path, strerror(errno));
+    return CT_OK;
+}
+
+ct_status ct_checkpoint_write_text(const char *path, const char *text) {
+    char part[4352];
+    if (snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
+        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
+    FILE *f = fopen(part, "w");
+    if (!f) return ct_error(CT_ERR_IO, "cannot create '%s': %s", part, strerror(errno));
+    bool ok = fputs(text, f) >= 0;
+    int err = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        err = errno;
+    }
+    if (!ok) {
+        unlink(part);
+        return ct_error(CT_ERR_IO, "cannot write '%s': %s", part, strerror(err));
+    }
+    if (rename(part, path) != 0) {
+        err = errno;
+        unlink(part);
+        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", part, path, strerror(err));
+    }
     return CT_OK;
 }
 
@@ -174,34 +199,74 @@ static ct_status read_int_attr(hid_t f, const char *name, int64_t *v) {
     return CT_OK;
 }
 
-static ct_status write_optimizer(hid_t f, ct_optimizer *opt, const char *config) {
-    int n = ct_optimizer_state_count(opt);
-    for (int i = 0; i < n; i++) {
-        const char *name;
-        ct_tensor *t;
-        CT_TRY(ct_optimizer_state_get(opt, i, &name, &t));
-        CT_TRY(ct_h5_write_tensor(f, name, t));
-    }
-    CT_TRY(ct_h5_write_string_attr(f, "optim", ct_optimizer_name(opt)));
-    CT_TRY(write_int_attr(f, "step", ct_optimizer_step_count(opt)));
+static ct_status write_optimizer(hid_t f, const ct_optimizer_snapshot *snap, const char *config) {
+    for (int i = 0; i < snap->n_state; i++) CT_TRY(ct_h5_write_tensor(f, snap->state_names[i], &snap->state[i]));
+    CT_TRY(ct_h5_write_string_attr(f, "optim", snap->name));
+    CT_TRY(write_int_attr(f, "step", snap->step));
     return ct_h5_write_string_attr(f, "config", config);
 }
 
-ct_status ct_optimizer_save_h5(ct_optimizer *opt, const char *file) {
-    char *config = optim_config_text(&opt->config);
+ct_status ct_optimizer_snapshot_view(ct_optimizer *opt, ct_optimizer_snapshot *out) {
+    memset(out, 0, sizeof *out);
+    const char *name = ct_optimizer_name(opt);
+    int n = ct_optimizer_state_count(opt);
+    if (strlen(name) >= sizeof out->name)
+        return ct_error(CT_ERR_INVALID_ARG, "optimizer name '%s' is longer than %zu characters", name,
+                        sizeof out->name - 1);
+    if (n < 0 || n > CT_OPTIM_MAX_STATE)
+        return ct_error(CT_ERR_STATE, "optimizer '%s' has %d state tensors (at most %d)", name, n, CT_OPTIM_MAX_STATE);
+    snprintf(out->name, sizeof out->name, "%s", name);
+    out->config = opt->config;
+    out->step = ct_optimizer_step_count(opt);
+    for (int i = 0; i < n; i++) {
+        const char *sname;
+        ct_tensor *t;
+        CT_TRY(ct_optimizer_state_get(opt, i, &sname, &t));
+        if (strlen(sname) >= sizeof out->state_names[i])
+            return ct_error(CT_ERR_INVALID_ARG, "optimizer '%s': state name '%s' is longer than %zu characters", name,
+                            sname, sizeof out->state_names[i] - 1);
+        snprintf(out->state_names[i], sizeof out->state_names[i], "%s", sname);
+        out->state[i] = *t;
+    }
+    out->n_state = n;
+    return CT_OK;
+}
+
+ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const char *file) {
+    char *config = optim_config_text(&snap->config);
     if (!config) return ct_error(CT_ERR_NOMEM, "save optimizer '%s': out of memory", file);
+    size_t bytes = 0;
+    for (int i = 0; i < snap->n_state; i++) bytes += ct_tensor_nbytes(&snap->state[i]);
+    /* built in memory, written without the HDF5 lock (trainer/h5_image.h) */
+    void *image = NULL;
+    size_t size = 0;
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f = H5Fcreate(file, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create the file") : write_optimizer(f, opt, config);
-    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot close the file");
+    hid_t f;
+    ct_status s = ct_h5_image_create(bytes, &f);
+    if (s == CT_OK) {
+        s = write_optimizer(f, snap, config);
+        if (s == CT_OK)
+            s = ct_h5_image_finish(f, &image, &size);
+        else
+            H5Fclose(f);
+    }
     ct_h5_unlock();
     free(config);
+    if (s == CT_OK) s = ct_write_bytes(file, image, size);
+    free(image);
     if (s != CT_OK) {
         unlink(file);
         return ct_error_prefix(s, "save optimizer '%s': ", file);
     }
     return CT_OK;
+}
+
+ct_status ct_optimizer_save_h5(ct_optimizer *opt, const char *file) {
+    ct_optimizer_snapshot snap;
+    ct_status s = ct_optimizer_snapshot_view(opt, &snap);
+    if (s != CT_OK) return ct_error_prefix(s, "save optimizer '%s': ", file);
+    return ct_optimizer_snapshot_save_h5(&snap, file);
 }
 
 /* What a load has read and checked, before anything is copied into the optimizer. */
@@ -361,12 +426,17 @@ ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
 
 /* --- scheduler ---------------------------------------------------------------------------------- */
 
-ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file) {
+char *ct_scheduler_json_text(const ct_scheduler *s) {
     ct_scheduler_state st = ct_scheduler_get_state(s);
     json_t *o =
         json_pack("{ssso}", "lr_scheduler_type", ct_scheduler_name(s), "state", ct_scheduler_state_to_json(&st));
     char *text = o ? json_dumps(o, JSON_FLAGS) : NULL;
     json_decref(o);
+    return text;
+}
+
+ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file) {
+    char *text = ct_scheduler_json_text(s);
     if (!text) return ct_error(CT_ERR_NOMEM, "save scheduler '%s': out of memory", file);
     ct_status rc = write_text_synced(file, text);
     free(text);

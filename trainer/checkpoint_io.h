@@ -34,6 +34,22 @@
 /* --- optimizer and scheduler files --------------------------------------------------------------- */
 
 ct_status ct_optimizer_save_h5(ct_optimizer *opt, const char *file);
+
+/* What optimizer.h5 holds, apart from the optimizer: its name, configuration, step count and named
+ * state tensors. ct_optimizer_snapshot_view points the tensors at the optimizer's own (for a write
+ * right away: ct_optimizer_save_h5 is view + save); an asynchronous save (trainer/checkpoint_async.h)
+ * replaces them with host copies it owns, so that the writer thread never touches the optimizer.
+ * Both paths write the file through ct_optimizer_snapshot_save_h5: the same bytes. */
+typedef struct ct_optimizer_snapshot {
+    char name[64];
+    ct_optim_config config;
+    int64_t step;
+    int n_state;
+    char state_names[CT_OPTIM_MAX_STATE][64];
+    ct_tensor state[CT_OPTIM_MAX_STATE]; /* CPU tensors when written */
+} ct_optimizer_snapshot;
+ct_status ct_optimizer_snapshot_view(ct_optimizer *opt, ct_optimizer_snapshot *out);
+ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const char *file);
 /* Restores the state tensors and the step count into opt, which must have been created over the same
  * parameters. A different optimizer ("optimizer.h5 holds 'sgd' state, this run uses 'adamw'"), a
  * different layout (sizes) or a changed hyper-parameter that changes the meaning of the state
@@ -43,11 +59,17 @@ ct_status ct_optimizer_save_h5(ct_optimizer *opt, const char *file);
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file);
 
 ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file);
+/* The text ct_scheduler_save_json writes (malloc'd; NULL when out of memory). */
+char *ct_scheduler_json_text(const ct_scheduler *s);
 /* CT_ERR_CONFIG when the file's lr_scheduler_type differs from s's (naming both). */
 ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file);
 
 /* --- whole directories ------------------------------------------------------------------------- */
 
+/* Writes text to path through `<path>.part` and a rename, so the name appears only once the file
+ * is whole (another process may look for it); not synced: ct_checkpoint_write_manifest syncs every
+ * file of the directory. */
+ct_status ct_checkpoint_write_text(const char *path, const char *text);
 /* fsync of a file or a directory by path. */
 ct_status ct_fsync_path(const char *path);
 /* Writes dir/manifest.json over every regular file in dir (except the manifest; subdirectories are

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "core/h5io.h"
+#include "trainer/h5_image.h"
 #include "trainer/model_io.h"
 
 /* values / buffers NULL: the model's own; else flat copies laid out like the model's buffers. */
@@ -14,8 +15,12 @@ static ct_status write_all(hid_t f, const ct_model *m, const ct_tensor *values, 
     for (int i = 0; i < m->params.count; i++) {
         const ct_param *p = &m->params.items[i];
         const ct_tensor *flat = p->flags & CT_PARAM_BUFFER ? buffers : values;
-        ct_tensor v = *p->value;
-        if (flat) v.data = (char *)flat->data + (size_t)p->offset * ct_dtype_size(flat->dtype);
+        /* A copy is described by the store's metadata only (name, shape, offset: fixed once the
+         * store is finalized) and the copy's own dtype and device: a writer thread then reads
+         * nothing the training thread writes. */
+        ct_tensor v = flat ? ct_tensor_view((char *)flat->data + (size_t)p->offset * ct_dtype_size(flat->dtype),
+                                            flat->dtype, flat->device, p->ndim, p->shape)
+                           : *p->value;
         CT_TRY(ct_h5_write_tensor(f, p->name, &v));
     }
     if (spec) {
@@ -40,12 +45,23 @@ ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, co
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
         return ct_error(CT_ERR_INVALID_ARG, "save model: path too long: %s", file);
+    /* built in memory, written without the HDF5 lock (trainer/h5_image.h) */
+    void *image = NULL;
+    size_t size = 0;
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : write_all(f, m, values, buffers, spec);
-    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot close '%s'", tmp);
+    hid_t f;
+    ct_status s = ct_h5_image_create(ct_tensor_nbytes(&m->params.values) + ct_tensor_nbytes(&m->params.buffers), &f);
+    if (s == CT_OK) {
+        s = write_all(f, m, values, buffers, spec);
+        if (s == CT_OK)
+            s = ct_h5_image_finish(f, &image, &size);
+        else
+            H5Fclose(f);
+    }
     ct_h5_unlock();
+    if (s == CT_OK) s = ct_write_bytes(tmp, image, size);
+    free(image);
     if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
     if (s != CT_OK) {
         unlink(tmp);

@@ -25,6 +25,7 @@
 #include "optim/zero.h"
 #include "trainer/async_eval.h"
 #include "trainer/checkpoint.h"
+#include "trainer/checkpoint_async.h"
 #include "trainer/trainer_impl.h"
 
 double ct_trainer_now(void) {
@@ -136,6 +137,8 @@ static json_t *result_message(ct_trainer *t, ct_async_result *r) {
  * load_best_model_at_end), a model-only checkpoint written from the snapshot (not resumable: the
  * optimizer has moved on since). */
 static ct_status keep_best(ct_trainer *t, int64_t step, const ct_async_result *r) {
+    /* checkpoint-<step> may still be on its way (save_async): it must be there before we look. */
+    CT_TRY(ct_trainer_async_save_drain(t));
     char dir[CT_ARGS_PATH_MAX + 32];
     snprintf(dir, sizeof dir, "%s/checkpoint-%lld", t->args.output_dir, (long long)step);
     struct stat st;
@@ -348,6 +351,8 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     L->epoch_done = false;
     CT_TRY(fire(t, CT_ON_STEP_END));
     CT_TRY(maybe_log_save_evaluate(t));
+    /* save_async: a finished save's error surfaces here; with several processes, one agreement */
+    CT_TRY(ct_trainer_async_save_poll(t));
     CT_TRY(honour_stop_signal(t));
     *stop = t->control.should_epoch_stop || t->control.should_training_stop;
     return CT_OK;
@@ -462,6 +467,9 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     /* The evaluator of eval_async runs on the world's process zero (see take_async_results). */
     if (s == CT_OK && t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->async_eval);
     if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
+    /* Saves still being written (save_async) complete before training returns, on every path: the
+     * checkpoint of a stop signal is whole on disk then. The first error stays. */
+    s = ct_trainer_async_save_end_train(t, s);
     /* After an error or a stop signal a waiting snapshot is dropped and a running evaluation ends
      * unreported: nothing of it was written. */
     ct_async_eval_free(t->async_eval);

@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/ops.h"
 #include "optim/zero.h"
+#include "trainer/checkpoint_async.h"
 #include "trainer/trainer_impl.h"
 
 
@@ -327,6 +328,7 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
 
 void ct_trainer_free(ct_trainer *t) {
     if (!t) return;
+    ct_trainer_async_save_free(t);
     ct_callback_list_free(&t->callbacks);
     ct_optimizer_destroy(t->optimizer);
     ct_scheduler_destroy(t->lr_scheduler);

@@ -176,6 +176,8 @@ struct ct_trainer {
     int64_t saved_step;         /* internal: global_step of the last checkpoint written (-1: none) */
     bool saved_epoch_done;      /* and its progress.epoch_done */
     struct ct_ddp *ddp;         /* internal: gradient buckets while a data-parallel run trains */
+    struct ct_async_saver *saver; /* internal: save_async's writer thread and the save in flight
+                                   * (trainer/checkpoint_async.h); created by the first save */
     /* internal: asynchronous evaluation (eval_async; trainer/async_eval.h) */
     ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
     void *make_model_ctx;

@@ -366,10 +366,10 @@ static void test_continuous(const char *policy) {
     snprintf(what, sizeof what, "every step (%s)", policy);
     CHECK(r.status == CT_OK, "%s: runs (%s)", what, r.error);
     n = check_against_recorded(what, &r, false);
-    /* Due every step while one evaluation lasts several: some are replaced or skipped, except that
-     * "wait" runs every one. */
+    /* Due every step: "wait" runs every one; "latest" and "skip" drop those that find the evaluator
+     * busy, how many depends on timing (on an idle machine none may be dropped). */
     if (strcmp(policy, "wait") == 0) CHECK(n == 60, "%s: %d evaluations, want all 60", what, n);
-    else CHECK(n >= 2 && n < 60, "%s: %d evaluations", what, n);
+    else CHECK(n >= 2 && n <= 60, "%s: %d evaluations", what, n);
     free_out(&r);
 }
 

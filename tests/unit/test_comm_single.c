@@ -2,9 +2,9 @@
  * collective on one rank (the identity or a copy, on fresh random data), the validation errors with
  * their "<collective> (rank 0/1): " prefix, the vtable rules (short or NULL members are
  * CT_ERR_UNSUPPORTED), ct_comm_create_default choosing "single" without a launcher (and never
- * initialising MPI), and ct_comm_abort's exit code. */
+ * initialising MPI), ct_comm_abort's exit code, and in builds without MPI the refusals of MPI, NCCL
+ * and of a launch with several ranks. */
 #include <math.h>
-#include <mpi.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -12,6 +12,10 @@
 
 #include "dist/comm.h"
 #include "testlib.h"
+
+#ifdef CT_HAVE_MPI
+#include <mpi.h>
+#endif
 
 static ct_rng rng;
 
@@ -245,13 +249,45 @@ static void create_default(void) {
         c = (ct_comm *)&c;
         CHECK_ERR(ct_comm_create_default(bad[i], &c), CT_ERR_INVALID_ARG, "ddp_timeout must be a positive number");
         CHECK(c == NULL, "failed create left a communicator");
+#ifdef CT_HAVE_MPI
         CHECK_ERR(ct_comm_mpi_create(bad[i], &c), CT_ERR_INVALID_ARG, "mpi communicator: ddp_timeout");
+#endif
     }
+#ifdef CT_HAVE_MPI
     /* Nothing here may have initialised MPI: a plain run never needs mpirun. */
     int initialised = 1;
     MPI_Initialized(&initialised);
     CHECK(!initialised, "the single communicator initialised MPI");
+#endif
 }
+
+#ifndef CT_HAVE_MPI
+/* A build without MPI (CTRAINER_MPI=OFF): asking for MPI or NCCL says how to get it, and a job that
+ * mpirun/srun started with several ranks fails instead of training the model once per rank. */
+static void without_mpi(void) {
+    ct_comm *c = (ct_comm *)&c;
+    CHECK_ERR(ct_comm_mpi_create(60, &c), CT_ERR_UNSUPPORTED, "mpi communicator: this build has no MPI",
+              "-DCTRAINER_MPI=ON");
+    CHECK(c == NULL, "failed mpi create left a communicator");
+    c = (ct_comm *)&c;
+    CHECK_ERR(ct_comm_nccl_create(60, -1, &c), CT_ERR_UNSUPPORTED, "nccl communicator: this build has no MPI",
+              "-DCTRAINER_MPI=ON");
+    CHECK(c == NULL, "failed nccl create left a communicator");
+    static const char *const launcher_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    for (int v = 0; v < 3; v++) {
+        char n[16], want[64];
+        int ranks = 2 + (int)ct_rng_below(&rng, 63);
+        snprintf(n, sizeof n, "%d", ranks);
+        snprintf(want, sizeof want, "as one of %d processes", ranks);
+        setenv(launcher_vars[v], n, 1);
+        c = (ct_comm *)&c;
+        CHECK_ERR(ct_comm_create_default(60, &c), CT_ERR_UNSUPPORTED, want, "this build has no MPI",
+                  "-DCTRAINER_MPI=ON");
+        CHECK(c == NULL, "refused default left a communicator");
+        unsetenv(launcher_vars[v]);
+    }
+}
+#endif
 
 /* ct_comm_abort ends the process with the code (in a child, so this test survives). */
 static void abort_exits(void) {
@@ -281,6 +317,9 @@ int main(void) {
     ct_comm_free(c);
     vtable_rules();
     create_default();
+#ifndef CT_HAVE_MPI
+    without_mpi();
+#endif
     abort_exits();
     return ct_test_finish();
 }

@@ -1,0 +1,24 @@
+# Optional MPI: CTRAINER_MPI=AUTO enables it where an MPI is found, ON requires one, OFF skips it.
+# Without MPI the library is single-process: dist/comm_mpi.c and dist/comm_nccl.c (NCCL is
+# bootstrapped through MPI) are left out, dist/comm_no_mpi.c answers ct_comm_mpi_create and
+# ct_comm_nccl_create with CT_ERR_UNSUPPORTED, and the MPI tests and benchmark are not built.
+# Machines without an MPI (the GPU machines, which have no apt) can then still build and test.
+set(CTRAINER_MPI_ENABLED OFF)
+if(NOT CTRAINER_MPI MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CTRAINER_MPI must be AUTO, ON or OFF, got '${CTRAINER_MPI}'")
+endif()
+if(CTRAINER_MPI STREQUAL "OFF")
+  message(STATUS "ctrainer: MPI disabled (CTRAINER_MPI=OFF): single-process builds only")
+  return()
+endif()
+if(CTRAINER_MPI STREQUAL "ON")
+  find_package(MPI REQUIRED COMPONENTS C)
+else()
+  find_package(MPI COMPONENTS C)
+endif()
+if(NOT MPI_C_FOUND)
+  message(STATUS "ctrainer: MPI not found, building without it (single process only; -DCTRAINER_MPI=ON requires it)")
+  return()
+endif()
+set(CTRAINER_MPI_ENABLED ON)
+message(STATUS "ctrainer: MPI enabled (${MPI_C_LIBRARIES})")

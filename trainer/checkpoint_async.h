@@ -1,0 +1,64 @@
+/* Checkpoint snapshots and asynchronous saving (save_async).
+ *
+ * Every checkpoint is saved from a snapshot: what the checkpoint's files hold at this step, taken on
+ * the training thread — the model's flat parameters and buffers, the optimizer's state tensors and
+ * step count (for ZeRO-1 gathered to rank 0 by a collective, here), the scheduler, trainer_state.json
+ * (after the callbacks stored their state), training_args.json, run_config.json and this process's
+ * progress file as text. Writing it into `<dir>.tmp`, the manifest and the commit (rename) need
+ * nothing else, so the synchronous and the asynchronous save share every writer and produce the same
+ * bytes. A synchronous save's snapshot points at the live tensors and is written right away; an
+ * asynchronous one copies them to host memory (buffers reused from the previous save) and hands the
+ * snapshot to the trainer's one writer thread: training waits only for the copy.
+ *
+ * At most one save is in flight: a new one (and load_best_model_at_end, the end of training) first
+ * waits for the previous one. The training loop calls ct_trainer_async_save_poll at every optimizer
+ * step boundary; a background failure surfaces there (or at the drain) as an error naming the
+ * checkpoint directory, never silently.
+ *
+ * Several processes: MPI is initialised FUNNELED, so the writer threads never communicate. Each rank's
+ * writer writes its part into the temporary directory (rank 0 the shared files and its progress
+ * file, every other rank its rng_state_<rank>.json); the polls agree on the training thread, one
+ * small all-reduce per step boundary while a save is in flight: once every part is written, rank 0's
+ * writer writes the manifest and commits; a failure anywhere becomes an error on every rank.
+ * Rotation (save_total_limit) runs on rank 0's training thread once the commit is done, with the
+ * best checkpoint known then.
+ *
+ * An uncommitted `<dir>.tmp` is never a checkpoint (ct_checkpoint_list only knows checkpoint-<digits>
+ * and the manifest makes a directory whole), so resume and "latest" never see a save in flight. */
+#ifndef CT_CHECKPOINT_ASYNC_H
+#define CT_CHECKPOINT_ASYNC_H
+
+#include "trainer/trainer.h"
+
+/* --- the training loop's calls (no-ops without a save in flight; collective with several
+ *     processes: every rank calls them at the same points) ------------------------------------- */
+
+/* At a step boundary: surfaces a finished save's failure and, with several processes, moves a save
+ * in flight on (one all-reduce; the commit once every rank's part is written). Never waits for the
+ * disk. */
+ct_status ct_trainer_async_save_poll(ct_trainer *t);
+/* Waits until nothing is in flight: every save committed (or its error returned). */
+ct_status ct_trainer_async_save_drain(ct_trainer *t);
+/* What ct_trainer_train calls once the loop returned status s, on every path: drains (the stop
+ * checkpoint of SIGINT/SIGTERM is whole on disk before the process exits), then frees the writer.
+ * After an error other than CT_ERR_INTERRUPTED with several processes the ranks may not be at the
+ * same point, so there it only waits for this process's writer (rank 0 still commits a save whose
+ * every part is on disk). Returns s when it is an error (the first error stays), else the drain's. */
+ct_status ct_trainer_async_save_end_train(ct_trainer *t, ct_status s);
+/* Waits for this process's writer (no collective), stops it and frees the saver (ct_trainer_free). */
+void ct_trainer_async_save_free(ct_trainer *t);
+
+/* --- checkpoint.c's ---------------------------------------------------------------------------- */
+
+/* Saves the checkpoint of the current step into dir (through tmp): snapshot, then written right
+ * away (synchronous) or handed to the writer (t->args.save_async). Collective. The caller has drained
+ * the previous save and updated state.best_model_checkpoint. */
+ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp);
+/* rng_state_<rank>.json's text: the loop's progress (checkpoint.c; malloc'd, NULL when out of
+ * memory). */
+char *ct_checkpoint_progress_text(const ct_trainer *t);
+/* The checkpoints rotation deletes now (save_total_limit, the best kept), oldest first
+ * (checkpoint.c; free with ct_checkpoint_list_free). */
+ct_status ct_checkpoint_rotation_victims(const ct_trainer *t, char ***out, int *n);
+
+#endif
