@@ -169,6 +169,11 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
     if (t->n_eval == 0) return ct_error(CT_ERR_CONFIG, "training_args.eval_async: no evaluation dataset was given");
     ct_device dev;
     CT_TRY(ct_device_parse(t->args.eval_device, &dev));
+    /* Models are built and initialised on the host today; placing one on a GPU comes with the GPU
+     * training path, which has yet to run on a GPU. */
+    if (dev.kind != CT_DEVICE_CPU)
+        return ct_error(CT_ERR_UNSUPPORTED, "training_args.eval_device: '%s': evaluation replicas run on the cpu in "
+                        "this version", t->args.eval_device);
     ct_async_eval *e = calloc(1, sizeof *e);
     if (!e) return ct_error(CT_ERR_NOMEM, "out of memory");
     e->t = t;

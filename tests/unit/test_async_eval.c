@@ -121,7 +121,7 @@ static ct_status my_prediction_step(ct_trainer *t, const ct_batch *b, bool plo, 
 typedef struct run_opts {
     bool async, compute_metrics, best, early_stopping, no_factory, override_prediction, fail_metrics;
     ct_interval eval_strategy, save_strategy;
-    const char *policy;
+    const char *policy, *eval_device;
     int64_t eval_steps, max_steps;
     unsigned step_sleep_us;
 } run_opts;
@@ -161,6 +161,7 @@ static void run(const run_opts *o, run_out *out) {
     a.eval_bootstrap_resamples = 100;
     a.eval_async = o->async;
     if (o->policy) snprintf(a.eval_async_policy, sizeof a.eval_async_policy, "%s", o->policy);
+    if (o->eval_device) snprintf(a.eval_device, sizeof a.eval_device, "%s", o->eval_device);
     if (o->best) {
         snprintf(a.metric_for_best_model, sizeof a.metric_for_best_model, "accuracy");
         a.load_best_model_at_end = true;
@@ -451,6 +452,11 @@ static void test_errors(void) {
     CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "make_model"), "no factory: %s", r.error);
     free_out(&r);
     o.no_factory = false;
+    o.eval_device = "cuda:0";
+    run(&o, &r);
+    CHECK(r.status == CT_ERR_UNSUPPORTED && strstr(r.error, "eval_device: 'cuda:0'"), "eval_device cuda: %s", r.error);
+    free_out(&r);
+    o.eval_device = NULL;
     o.override_prediction = true;
     run(&o, &r);
     CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "prediction_step"), "prediction_step override: %s", r.error);
