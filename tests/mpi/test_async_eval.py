@@ -40,7 +40,6 @@ but when it does on a loaded machine, (a) compares the steps that were evaluated
 those, and says so. A fresh seed each run (CT_TEST_SEED=N repeats one)."""
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -54,51 +53,13 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
-CTRAINER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/ctrainer"
-DATA = "/usr/share/datasets/fashion-mnist"
-MPIRUN = shutil.which("mpirun")
-if not MPIRUN:
-    print("skipped: mpirun is not installed")
-    sys.exit(77)
-if not os.path.exists(f"{DATA}/train-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
-
-SEED = int(os.environ.get("CT_TEST_SEED", time.time_ns() % (2**31)))
-print(f"{os.path.basename(sys.argv[0])}: seed {SEED} (rerun with CT_TEST_SEED={SEED})")
+from mpilib import CTRAINER, ENV, MPIRUN, SEED, check, finish, rel  # noqa: E402 (after the optional imports)
 
 N_TRAIN, N_EVAL = 2000, 499
 BATCH, WORLD = 16, 2
 MAX_STEPS, EVAL_STEPS = 160, 40
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 SPEED_KEYS = ("_runtime", "_samples_per_second", "_steps_per_second")
 MPI = [MPIRUN, "--oversubscribe", "--bind-to", "none", "-np", str(WORLD)]
-
-passed = failed = 0
-
-
-def check(cond, msg):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", msg)
-    return cond
-
-
-def finish():
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
-def rel(a, b):
-    a, b = float(a), float(b)
-    if a == b:
-        return 0.0
-    return abs(a - b) / max(abs(b), 1e-300)
-
 
 NORMALIZE = [{"type": "normalize", "mean": [0.2860], "std": [0.3530]}]
 CONFIG = {

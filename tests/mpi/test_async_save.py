@@ -19,7 +19,6 @@ Cases:
 A fresh seed each run (CT_TEST_SEED=N repeats one)."""
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,46 +27,14 @@ import zlib
 
 try:
     import h5py
-    import numpy as np
 except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
-CTRAINER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/ctrainer"
-DATA = "/usr/share/datasets/fashion-mnist"
-MPIRUN = shutil.which("mpirun")
-if not MPIRUN:
-    print("skipped: mpirun is not installed")
-    sys.exit(77)
-if not os.path.exists(f"{DATA}/train-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
-
-SEED = int(os.environ.get("CT_TEST_SEED", time.time_ns() % (2**31)))
-print(f"{os.path.basename(sys.argv[0])}: seed {SEED} (rerun with CT_TEST_SEED={SEED})")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+from mpilib import CTRAINER, ENV, MPIRUN, SEED, check, finish  # noqa: E402 (after the optional imports)
 MPI = [MPIRUN, "--oversubscribe", "--bind-to", "none"]
 SPEED_KEYS = ("_runtime", "_per_second")
 MAX_STEPS, SAVE_STEPS = 30, 5
-
-passed = failed = 0
-
-
-def check(cond, msg):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", msg)
-    return cond
-
-
-def finish():
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
 
 def config(tmp, name, **args):
     ta = {"output_dir": "unused", "max_steps": MAX_STEPS, "per_device_train_batch_size": 16,

@@ -19,26 +19,10 @@ A fresh seed each run (CT_TEST_SEED=N repeats one)."""
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
-import time
 
-CTRAINER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/ctrainer"
-DATA = "/usr/share/datasets/fashion-mnist"
-MPIRUN = shutil.which("mpirun")
-if not MPIRUN:
-    print("skipped: mpirun is not installed")
-    sys.exit(77)
-if not os.path.exists(f"{DATA}/train-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
-
-SEED = int(os.environ.get("CT_TEST_SEED", time.time_ns() % (2**31)))
-print(f"{os.path.basename(sys.argv[0])}: seed {SEED} (rerun with CT_TEST_SEED={SEED})")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-       "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+from mpilib import CTRAINER, ENV, MPIRUN, SEED, check, finish  # noqa: E402 (after the optional imports)
 
 N_TRAIN, BATCH, MAX_STEPS, LOGGING_STEPS = 200, 8, 4, 2
 # 784 -> 16 -> 10: 784 * 16 + 16 + 16 * 10 + 10 trainable parameters.
@@ -70,24 +54,6 @@ def block(world):
             f"  Total train batch size (w. parallel, distributed & accumulation) = {BATCH * world:,}",
             "  Gradient Accumulation steps = 1", f"  Total optimization steps = {MAX_STEPS:,}",
             f"  Number of trainable parameters = {PARAMS:,}"]
-
-
-passed = failed = 0
-
-
-def check(cond, msg):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print("FAIL", msg)
-    return cond
-
-
-def finish():
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
 
 
 TAG = re.compile(r"^\[1,(\d+)\]<(stdout|stderr)>:(.*)$")
