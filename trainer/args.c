@@ -40,9 +40,9 @@ static const char *const optim_names[] = {"adamw_torch", "adamw", "adam", "sgd",
 static const char *const sharding_names[] = {"none", "zero1", NULL};
 static const ct_optim_kind optim_kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_SGD};
 /* report_to: "none" and "all" are words for the empty and the full set; the others are bits. */
-static const char *const report_names[] = {"none", "all", "jsonl", NULL};
-static const unsigned report_bits[] = {0, CT_REPORT_JSONL, CT_REPORT_JSONL};
-#define REPORT_ALL CT_REPORT_JSONL
+static const char *const report_names[] = {"none", "all", "jsonl", "tensorboard", NULL};
+#define REPORT_ALL (CT_REPORT_JSONL | CT_REPORT_TENSORBOARD)
+static const unsigned report_bits[] = {0, REPORT_ALL, CT_REPORT_JSONL, CT_REPORT_TENSORBOARD};
 
 _Static_assert(sizeof(ct_interval) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(ct_log_level) == sizeof(int), "enum fields are stored as int");
@@ -146,7 +146,12 @@ typedef struct field_info {
     X(log_on_each_node, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                        \
       "In multi-node runs, log from the main process of every node, not only the first.")                              \
     X(report_to, LIST, S_MASK, "\"none\"", report_names, NULL, 0, 0,                                                   \
-      "Where logs go besides the console: jsonl writes output_dir/log.jsonl; all or none.")                            \
+      "Where logs go besides the console: jsonl writes output_dir/log.jsonl, tensorboard event files under "         \
+      "logging_dir; all or none.")                                                                                     \
+    X(logging_dir, STRING, S_STR, "null", NULL, NULL, 0, 0,                                                            \
+      "TensorBoard's directory; null means output_dir/runs/<date>_<host>, as Hugging Face.")                          \
+    X(skip_memory_metrics, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                     \
+      "Leave out the memory report (init/train/eval mem_*_delta metrics); measuring costs a little time.")            \
     X(disable_tqdm, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                           \
       "Hide the progress bar (it is also hidden when stderr is not a terminal).")                                      \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
@@ -165,6 +170,10 @@ typedef struct field_info {
       "ctrainer: an evaluation due while one waits: latest replaces the waiting one, skip drops the new one, wait blocks.") \
     X(save_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
       "ctrainer: write checkpoints from an in-memory snapshot in the background; training waits for the copy only.")  \
+    X(predict_with_generate, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                  \
+      "Seq2Seq: predictions are generated continuations of each sample (the run config's generation section).")      \
+    X(generation_max_length, INT, S_I64, "null", NULL, NULL, 0, 0,                                                     \
+      "Seq2Seq: length of prompt plus generated tokens per sample; null means the generation section's max_new_tokens.") \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
     X(data_seed, INT, S_I64, "null", NULL, NULL, 0, -1, "Seed of the data sampler; null means seed.")
 
@@ -882,6 +891,9 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     if (a->seed < 0) return bad(path, "seed", "must be >= 0, got %lld", (long long)a->seed);
     if (a->ddp_bucket_cap_mb < 0)
         return bad(path, "ddp_bucket_cap_mb", "must be > 0 MiB (null means 25), got %lld", (long long)a->ddp_bucket_cap_mb);
+    if (a->generation_max_length < 0)
+        return bad(path, "generation_max_length", "must be > 0 tokens (null means the prompt plus max_new_tokens), got %lld",
+                   (long long)a->generation_max_length);
     if (a->ddp_timeout <= 0) return bad(path, "ddp_timeout", "must be > 0 seconds, got %lld", (long long)a->ddp_timeout);
     if (a->eval_bootstrap_resamples < 0)
         return bad(path, "eval_bootstrap_resamples", "must be >= 0, got %lld", (long long)a->eval_bootstrap_resamples);

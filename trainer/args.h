@@ -46,7 +46,7 @@ typedef enum ct_log_level {
 } ct_log_level;
 
 /* report_to destinations, a bit set ("none" = 0, "all" = every one). */
-enum { CT_REPORT_JSONL = 1 << 0 };
+enum { CT_REPORT_JSONL = 1 << 0, CT_REPORT_TENSORBOARD = 1 << 1 };
 
 #define CT_ARGS_PATH_MAX 1024
 #define CT_ARGS_NAME_MAX 64
@@ -101,6 +101,8 @@ typedef struct ct_training_args {
     ct_log_level log_level_replica;  /* "warning" */
     bool log_on_each_node;           /* true */
     unsigned report_to;              /* "none" by default here; "jsonl" writes output_dir/log.jsonl */
+    char logging_dir[CT_ARGS_PATH_MAX]; /* "" = HF's None: output_dir/runs/<date>_<host> */
+    bool skip_memory_metrics;        /* true: no mem_* metrics */
     bool disable_tqdm;               /* false; the bar is also off when stderr is not a terminal */
     /* several processes */
     int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
@@ -113,6 +115,9 @@ typedef struct ct_training_args {
     char eval_async_policy[16];   /* "latest": a newer snapshot replaces a waiting one; "skip": the new one is
                                    * dropped while one waits or runs; "wait": training waits for the slot */
     bool save_async;              /* false: saving stops training; true: written from a snapshot in the background */
+    /* generation (Seq2SeqTrainingArguments) */
+    bool predict_with_generate;     /* false */
+    int64_t generation_max_length;  /* 0 = None: prompt + the run config's generation.max_new_tokens */
     /* randomness */
     int64_t seed;      /* 42 */
     int64_t data_seed; /* -1 = unset: seed */

@@ -1,9 +1,10 @@
-"""ctrainer's training arguments against Hugging Face's TrainingArguments (transformers 4.51.3).
+"""ctrainer's training arguments against Hugging Face's TrainingArguments (transformers 4.51.3), in
+its Seq2SeqTrainingArguments form (TrainingArguments plus predict_with_generate and generation_*).
 
 1. Defaults: every argument ctrainer has must exist in TrainingArguments under the same name, with
    the same default (after __post_init__). The one deliberate difference: report_to defaults to
    "none" here (Hugging Face's None means "every installed integration"), so the reference is built
-   with report_to="none".
+   with report_to="none"; logging_dir's None is resolved by Hugging Face at construction.
 2. Validation: fresh random combinations of the arguments the cross-argument rules are about
    (strategies, steps as counts and ratios, load_best_model_at_end, metric_for_best_model,
    greater_is_better, lr_scheduler_type, warmups, seeds) go through both. Whatever Hugging Face
@@ -43,7 +44,7 @@ try:
         lrs.LRScheduler = lrs._LRScheduler
     import transformers
     import transformers.training_args as hf_ta
-    from transformers import TrainingArguments
+    from transformers import Seq2SeqTrainingArguments as TrainingArguments
 except ImportError as e:
     print(f"skipped: Hugging Face transformers is not importable ({e}). Install scripts/oracle-requirements.txt "
           "into a virtualenv (scripts/oracle-venv.sh does) and configure with -DCT_PYTHON=<venv>/bin/python.")
@@ -108,7 +109,10 @@ for name, value in ours.items():
     if name in CTRAINER_ONLY:
         continue
     check(name in hf, f"{name}: not a Hugging Face TrainingArguments field")
-    if name in hf:
+    if name == "logging_dir":  # Hugging Face resolves None at construction: output_dir/runs/<date>_<host>
+        check(value is None and os.path.basename(os.path.dirname(hf[name])) == "runs",
+              f"logging_dir: default {value!r}, Hugging Face {hf[name]!r}")
+    elif name in hf:
         check(same(value, hf[name]), f"{name}: default {value!r}, Hugging Face {hf[name]!r}")
 
 # --- 2. validation ---------------------------------------------------------------------------------

@@ -271,7 +271,9 @@ static void test_set_text(void) {
     CHECK_OK(ct_training_args_set(&a, "report_to", "none"));
     CHECK(a.report_to == 0, "report_to none");
     CHECK_OK(ct_training_args_set(&a, "report_to", "all"));
-    CHECK(a.report_to == CT_REPORT_JSONL, "report_to all");
+    CHECK(a.report_to == (CT_REPORT_JSONL | CT_REPORT_TENSORBOARD), "report_to all");
+    CHECK_OK(ct_training_args_set(&a, "report_to", "[\"tensorboard\", \"jsonl\"]"));
+    CHECK(a.report_to == (CT_REPORT_JSONL | CT_REPORT_TENSORBOARD), "report_to [tensorboard, jsonl]");
     CHECK_OK(ct_training_args_set(&a, "report_to", "[]"));
     CHECK(a.report_to == 0, "report_to []");
     CHECK_OK(ct_training_args_set(&a, "report_to", "[\"jsonl\"]"));
@@ -279,9 +281,9 @@ static void test_set_text(void) {
     CHECK_MSG(ct_training_args_set(&a, "report_to", "jsonl,none"),
               "report_to[1]: 'none' cannot be combined with other destinations");
     CHECK_MSG(ct_training_args_set(&a, "report_to", "wandb"),
-              "report_to: unknown value 'wandb' (allowed: none, all, jsonl)");
+              "report_to: unknown value 'wandb' (allowed: none, all, jsonl, tensorboard)");
     CHECK_MSG(ct_training_args_set(&a, "report_to", "[1]"),
-              "report_to[0]: expected a string or a list of strings of: none, all, jsonl, got 1");
+              "report_to[0]: expected a string or a list of strings of: none, all, jsonl, tensorboard, got 1");
     CHECK(a.report_to == CT_REPORT_JSONL, "report_to unchanged");
 
     /* unknown names */
@@ -338,8 +340,9 @@ static void test_json_in(void) {
               "training_args.save_strategy: unknown value 'sometimes' (allowed: no, steps, epoch, best)");
     CHECK(a.lr_scheduler_kwargs == NULL, "kwargs not applied either");
     ct_training_args_free(&a);
-    CHECK_MSG(args_from(&a, "{\"report_to\": [\"jsonl\", \"tensorboard\"]}"),
-              "training_args.report_to[1]: unknown value 'tensorboard' (allowed: none, all, jsonl)");
+    CHECK_MSG(args_from(&a, "{\"report_to\": [\"jsonl\", \"wandb\"]}"),
+              "training_args.report_to[1]: unknown value 'wandb' (allowed: none, all, jsonl, tensorboard)");
+
     ct_training_args_free(&a);
     ct_training_args_default(&a);
     v = parse("[1, 2]");
@@ -498,6 +501,9 @@ static void test_validate_rules(void) {
               "training_args.per_device_eval_batch_size: must be >= 1, got -2");
     CHECK_MSG(validate_text("{\"gradient_accumulation_steps\": 0}"),
               "training_args.gradient_accumulation_steps: must be >= 1, got 0");
+    CHECK_MSG(validate_text("{\"generation_max_length\": -3}"),
+              "training_args.generation_max_length: must be > 0 tokens (null means the prompt plus max_new_tokens), "
+              "got -3");
     CHECK_MSG(validate_text("{\"dataloader_num_workers\": -1}"),
               "training_args.dataloader_num_workers: must be >= 0, got -1");
     /* the optimizer's own rules, on the argument they are about */
