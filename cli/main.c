@@ -11,6 +11,10 @@ static void usage(FILE *f) {
                "  train     train from a JSON run config (train --help)\n"
                "  evaluate  evaluate a saved model on a config's evaluation data (evaluate --help)\n"
                "  predict   write a saved model's predictions to HDF5 (predict --help)\n"
+               "  generate  continue a prompt with a saved language model (generate --help)\n"
+               "  export    write a saved model as safetensors for PyTorch (export --help)\n"
+               "  plot      draw loss, learning-rate and metric curves of a run (plot --help)\n"
+               "  search    hyperparameter search: one fresh run per trial (search --help)\n"
                "  config    the training arguments' defaults and reference (config --help)\n"
                "  demo      train a model on Fashion-MNIST with ctrainer's layers (demo --help)\n"
                "  data      convert IDX or CSV data to HDF5, tokenize text for language models (data --help)\n"
@@ -25,6 +29,10 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "train") == 0 || strcmp(argv[1], "evaluate") == 0 || strcmp(argv[1], "predict") == 0)
         return ct_cli_run(argc - 1, argv + 1);
     if (strcmp(argv[1], "config") == 0) return ct_cli_config(argc - 1, argv + 1);
+    if (strcmp(argv[1], "generate") == 0) return ct_cli_generate(argc - 1, argv + 1);
+    if (strcmp(argv[1], "export") == 0) return ct_cli_export(argc - 1, argv + 1);
+    if (strcmp(argv[1], "plot") == 0) return ct_cli_plot(argc - 1, argv + 1);
+    if (strcmp(argv[1], "search") == 0) return ct_cli_search(argc - 1, argv + 1);
     if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
     if (strcmp(argv[1], "data") == 0) return ct_cli_data(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {

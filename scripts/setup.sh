@@ -10,6 +10,8 @@ packages=(
   libhdf5-dev hdf5-tools                    # checkpoints and datasets (h5dump to inspect them)
   libopenmpi-dev openmpi-bin                # multi-process training
   zlib1g-dev                                # gzip'd IDX files
+  libprotobuf-c-dev protobuf-c-compiler     # TensorBoard event records
+  libcairo2-dev                             # `ctrainer plot`: PNG and SVG curves
   dataset-fashion-mnist                     # the examples' data, in /usr/share/datasets/fashion-mnist
   fortunes                                  # text for the GPT example, in /usr/share/games/fortunes
   python3 python3-numpy python3-torch python3-sklearn python3-h5py python3-venv python3-pip  # test oracles

@@ -1,0 +1,1 @@
+# cmake --install: library, headers, CLI, pkg-config and CMake package files.

@@ -1,0 +1,1 @@
+# Curves for `ctrainer plot` and the model card: cairo.

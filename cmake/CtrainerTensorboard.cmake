@@ -1,0 +1,1 @@
+# TensorBoard event records: protobuf-c and the generated message code.
