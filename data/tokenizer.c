@@ -29,6 +29,44 @@ ct_status ct_byte_decode(const int64_t *ids, size_t n, unsigned char *out, size_
     return CT_OK;
 }
 
+/* Length of the well-formed UTF-8 sequence at s[0..n), or of its maximal ill-formed prefix as a
+ * negative number (at least 1 byte): Unicode's "maximal subpart" rule (chapter 3, U+FFFD
+ * substitution), which Python's errors="replace" follows too. */
+static int utf8_sequence(const unsigned char *s, size_t n) {
+    unsigned char c = s[0];
+    int len;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) len = 2;
+    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return -1;
+    for (int i = 1; i < len; i++) {
+        unsigned char b = (size_t)i < n ? s[i] : 0;
+        bool ok = (size_t)i < n && (i == 1 ? b >= lo && b <= hi : b >= 0x80 && b <= 0xBF);
+        if (!ok) return -i;
+    }
+    return len;
+}
+
+size_t ct_utf8_sanitize(const unsigned char *in, size_t n, char *out) {
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        int len = utf8_sequence(in + i, n - i);
+        if (len > 0) {
+            memcpy(out + k, in + i, (size_t)len);
+            k += (size_t)len;
+            i += (size_t)len;
+        } else {
+            memcpy(out + k, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            k += 3;
+            i += (size_t)-len;
+        }
+    }
+    out[k] = '\0';
+    return k;
+}
+
 /* --- reading ------------------------------------------------------------------------------------- */
 
 typedef struct text {

@@ -27,6 +27,11 @@ void ct_byte_encode(const unsigned char *bytes, size_t n, int64_t *ids);
  * An id outside [0, 256] is CT_ERR_INVALID_ARG naming it and its position. */
 ct_status ct_byte_decode(const int64_t *ids, size_t n, unsigned char *out, size_t *out_len);
 
+/* Copies n bytes of text into out (room for 3 n + 1) as valid UTF-8, NUL-terminated: each maximal
+ * ill-formed subsequence becomes U+FFFD, as Python's bytes.decode("utf-8", errors="replace") does
+ * (a model's bytes are not always UTF-8, and JSON needs it). Returns the length. */
+size_t ct_utf8_sanitize(const unsigned char *in, size_t n, char *out);
+
 typedef struct ct_tokenize_opts {
     const char *const *inputs; /* text files, tokenized in this order */
     int n_inputs;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/h5io.h"
+#include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 
 typedef struct eval_run {
@@ -339,6 +340,12 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     if (keep_for_hook) r->out = &kept;
     double runtime = 0;
     ct_status s = run_loop(t, r, loader, &runtime);
+    /* Seq2SeqTrainer: the generated continuations join the kept outputs; their time counts. */
+    if (s == CT_OK && r->out && !r->detached && t->args.predict_with_generate) {
+        double t0 = ct_trainer_now();
+        s = ct_trainer_generate_outputs(t, r->ds, &r->out->generated);
+        runtime += ct_trainer_now() - t0;
+    }
     ct_loader_free(loader);
     ct_tensor_free(&r->sample_loss);
     ct_tensor_free(&r->sample_weight);
@@ -411,7 +418,9 @@ ct_status ct_trainer_default_evaluate(ct_trainer *t, ct_dataset *eval_set, const
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics) {
     *metrics = NULL;
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, json_t **) = CT_TRAINER_HOOK(t, evaluate);
+    ct_memory_tracker_start(t->memory, CT_MEM_EVAL);
     ct_status s = (f ? f : ct_trainer_default_evaluate)(t, eval_set, metric_key_prefix, metrics);
+    s = ct_memory_tracker_stop(t->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
     if (s != CT_OK) return ct_error_prefix(s, "evaluate: ");
     if (!*metrics) return ct_error(CT_ERR_STATE, "evaluate: the hook returned no metrics");
     return CT_OK;
@@ -431,7 +440,9 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
                              ct_prediction_output *out) {
     memset(out, 0, sizeof *out);
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, ct_prediction_output *) = CT_TRAINER_HOOK(t, predict);
+    ct_memory_tracker_start(t->memory, CT_MEM_TEST);
     ct_status s = (f ? f : ct_trainer_default_predict)(t, test_set, metric_key_prefix, out);
+    s = ct_memory_tracker_stop(t->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
     if (s != CT_OK) {
         ct_prediction_output_free(out);
         return ct_error_prefix(s, "predict: ");
@@ -442,6 +453,7 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
 void ct_prediction_output_free(ct_prediction_output *p) {
     ct_tensor_free(&p->predictions);
     ct_tensor_free(&p->label_ids);
+    ct_tensor_free(&p->generated);
     json_decref(p->metrics);
     memset(p, 0, sizeof *p);
 }
@@ -472,6 +484,7 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
     ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : ct_h5_write_tensor(f, "logits", logits);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
     if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
+    if (s == CT_OK && p->generated.data) s = ct_h5_write_tensor(f, "generated", &p->generated);
     if (f >= 0) H5Fclose(f);
     ct_h5_unlock();
     ct_tensor_free(&pred);

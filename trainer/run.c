@@ -8,6 +8,7 @@
 #include "core/json.h"
 #include "data/dataset_json.h"
 #include "model/layers.h"
+#include "trainer/generate.h"
 #include "trainer/run.h"
 
 static const char *const SECTIONS_OF_DATA[] = {"train", "eval", "test", NULL};
@@ -148,7 +149,11 @@ static ct_status resolve(ct_run *r, const ct_arg_override *ov, int n) {
     if (ta) CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_from_json(&r->args, ta, "training_args")));
     for (int i = 0; i < n; i++) CT_TRY(ct_training_args_set(&r->args, ov[i].name, ov[i].value));
     /* Cross-argument errors then name "training_args.<argument>", which annotate points at. */
-    return ct_run_config_annotate(&r->config, ct_training_args_validate_at(&r->args, "training_args"));
+    CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_validate_at(&r->args, "training_args")));
+    /* The generation settings fail here, before any data is read or any step is trained. */
+    ct_generation_config g;
+    return ct_run_config_annotate(
+        &r->config, ct_generation_config_from_json(ct_run_config_section(&r->config, "generation"), "generation", &g));
 }
 
 typedef struct open_data_ctx {

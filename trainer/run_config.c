@@ -16,7 +16,8 @@
 
 #include "core/json.h"
 
-static const char *const sections[] = {"model", "data", "loss", "metrics", "training_args", "callbacks", NULL};
+static const char *const sections[] = {"model",     "data",       "loss", "metrics", "training_args",
+                                       "callbacks", "generation", NULL};
 
 /* --- paths: "model.layers[2].out_features" -------------------------------------------------------- */
 

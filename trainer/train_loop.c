@@ -26,6 +26,7 @@
 #include "trainer/async_eval.h"
 #include "trainer/checkpoint.h"
 #include "trainer/checkpoint_async.h"
+#include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 
 double ct_trainer_now(void) {
@@ -438,6 +439,12 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
                   (double)max_steps);
     json_object_set_new(m, "total_flos", json_real(t->state.total_flos));
     json_object_set_new(m, "train_loss", json_real(train_loss));
+    /* HF: the memory report joins the metrics before they are logged. */
+    ct_status ms = ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, CT_OK, m);
+    if (ms != CT_OK) {
+        json_decref(m);
+        return ms;
+    }
     out->global_step = t->state.global_step;
     out->training_loss = train_loss;
     out->metrics = json_deep_copy(m);
@@ -453,8 +460,10 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     if ((t->args.eval_strategy != CT_INTERVAL_NO || t->args.eval_on_start) && t->n_eval == 0)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_strategy: is '%s' but no evaluation dataset was given",
                         ct_interval_name(t->args.eval_strategy));
+    ct_memory_tracker_start(t->memory, CT_MEM_TRAIN);
     ct_loader *loader;
-    CT_TRY(ct_trainer_get_train_dataloader(t, &loader));
+    ct_status ls = ct_trainer_get_train_dataloader(t, &loader);
+    if (ls != CT_OK) return ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, ls, NULL);
     bool flush = ct_set_flush_denormal(true);
     /* SIGTERM / SIGINT (pre-emption, Ctrl-C) stop the run at the next step boundary with a checkpoint. */
     struct sigaction act = {.sa_handler = on_stop_signal}, old_term, old_int;
@@ -480,6 +489,7 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     sigaction(SIGINT, &old_int, NULL);
     ct_set_flush_denormal(flush);
     ct_loader_free(loader);
+    s = ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, s, NULL); /* a failed run's stage is dropped */
     if (s != CT_OK) ct_train_output_free(out);
     return s;
 }

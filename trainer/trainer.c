@@ -14,6 +14,7 @@
 #include "core/ops.h"
 #include "optim/zero.h"
 #include "trainer/checkpoint_async.h"
+#include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 
 
@@ -262,6 +263,10 @@ static ct_status check_same_config(ct_trainer *t, const json_t *config) {
 
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
+    /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
+    if (!args->skip_memory_metrics)
+        CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device}, &t->memory));
+    ct_memory_tracker_start(t->memory, CT_MEM_INIT);
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
     if (in->comm) {
@@ -312,7 +317,8 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
     ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
-    return ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a);
+    CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a));
+    return ct_memory_tracker_stop(t->memory, CT_MEM_INIT, CT_OK, NULL);
 }
 
 ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
@@ -340,6 +346,7 @@ void ct_trainer_free(ct_trainer *t) {
     json_decref(t->config);
     ct_training_args_free(&t->args);
     if (t->owns_comm) ct_comm_free(t->comm);
+    ct_memory_tracker_free(t->memory);
     const ct_trainer_ops *ops = t->ops;
     memset(t, 0, sizeof *t);
     t->ops = ops;

@@ -52,11 +52,14 @@
 typedef struct ct_prediction_output {
     ct_tensor predictions; /* [N, ...] float32 model outputs (logits) */
     ct_tensor label_ids;   /* [N, ...] the dataset's labels (empty when it has none) */
+    ct_tensor generated;   /* predict_with_generate: [N, new tokens] int64 continuations, -100 after an
+                            * early end; empty otherwise */
     json_t *metrics;       /* "<prefix>_loss", ..., "<prefix>_runtime", ... */
 } ct_prediction_output;
 void ct_prediction_output_free(ct_prediction_output *p);
-/* Writes /logits (the outputs, float32), /predictions (int64 argmax of the last dimension) and, when
- * there are labels, /labels to an HDF5 file (through a temporary name), in dataset order. */
+/* Writes /logits (the outputs, float32), /predictions (int64 argmax of the last dimension), when
+ * there are labels /labels, and with predict_with_generate /generated to an HDF5 file (through a
+ * temporary name), in dataset order. */
 ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char *file);
 
 /* What train() returns (Hugging Face's TrainOutput). */
@@ -183,6 +186,8 @@ struct ct_trainer {
     void *make_model_ctx;
     json_t *metrics_spec;           /* the metrics list the trainer was built with (a copy), for replicas */
     struct ct_async_eval *async_eval; /* the evaluator while training runs (world process zero only) */
+    struct ct_memory_tracker *memory; /* internal: the memory report (trainer/memory.h); NULL when
+                                       * skip_memory_metrics */
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar

@@ -37,6 +37,12 @@ ct_status ct_trainer_evaluation_pass(ct_trainer *t, ct_dataset *ds, const char *
 ct_status ct_trainer_call_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
                                          json_t *metrics);
 ct_status ct_trainer_share_json(ct_trainer *t, json_t **value);
+/* predict_with_generate (trainer/generate_outputs.c): the run config's "generation" section with
+ * generation_max_length applied for prompts of prompt_len tokens; and every sample's continuation,
+ * [N, max_new_tokens] int64 padded with -100, on the world's process zero ([0, M] elsewhere). */
+struct ct_generation_config;
+ct_status ct_trainer_generation_config(const ct_trainer *t, int64_t prompt_len, struct ct_generation_config *g);
+ct_status ct_trainer_generate_outputs(ct_trainer *t, ct_dataset *ds, ct_tensor *generated);
 /* ct_trainer_save_model with copies of the model's flat parameters and buffers (a snapshot) instead
  * of its live weights (NULL: the live ones). */
 ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_tensor *values, const ct_tensor *buffers);
