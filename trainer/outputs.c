@@ -1,6 +1,7 @@
 /* What the Trainer writes to output_dir, as Hugging Face writes it: the model, trainer_state.json,
  * <split>_results.json and all_results.json, and the metrics printed at the end of a run. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,6 +89,26 @@ static void format_value(const json_t *v, char *buf, size_t cap) {
     }
 }
 
+/* Hugging Face's metrics_format for printing: memory in MB (bytes >> 20), runtimes as H:MM:SS.ss,
+ * total_flos in GF (>> 30); other values as format_value. */
+static void format_metric(const char *key, const json_t *v, char *buf, size_t cap) {
+    if (!json_is_number(v)) {
+        format_value(v, buf, cap);
+        return;
+    }
+    double x = json_number_value(v);
+    if (strstr(key, "_mem_")) {
+        snprintf(buf, cap, "%lldMB", (long long)floor(x / 1048576.0)); /* Python's >> floors */
+    } else if (has_suffix(key, "_runtime") && isfinite(x) && x >= 0 && x < 1e12) {
+        long long whole = (long long)x, cs = (long long)((x - (double)whole) * 100);
+        snprintf(buf, cap, "%lld:%02lld:%02lld.%02lld", whole / 3600, whole / 60 % 60, whole % 60, cs);
+    } else if (strcmp(key, "total_flos") == 0 && isfinite(x) && fabs(x) < 9e18) {
+        snprintf(buf, cap, "%lldGF", (long long)floor((double)(long long)x / 1073741824.0));
+    } else {
+        format_value(v, buf, cap);
+    }
+}
+
 /* Hugging Face's "  key = value" lines, as a table: a metric with an uncertainty (the keys
  * <key>_stderr, <key>_ci_low, <key>_ci_high) gets them on its own row. */
 void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metrics) {
@@ -105,7 +126,7 @@ void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metr
     json_object_foreach((json_t *)metrics, k, v) {
         if (has_suffix(k, "_stderr") || has_suffix(k, "_ci_low") || has_suffix(k, "_ci_high")) continue;
         char value[256], key[256];
-        format_value(v, value, sizeof value);
+        format_metric(k, v, value, sizeof value);
         snprintf(key, sizeof key, "%s_stderr", k);
         const json_t *se = json_object_get(metrics, key);
         if (!any_interval) {
