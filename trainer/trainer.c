@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "callbacks/tensorboard.h"
 #include "core/log.h"
 #include "core/ops.h"
 #include "optim/zero.h"
@@ -234,6 +235,10 @@ static ct_status install_callbacks(ct_trainer *t) {
     CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     if (t->args.report_to & CT_REPORT_JSONL) {
         CT_TRY(ct_jsonl_callback_create("log.jsonl", &cb)); /* relative: inside output_dir */
+        CT_TRY(ct_callback_list_add(&t->callbacks, cb));
+    }
+    if (t->args.report_to & CT_REPORT_TENSORBOARD) {
+        CT_TRY(ct_tensorboard_callback_create(&cb)); /* logging_dir, or output_dir/runs/<date>_<host> */
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
     return CT_OK;
