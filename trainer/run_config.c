@@ -16,8 +16,8 @@
 
 #include "core/json.h"
 
-static const char *const sections[] = {"model",     "data",       "loss", "metrics", "training_args",
-                                       "callbacks", "generation", NULL};
+static const char *const sections[] = {"model",     "data",       "loss",      "metrics", "training_args",
+                                       "callbacks", "generation", "init_from", NULL};
 
 /* --- paths: "model.layers[2].out_features" -------------------------------------------------------- */
 

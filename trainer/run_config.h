@@ -7,6 +7,8 @@
  *   "metrics"        a list of metric specs (eval/metric.h)
  *   "training_args"  Hugging Face's TrainingArguments (trainer/args.h)
  *   "callbacks"      a list of callback specs (callbacks/callback.h)
+ *   "init_from"      a .safetensors file (relative to the config's directory) whose weights replace
+ *                    the model's initialisation (trainer/model_safetensors.h)
  * Unknown sections get "did you mean".
  *
  * jansson reports line:column for syntax errors only; once parsed, values have no positions. So the
