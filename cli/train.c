@@ -2,7 +2,8 @@
  *
  *   train     trains, saves the final model and trainer_state.json in output_dir, then evaluates
  *             the eval sets and predicts the test set when the config has them (Hugging Face's
- *             run_*.py scripts with do_train, do_eval and do_predict).
+ *             run_*.py scripts with do_train, do_eval and do_predict), and writes the model card
+ *             (README.md and training_curves.png, trainer/model_card.h).
  *   evaluate  loads --model DIR's weights and evaluates the eval sets (or the test set).
  *   predict   loads --model DIR's weights and writes the test set's logits, predicted classes and
  *             labels to --output FILE.h5, in dataset order.
@@ -20,6 +21,8 @@
 #include "cli/cli.h"
 #include "core/log.h"
 #include "core/ops.h"
+#include "trainer/model_card.h"
+#include "trainer/plot.h"
 #include "trainer/model_io.h"
 #include "trainer/run.h"
 
@@ -42,6 +45,9 @@ static void usage(FILE *f, const char *command) {
     else
         fprintf(f, "usage: ctrainer predict CONFIG --model DIR --output FILE.h5 [--<training_arg> VALUE ...]\n"
                    "                               [--set dotted.key=JSON ...]\n");
+    if (strcmp(command, "train") != 0)
+        fprintf(f, "\n--model DIR loads DIR/model.h5 (a run's output_dir or a checkpoint); without it the weights come\n"
+                   "from the config's \"init_from\": \"FILE.safetensors\" (e.g. from PyTorch or `ctrainer export`).\n");
     fprintf(f, "\nCONFIG is a JSON run config with the sections model, data, loss, metrics, training_args and\n"
                "callbacks (see docs/config.md). --<training_arg> VALUE overrides one training argument (names as\n"
                "Hugging Face's TrainingArguments; list them with `ctrainer config --defaults`); --set changes any\n"
@@ -117,10 +123,6 @@ static int parse(int argc, char **argv, cli_opts *o) {
         usage(stderr, o->command);
         return 2;
     }
-    if (strcmp(o->command, "train") != 0 && !o->model_dir) {
-        fprintf(stderr, "ctrainer %s: --model DIR is required (a directory with model.h5)\n", o->command);
-        return 2;
-    }
     if (strcmp(o->command, "predict") == 0 && !o->output) {
         fprintf(stderr, "ctrainer predict: --output FILE.h5 is required\n");
         return 2;
@@ -157,17 +159,13 @@ static ct_status report(ct_trainer *t, const char *split, json_t *metrics) {
     return s;
 }
 
-static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
-    ct_train_output out;
-    CT_TRY(ct_trainer_train(t, o->resume, &out));
-    CT_TRY(ct_trainer_save_model(t, NULL));
-    json_t *m = out.metrics;
-    out.metrics = NULL;
-    CT_TRY(report(t, "train", m));
-    CT_TRY(ct_trainer_save_state(t));
+/* The final evaluation and prediction; *eval_m and *test_m keep their metrics for the model card. */
+static ct_status evaluate_and_predict(ct_run *r, ct_trainer *t, json_t **eval_m, json_t **test_m) {
+    json_t *m;
     if (r->n_eval > 0) {
         CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));
         json_object_set_new(m, "epoch", json_real(t->state.epoch));
+        *eval_m = json_incref(m);
         CT_TRY(report(t, "eval", m));
     }
     if (r->test) {
@@ -176,9 +174,28 @@ static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
         m = p.metrics;
         p.metrics = NULL;
         ct_prediction_output_free(&p);
+        *test_m = json_incref(m);
         CT_TRY(report(t, "test", m));
     }
     return CT_OK;
+}
+
+static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
+    ct_train_output out;
+    CT_TRY(ct_trainer_train(t, o->resume, &out));
+    CT_TRY(ct_trainer_save_model(t, NULL));
+    json_t *m = out.metrics;
+    out.metrics = NULL;
+    CT_TRY(report(t, "train", m));
+    CT_TRY(ct_trainer_save_state(t));
+    json_t *eval_m = NULL, *test_m = NULL;
+    ct_status s = evaluate_and_predict(r, t, &eval_m, &test_m);
+    /* output_dir/README.md with the curves, as Hugging Face's create_model_card (trainer/model_card.h) */
+    if (s == CT_OK) s = ct_trainer_create_model_card(t, eval_m, test_m);
+    ct_plot_release_fonts(); /* nothing draws after the card */
+    json_decref(eval_m);
+    json_decref(test_m);
+    return s;
 }
 
 static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_trainer *t) {
@@ -187,9 +204,11 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_tra
     setup.comm = comm;
     CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
     if (is_train) return train(o, r, t);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.h5", o->model_dir);
-    CT_TRY(ct_model_load_h5(&r->model, path));
+    if (o->model_dir) { /* else the config's init_from, loaded when the model was built */
+        char path[4096];
+        snprintf(path, sizeof path, "%s/model.h5", o->model_dir);
+        CT_TRY(ct_model_load_h5(&r->model, path));
+    }
     if (strcmp(o->command, "evaluate") == 0) {
         json_t *m;
         CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));
@@ -219,6 +238,12 @@ int ct_cli_run(int argc, char **argv) {
         ct_status s = load_run(&o, &r);
         if (s != CT_OK) {
             code = fail(o.command, s);
+        } else if (purpose != CT_RUN_TRAIN && !o.model_dir && !ct_run_config_section(&r.config, "init_from")) {
+            /* The weights come from --model's model.h5, or from the config's "init_from". */
+            fprintf(stderr, "ctrainer %s: --model DIR is required (a directory with model.h5), unless the config "
+                    "has \"init_from\"\n", o.command);
+            ct_run_free(&r);
+            code = 2;
         } else {
             /* The program owns the communicator, so that it can still print a failing process's
              * message and end the other processes after the trainer is gone. It exists before the
