@@ -36,6 +36,11 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "demo") == 0) return ct_cli_demo(argc - 1, argv + 1);
     if (strcmp(argv[1], "data") == 0) return ct_cli_data(argc - 1, argv + 1);
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
+        if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            printf("usage: ctrainer version\n"
+                   "Prints ctrainer's version and whether CUDA is compiled in (and how many GPUs it sees).\n");
+            return 0;
+        }
         printf("ctrainer %s\n", CT_VERSION);
 #ifdef CT_HAVE_CUDA
         printf("CUDA: compiled in, %d device(s) visible\n", ct_cuda_device_count());
