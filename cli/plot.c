@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "core/fs.h"
 #include "trainer/log_history.h"
 #include "trainer/plot.h"
 
@@ -36,18 +37,6 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-/* The last path component of dir, without trailing slashes. */
-static void base_name(const char *dir, char *buf, size_t cap) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    size_t start = n;
-    while (start > 0 && dir[start - 1] != '/') start--;
-    snprintf(buf, cap, "%.*s", (int)(n - start), dir + start);
-    /* "." or "..": the name of the directory it stands for */
-    char resolved[PATH_MAX];
-    if ((strcmp(buf, ".") == 0 || strcmp(buf, "..") == 0) && realpath(dir, resolved) && strcmp(resolved, "/") != 0)
-        snprintf(buf, cap, "%s", strrchr(resolved, '/') + 1);
-}
 
 int ct_cli_plot(int argc, char **argv) {
     const char *run = NULL, *prefix = NULL, *format = "both", *title = NULL;
@@ -125,7 +114,7 @@ int ct_cli_plot(int argc, char **argv) {
     char png[4200], svg[4200], default_title[512], name[256];
     snprintf(png, sizeof png, "%s.png", out);
     snprintf(svg, sizeof svg, "%s.svg", out);
-    base_name(is_dir ? run : dir, name, sizeof name);
+    ct_path_base_name(is_dir ? run : dir, name, sizeof name);
     snprintf(default_title, sizeof default_title, "Training curves: %s", name);
     bool want_png = strcmp(format, "svg") != 0, want_svg = strcmp(format, "png") != 0;
 

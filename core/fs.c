@@ -1,5 +1,7 @@
 /* File-system helpers (see fs.h). */
 #include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -24,3 +26,13 @@ ct_status ct_make_dirs(const char *dir) {
     return CT_OK;
 }
 
+void ct_path_base_name(const char *path, char *buf, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t start = n;
+    while (start > 0 && path[start - 1] != '/') start--;
+    snprintf(buf, cap, "%.*s", (int)(n - start), path + start);
+    char resolved[PATH_MAX];
+    if ((strcmp(buf, ".") == 0 || strcmp(buf, "..") == 0) && realpath(path, resolved) && strcmp(resolved, "/") != 0)
+        snprintf(buf, cap, "%s", strrchr(resolved, '/') + 1);
+}

@@ -117,20 +117,6 @@ static void grouped(int64_t n, char *buf, size_t cap) {
     snprintf(buf, cap, "%s", out);
 }
 
-/* The last component of a path, trailing slashes ignored: Hugging Face names the model after
- * output_dir's. */
-static void base_name(const char *dir, char *buf, size_t cap) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
-    size_t start = n;
-    while (start > 0 && dir[start - 1] != '/') start--;
-    snprintf(buf, cap, "%.*s", (int)(n - start), dir + start);
-    /* "." or "..": the name of the directory it stands for */
-    char resolved[PATH_MAX];
-    if ((strcmp(buf, ".") == 0 || strcmp(buf, "..") == 0) && realpath(dir, resolved) && strcmp(resolved, "/") != 0)
-        snprintf(buf, cap, "%s", strrchr(resolved, '/') + 1);
-}
-
 /* A table cell or inline text: '|' would end the cell. */
 static void cell(FILE *f, const char *s) {
     for (; *s; s++) {
@@ -670,7 +656,7 @@ static void write_versions(FILE *f) {
 static ct_status write_card(ct_trainer *t, const json_t *eval_metrics, const json_t *test_metrics, bool have_curves,
                             FILE *f) {
     char name[256];
-    base_name(t->args.output_dir, name, sizeof name);
+    ct_path_base_name(t->args.output_dir, name, sizeof name);
 
     ct_log_eval_sets hist_sets;
     ct_log_eval_sets_find(t->state.log_history, &hist_sets);
@@ -744,7 +730,7 @@ ct_status ct_trainer_create_model_card(ct_trainer *t, const json_t *eval_metrics
     bool have_curves = ct_plot_count_values(trained) > 0;
     if (have_curves) {
         char name[256], title[512];
-        base_name(dir, name, sizeof name);
+        ct_path_base_name(dir, name, sizeof name);
         snprintf(title, sizeof title, "Training curves: %s", name);
         ct_plot_options o = {.title = title};
         ct_status ps = ct_plot_training_curves(trained, &o, png, svg);

@@ -20,6 +20,19 @@ except ImportError as e:  # the project's setup installs them; without them the 
     sys.exit(77)
 
 HARNESS = sys.argv[1] if len(sys.argv) > 1 else "build/tests/ct_oracle"
+# The CLI sits two levels above the harness (build/tests/ct_oracle -> build/ctrainer); the tests' small
+# Fashion-MNIST run config lives with the CLI tests.
+CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(HARNESS))), "ctrainer")
+TINY_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli", "configs", "tiny_sequential.json")
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def require_fashion_mnist():
+    """The Fashion-MNIST directory; skips the test (exit 77) when Debian's package is not installed."""
+    if not os.path.exists(f"{FASHION_MNIST}/t10k-images-idx3-ubyte.gz"):
+        print(f"skipped: Fashion-MNIST is not installed at {FASHION_MNIST}")
+        sys.exit(77)
+    return FASHION_MNIST
 SEED = int(os.environ.get("CT_TEST_SEED", time.time_ns() % (2**31)))
 RNG = np.random.default_rng(SEED)
 torch.manual_seed(SEED)

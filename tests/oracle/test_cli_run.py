@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import RNG, check, finish, rel_err, np, torch, h5py
+from common import check, CTRAINER, finish, h5py, np, rel_err, require_fashion_mnist, RNG, TINY_CONFIG, torch
 
 try:
     from sklearn.metrics import accuracy_score, top_k_accuracy_score
@@ -25,14 +25,10 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
+CONFIG = TINY_CONFIG
 SEED = int(RNG.integers(0, 2**31))
 
 

@@ -21,14 +21,12 @@ import subprocess
 import sys
 import tempfile
 
-from common import HARNESS, RNG, check, finish  # first: skips the test when torch is missing
+from common import CTRAINER, HARNESS, RNG, check, finish  # first: skips the test when torch is missing
 import h5py
 import numpy as np
 import torch
 from gpt_reference import GPT
 
-BUILD = os.path.dirname(os.path.dirname(os.path.abspath(HARNESS)))
-CTRAINER = os.path.join(BUILD, "ctrainer")
 TEST_GENERATE = os.path.join(os.path.dirname(os.path.abspath(HARNESS)), "test_generate")
 ENV = {**os.environ, "OMP_NUM_THREADS": "2"}
 

@@ -9,9 +9,8 @@ import subprocess
 import sys
 import tempfile
 
-from common import RNG, check, finish, h5py, np
+from common import check, CTRAINER, finish, h5py, np, RNG
 
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
 FMNIST = "/usr/share/datasets/fashion-mnist"
 
 

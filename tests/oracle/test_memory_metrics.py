@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import RNG, check, finish
+from common import check, CTRAINER, finish, require_fashion_mnist, RNG, TINY_CONFIG
 
 try:
     from transformers.trainer_utils import TrainerMemoryTracker
@@ -24,14 +24,10 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
+CONFIG = TINY_CONFIG
 SEED = int(RNG.integers(0, 2**31))
 
 

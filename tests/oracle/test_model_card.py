@@ -27,17 +27,13 @@ import sys
 import tempfile
 import warnings
 
-from common import RNG, check, finish
+from common import check, CTRAINER, finish, require_fashion_mnist, RNG, TINY_CONFIG
 import png_check
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
+CONFIG = TINY_CONFIG
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")

@@ -25,17 +25,13 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-from common import RNG, check, finish, np
+from common import check, CTRAINER, finish, np, require_fashion_mnist, RNG, TINY_CONFIG
 import png_check
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
+CONFIG = TINY_CONFIG
 SEED = int(RNG.integers(0, 2**31))
 BLUE, ORANGE, GREEN = (0x1F, 0x77, 0xB4), (0xFF, 0x7F, 0x0E), (0x2C, 0xA0, 0x2C)
 

@@ -32,10 +32,9 @@ import threading
 import time
 import zlib
 
-from common import RNG, check, finish, np, h5py
+from common import check, CTRAINER, finish, h5py, np, RNG
 
 DATA = "/usr/share/datasets/fashion-mnist"
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
 SEED = int(RNG.integers(0, 2**31))
 # Bit-identity holds for the same thread count: every run of a test gets the same.
 ENV = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-from common import RNG, SEED, check, check_close, finish, np, torch, h5py
+from common import check, check_close, CTRAINER, finish, h5py, np, RNG, SEED, torch
 
 try:
     from safetensors.torch import load_file, save_file, save_model
@@ -32,7 +32,6 @@ except ImportError as e:
 from gpt_reference import GPT
 
 nn = torch.nn
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
 
 
 def ctrainer(*args, fail=False):

@@ -24,14 +24,10 @@ import sys
 import tempfile
 import time
 
-from common import RNG, check, finish
+from common import check, CTRAINER, finish, require_fashion_mnist, RNG
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
 SEED = int(RNG.integers(0, 2**31))
 ENV = {**os.environ, "OMP_NUM_THREADS": "2"}
 

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from common import RNG, check, finish, np
+from common import check, CTRAINER, finish, np, require_fashion_mnist, RNG, TINY_CONFIG
 
 try:
     from tensorboard.backend.event_processing import event_accumulator
@@ -48,14 +48,10 @@ except ImportError as e:
           "scripts/oracle-venv.sh installs it into build/oracle-venv when PyPI can be reached")
     sys.exit(77)
 
-DATA = "/usr/share/datasets/fashion-mnist"
-if not os.path.exists(f"{DATA}/t10k-images-idx3-ubyte.gz"):
-    print(f"skipped: Fashion-MNIST is not installed at {DATA}")
-    sys.exit(77)
+DATA = require_fashion_mnist()
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
-CTRAINER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(sys.argv[1]))), "ctrainer")
+CONFIG = TINY_CONFIG
 SEED = int(RNG.integers(0, 2**31))
 ENV = {**os.environ, "OMP_NUM_THREADS": "2"}
 
