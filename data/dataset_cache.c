@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/log.h"
 #include "core/h5io.h"
 #include "data/convert.h"
@@ -138,6 +139,15 @@ static ct_status build(const char *images, const char *labels, double scale, int
     char tmp[PATH_MAX + 320];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.build-%s-%ld", cache, host, (long)getpid()) >= sizeof tmp)
         return ct_error(CT_ERR_INVALID_ARG, "%s: the cache path is too long", cache);
+    /* Its directory is made as output_dir is (mkdir -p). */
+    char dir[PATH_MAX + 320];
+    snprintf(dir, sizeof dir, "%s", cache);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = '\0';
+        ct_status ds = ct_make_dirs(dir);
+        if (ds != CT_OK) return ct_error_prefix(ds, "%s: cannot build the cache: ", cache);
+    }
     ct_status s = ct_convert_idx_to_hdf5(images, labels, tmp, 0, -1);
     if (s != CT_OK) return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
     s = add_record(cache, tmp, record);

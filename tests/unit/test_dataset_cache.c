@@ -340,6 +340,10 @@ static void test_identical(void) {
     snprintf(cache, sizeof cache, "%s/a_dir/abs.h5", dir);
     compare("absolute paths", body, cache, 1);
     CHECK(exists("a_dir/abs.h5"), "the absolute cache path was not used");
+    /* Missing directories on the way to the cache are made, as output_dir's are. */
+    compare("cache in new directories", "\"type\": \"idx\", \"images\": \"u8.idx\", \"labels\": \"lab.idx\"",
+            "new_dir/deeper/c.h5", 1);
+    CHECK(exists("new_dir/deeper/c.h5"), "the cache's directories were not made");
     CHECK(count_files(".build-") == 0 && count_files(".tmp-") == 0, "temporary files left behind");
 }
 
@@ -497,9 +501,10 @@ static void test_errors(void) {
     ct_dataset *ds = NULL;
     const char *u8 = "\"type\": \"idx\", \"images\": \"u8.idx\", \"labels\": \"lab.idx\"";
     char spec[1024], p[256];
-    snprintf(spec, sizeof spec, "{%s, \"cache\": \"no/such/dir/c.h5\"}", u8);
-    path_of(p, sizeof p, "no/such/dir/c.h5");
-    CHECK_ERR(from(spec, &ds), CT_ERR_IO, "data.train.cache: ", p, "cannot build the cache", "No such file or directory");
+    /* Its directory cannot be made: a file stands in the way. */
+    snprintf(spec, sizeof spec, "{%s, \"cache\": \"lab.idx/dir/c.h5\"}", u8);
+    path_of(p, sizeof p, "lab.idx/dir/c.h5");
+    CHECK_ERR(from(spec, &ds), CT_ERR_IO, "data.train.cache: ", p, "Not a directory");
     snprintf(spec, sizeof spec, "{%s, \"cache\": \"u8.idx\"}", u8);
     CHECK_ERR(from(spec, &ds), CT_ERR_CONFIG, "data.train.cache: ", "is the same file as the source");
     snprintf(spec, sizeof spec, "{%s, \"cache\": \"a_dir\"}", u8);
