@@ -4,7 +4,9 @@
  * it as a TFRecord with CRC-32C (core/crc32c.h) and appends it to the file, reusing one buffer.
  * The callback turns the Trainer's events into records as Hugging Face's TensorBoardCallback does
  * through PyTorch's SummaryWriter, so a run of ctrainer and one of transformers look alike in
- * TensorBoard (same tags, same steps, same text summaries). */
+ * TensorBoard (same tags, same steps, same text summaries). Built with protobuf-c only
+ * (CTRAINER_TENSORBOARD, cmake/CtrainerTensorboard.cmake; tensorboard_off.c stands in without it);
+ * the helpers that need no protobuf-c are in tensorboard_util.c. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,13 +37,7 @@ struct ct_tb_writer {
 /* The files this process opened: the last part of their names, as TensorBoard's _global_uid. */
 static atomic_int files_opened;
 
-uint32_t ct_tfrecord_mask_crc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
-
-double ct_tb_wall_time(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+const char *ct_tb_protobuf_c_version(void) { return protobuf_c_version(); }
 
 static void put_le32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -291,12 +287,6 @@ ct_status ct_tb_writer_close(ct_tb_writer *w) {
 }
 
 /* --- Hugging Face's helpers ----------------------------------------------------------------------- */
-
-void ct_tb_rewrite_key(const char *key, char *out, size_t n) {
-    if (strncmp(key, "eval_", 5) == 0) snprintf(out, n, "eval/%s", key + 5);
-    else if (strncmp(key, "test_", 5) == 0) snprintf(out, n, "test/%s", key + 5);
-    else snprintf(out, n, "train/%s", key);
-}
 
 ct_status ct_tb_default_logdir(const char *output_dir, char *out, size_t n) {
     time_t now = time(NULL);

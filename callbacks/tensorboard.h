@@ -15,7 +15,13 @@
  * arguments ("args") and the model config ("model_config") as text-plugin summaries tagged
  * "<tag>/text_summary" (a DT_STRING tensor of one element). Beyond Hugging Face, the arguments also
  * go to TensorBoard's HParams plugin ("_hparams_/session_start_info" at train begin,
- * "_hparams_/session_end_info" at train end), so runs can be compared in its table. */
+ * "_hparams_/session_end_info" at train end), so runs can be compared in its table.
+ *
+ * TensorBoard support is optional at build time (CTRAINER_TENSORBOARD, protobuf-c). Built without
+ * it, this API is still there: ct_tb_protobuf_c_version returns NULL, and every function below that
+ * returns a ct_status (opening a writer, creating the callback, ...) answers CT_ERR_UNSUPPORTED with
+ * a message saying how to build it in; ct_tfrecord_mask_crc, ct_tb_wall_time and ct_tb_rewrite_key
+ * work in every build. */
 #ifndef CT_TENSORBOARD_H
 #define CT_TENSORBOARD_H
 
@@ -28,6 +34,10 @@
 #include "core/status.h"
 
 #define CT_TENSORBOARD_CALLBACK_NAME "TensorBoardCallback"
+
+/* The version of protobuf-c this ctrainer writes event files with ("1.4.1"), or NULL when it was
+ * built without TensorBoard support. */
+const char *ct_tb_protobuf_c_version(void);
 
 /* TFRecord's CRC mask, and the size of a record's framing around its data (8 + 4 + 4). */
 uint32_t ct_tfrecord_mask_crc(uint32_t crc);

@@ -2,8 +2,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "callbacks/tensorboard.h"
 #include "cli/cli.h"
 #include "core/device.h"
+#include "trainer/plot.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"
@@ -38,7 +40,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
             printf("usage: ctrainer version\n"
-                   "Prints ctrainer's version and whether CUDA is compiled in (and how many GPUs it sees).\n");
+                   "Prints ctrainer's version, whether CUDA is compiled in (and how many GPUs it sees), and whether\n"
+                   "the optional parts are: TensorBoard event files (protobuf-c) and training curves (cairo).\n");
             return 0;
         }
         printf("ctrainer %s\n", CT_VERSION);
@@ -47,6 +50,11 @@ int main(int argc, char **argv) {
 #else
         printf("CUDA: not compiled in\n");
 #endif
+        const char *pb = ct_tb_protobuf_c_version(), *cairo = ct_plot_cairo_version();
+        if (pb) printf("TensorBoard: yes (protobuf-c %s)\n", pb);
+        else printf("TensorBoard: no (configure with -DCTRAINER_TENSORBOARD=ON)\n");
+        if (cairo) printf("plots: yes (cairo %s)\n", cairo);
+        else printf("plots: no (configure with -DCTRAINER_PLOT=ON)\n");
         return 0;
     }
     fprintf(stderr, "ctrainer: unknown command '%s'\n", argv[1]);

@@ -84,6 +84,11 @@ int ct_cli_plot(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    if (!ct_plot_cairo_version()) {
+        fprintf(stderr, "ctrainer plot: this ctrainer was built without plotting support (cairo; configure with "
+                        "-DCTRAINER_PLOT=ON)\n");
+        return 1;
+    }
 
     /* A directory holds trainer_state.json; a file is taken as the state file itself, and a path that
      * does not exist as the run directory it names unless it ends in .json (so the error names the

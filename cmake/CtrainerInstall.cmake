@@ -18,7 +18,10 @@
 #
 # Dependencies. The exported targets cannot name the object library the objects come from, so they get
 # its dependencies themselves, read from ctrainer_objects here at the end of the configuration — also
-# what cmake/CtrainerTensorboard.cmake, cmake/CtrainerPlot.cmake (or anything else) link to it. The
+# what cmake/CtrainerTensorboard.cmake, cmake/CtrainerPlot.cmake (or anything else) link to it, so a
+# build without TensorBoard or curves neither requires nor names protobuf-c or cairo. Their headers
+# (callbacks/tensorboard.h, trainer/plot.h) are installed either way: they include neither library,
+# and without it their functions answer CT_ERR_UNSUPPORTED. The
 # ones whose headers the public headers include (CT_INTERFACE_DEPS) are PUBLIC, every other one is
 # needed only to link the static library. For each, ctrainerConfig.cmake finds the package again
 # (find_dependency by the target's namespace, our own ct::* imported targets re-created from their
@@ -349,6 +352,8 @@ configure_file(${PROJECT_SOURCE_DIR}/cmake/ctrainer.pc.in ${PROJECT_BINARY_DIR}/
 # --- CMake package ---------------------------------------------------------------------------------------
 set(CT_CONFIG_CUDA ${CTRAINER_CUDA_ENABLED})
 set(CT_CONFIG_MPI ${CTRAINER_MPI_ENABLED})
+set(CT_CONFIG_TENSORBOARD ${CTRAINER_TENSORBOARD_ENABLED})
+set(CT_CONFIG_PLOT ${CTRAINER_PLOT_ENABLED})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/ctrainerConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/ctrainerConfig.cmake
                               INSTALL_DESTINATION ${CTRAINER_INSTALL_CMAKEDIR})

@@ -1,6 +1,37 @@
-# Curves for `ctrainer plot` and the model card (trainer/plot*.c, trainer/model_card.c): cairo, for
-# its PNG and SVG surfaces, found through pkg-config. It is required: a build without it would lack
-# a documented command.
+# Optional training curves for `ctrainer plot` and the model card (trainer/plot*.c,
+# trainer/model_card.c): CTRAINER_PLOT=AUTO draws them with cairo (its PNG and SVG surfaces) and
+# fontconfig where pkg-config finds both, ON requires them, OFF leaves them out.
+#
+# Without them, trainer/plot_off.c replaces trainer/plot.c (the drawing; the figure's data and axes,
+# trainer/plot_series.c and plot_axis.c, need no cairo and stay): ct_plot_training_curves answers
+# CT_ERR_UNSUPPORTED and ct_plot_cairo_version NULL, so `ctrainer plot` exits 1 with a message and the
+# model card is written without its figure, saying why; unit.test_plot is not built and
+# oracle.test_plot skips. Defines CTRAINER_PLOT_ENABLED and, when ON, CT_HAVE_PLOT=1 for
+# ctrainer_objects and everything built on it. Included by the top-level CMakeLists.txt right after
+# ctrainer_objects is defined (it picks one of the two sources from the objects' globbed ones).
+
+set(CTRAINER_PLOT_ENABLED OFF)
+if(NOT CTRAINER_PLOT MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CTRAINER_PLOT must be AUTO, ON or OFF, got '${CTRAINER_PLOT}'")
+endif()
+
+# Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
+function(_ct_plot_drop_source file)
+  get_target_property(sources ctrainer_objects SOURCES)
+  list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+  set_property(TARGET ctrainer_objects PROPERTY SOURCES ${sources})
+endfunction()
+
+# The model card names the ctrainer version that trained the model.
+set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/trainer/model_card.c APPEND PROPERTY
+             COMPILE_DEFINITIONS CT_VERSION="${PROJECT_VERSION}")
+
+if(CTRAINER_PLOT STREQUAL "OFF")
+  message(STATUS "ctrainer: training curves disabled (CTRAINER_PLOT=OFF): no `ctrainer plot`, model cards without figures")
+  _ct_plot_drop_source(trainer/plot.c)
+  return()
+endif()
+
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
   pkg_check_modules(CT_CAIRO QUIET IMPORTED_TARGET cairo)
@@ -8,12 +39,19 @@ if(PkgConfig_FOUND)
   pkg_check_modules(CT_FONTCONFIG QUIET IMPORTED_TARGET fontconfig)
 endif()
 if(NOT CT_CAIRO_FOUND OR NOT CT_FONTCONFIG_FOUND)
-  message(FATAL_ERROR "cairo or fontconfig was not found (pkg-config cairo fontconfig), and ctrainer needs it to draw training curves "
-                      "(`ctrainer plot`, the model card). Install it with: apt-get install libcairo2-dev pkg-config "
-                      "(scripts/setup.sh does), or point PKG_CONFIG_PATH at a cairo installation.")
+  if(CTRAINER_PLOT STREQUAL "ON")
+    message(FATAL_ERROR "CTRAINER_PLOT=ON, but cairo or fontconfig was not found (pkg-config cairo fontconfig), and ctrainer "
+                        "needs them to draw training curves (`ctrainer plot`, the model card). Install them with: "
+                        "apt-get install libcairo2-dev pkg-config (scripts/setup.sh does), point PKG_CONFIG_PATH at a "
+                        "cairo installation, or build without curves: -DCTRAINER_PLOT=OFF.")
+  endif()
+  message(STATUS "ctrainer: cairo or fontconfig not found (pkg-config cairo fontconfig), building without training curves "
+                 "(no `ctrainer plot`, model cards without figures; -DCTRAINER_PLOT=ON requires them)")
+  _ct_plot_drop_source(trainer/plot.c)
+  return()
 endif()
-message(STATUS "cairo ${CT_CAIRO_VERSION}: training curves (PNG, SVG)")
+_ct_plot_drop_source(trainer/plot_off.c)
+set(CTRAINER_PLOT_ENABLED ON)
+message(STATUS "ctrainer: training curves (PNG, SVG) with cairo ${CT_CAIRO_VERSION}")
+target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_PLOT=1)
 target_link_libraries(ctrainer_objects PUBLIC PkgConfig::CT_CAIRO PkgConfig::CT_FONTCONFIG)
-# The model card names the ctrainer version that trained the model.
-set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/trainer/model_card.c APPEND PROPERTY
-             COMPILE_DEFINITIONS CT_VERSION="${PROJECT_VERSION}")

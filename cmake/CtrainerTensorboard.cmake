@@ -1,11 +1,35 @@
-# TensorBoard event records: protobuf-c and the generated message code.
+# Optional TensorBoard event records: CTRAINER_TENSORBOARD=AUTO builds them where protobuf-c (library,
+# header and the protoc-c compiler) is found, ON requires it, OFF leaves them out.
 #
-# callbacks/tensorboard.proto (TensorFlow's Event / Summary / TensorProto subset) and
+# With it, callbacks/tensorboard.proto (TensorFlow's Event / Summary / TensorProto subset) and
 # callbacks/tensorboard_hparams.proto (the HParams plugin's) are compiled by protoc-c at build time
 # into <build>/generated/callbacks/*.pb-c.{c,h}, which become part of ctrainer_objects; the sources
 # include them as "callbacks/tensorboard.pb-c.h". Debian: libprotobuf-c-dev protobuf-c-compiler
-# (scripts/setup.sh installs both). Included by the top-level CMakeLists.txt right after
-# ctrainer_objects is defined.
+# (scripts/setup.sh installs both). Without it, callbacks/tensorboard_off.c replaces
+# callbacks/tensorboard.c: the same API (callbacks/tensorboard.h), whose writer and callback answer
+# CT_ERR_UNSUPPORTED, so report_to "tensorboard" fails at Trainer init with a message saying how to
+# build it in; unit.test_tensorboard is not built and oracle.test_tensorboard skips.
+# Defines CTRAINER_TENSORBOARD_ENABLED and, when ON, CT_HAVE_TENSORBOARD=1 for ctrainer_objects and
+# everything built on it. Included by the top-level CMakeLists.txt right after ctrainer_objects is
+# defined (it picks one of the two sources from the objects' globbed ones).
+
+set(CTRAINER_TENSORBOARD_ENABLED OFF)
+if(NOT CTRAINER_TENSORBOARD MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CTRAINER_TENSORBOARD must be AUTO, ON or OFF, got '${CTRAINER_TENSORBOARD}'")
+endif()
+
+# Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
+function(_ct_tb_drop_source file)
+  get_target_property(sources ctrainer_objects SOURCES)
+  list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${file})
+  set_property(TARGET ctrainer_objects PROPERTY SOURCES ${sources})
+endfunction()
+
+if(CTRAINER_TENSORBOARD STREQUAL "OFF")
+  message(STATUS "ctrainer: TensorBoard disabled (CTRAINER_TENSORBOARD=OFF): report_to \"tensorboard\" is refused")
+  _ct_tb_drop_source(callbacks/tensorboard.c)
+  return()
+endif()
 
 find_package(PkgConfig QUIET)
 if(PkgConfig_FOUND)
@@ -16,13 +40,22 @@ find_library(PROTOBUF_C_LIBRARY NAMES protobuf-c HINTS ${PC_PROTOBUF_C_LIBRARY_D
 find_program(PROTOC_C_EXECUTABLE NAMES protoc-c)
 if(NOT EXISTS "${PROTOBUF_C_INCLUDE_DIR}/protobuf-c/protobuf-c.h" OR NOT EXISTS "${PROTOBUF_C_LIBRARY}"
    OR NOT EXISTS "${PROTOC_C_EXECUTABLE}")
-  message(FATAL_ERROR
-    "ctrainer: TensorBoard logging needs protobuf-c, which was not found "
-    "(library: ${PROTOBUF_C_LIBRARY}, header protobuf-c/protobuf-c.h: ${PROTOBUF_C_INCLUDE_DIR}, "
-    "compiler protoc-c: ${PROTOC_C_EXECUTABLE}). On Debian or Ubuntu: "
-    "apt-get install libprotobuf-c-dev protobuf-c-compiler (scripts/setup.sh does it). "
-    "Elsewhere pass -DPROTOBUF_C_INCLUDE_DIR=..., -DPROTOBUF_C_LIBRARY=... and -DPROTOC_C_EXECUTABLE=....")
+  if(CTRAINER_TENSORBOARD STREQUAL "ON")
+    message(FATAL_ERROR
+      "ctrainer: CTRAINER_TENSORBOARD=ON, but TensorBoard logging needs protobuf-c, which was not found "
+      "(library: ${PROTOBUF_C_LIBRARY}, header protobuf-c/protobuf-c.h: ${PROTOBUF_C_INCLUDE_DIR}, "
+      "compiler protoc-c: ${PROTOC_C_EXECUTABLE}). On Debian or Ubuntu: "
+      "apt-get install libprotobuf-c-dev protobuf-c-compiler (scripts/setup.sh does it). "
+      "Elsewhere pass -DPROTOBUF_C_INCLUDE_DIR=..., -DPROTOBUF_C_LIBRARY=... and -DPROTOC_C_EXECUTABLE=..., "
+      "or build without TensorBoard: -DCTRAINER_TENSORBOARD=OFF.")
+  endif()
+  message(STATUS "ctrainer: protobuf-c (libprotobuf-c-dev, protoc-c) not found, building without TensorBoard "
+                 "(report_to \"tensorboard\" is refused; -DCTRAINER_TENSORBOARD=ON requires it)")
+  _ct_tb_drop_source(callbacks/tensorboard.c)
+  return()
 endif()
+_ct_tb_drop_source(callbacks/tensorboard_off.c)
+set(CTRAINER_TENSORBOARD_ENABLED ON)
 if(NOT TARGET ct::protobuf_c)
   add_library(ct::protobuf_c UNKNOWN IMPORTED)
   set_target_properties(ct::protobuf_c PROPERTIES IMPORTED_LOCATION "${PROTOBUF_C_LIBRARY}"
@@ -49,5 +82,6 @@ endforeach()
 target_sources(ctrainer_objects PRIVATE ${CT_PROTO_SOURCES})
 # PUBLIC in the build tree: the unit tests decode what the writer wrote with the same messages.
 target_include_directories(ctrainer_objects PUBLIC $<BUILD_INTERFACE:${CT_PROTO_OUT}>)
+target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_TENSORBOARD=1)
 target_link_libraries(ctrainer_objects PUBLIC ct::protobuf_c)
 message(STATUS "ctrainer: TensorBoard event files with protobuf-c (${PROTOBUF_C_LIBRARY}, ${PROTOC_C_EXECUTABLE})")

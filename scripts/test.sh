@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds with warnings as errors, and runs the whole test suite with ctest.
+# Installs what is missing, builds with warnings as errors (and with TensorBoard and training curves
+# required: scripts/build.sh), and runs the whole test suite with ctest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

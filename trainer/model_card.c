@@ -5,7 +5,6 @@
 #include "trainer/model_card.h"
 
 #include <H5public.h>
-#include <cairo.h>
 #include <cblas.h>
 #include <errno.h>
 #include <limits.h>
@@ -430,11 +429,17 @@ static void run_summary(FILE *f, const ct_trainer *t) {
     fprintf(f, ".\n\n");
 }
 
-static void write_curves(FILE *f, bool have_curves) {
-    if (have_curves)
+/* What the card says about the curves: drawn, nothing to draw, or no drawing in this build. */
+typedef enum { CURVES_DRAWN, CURVES_NOTHING_LOGGED, CURVES_NOT_BUILT } curves_state;
+
+static void write_curves(FILE *f, curves_state curves) {
+    if (curves == CURVES_DRAWN)
         fprintf(f, "![Training curves](training_curves.png)\n\n"
                    "The curves are also in training_curves.svg; `ctrainer plot` draws them again from "
                    "trainer_state.json.\n\n");
+    else if (curves == CURVES_NOT_BUILT)
+        fprintf(f, "No training curves: drawing them needs a ctrainer built with cairo (-DCTRAINER_PLOT=ON), whose "
+                   "`ctrainer plot` draws them from trainer_state.json.\n\n");
     else
         fprintf(f, "No training curves: nothing was logged during training (see logging_steps).\n\n");
 }
@@ -647,14 +652,15 @@ static void write_versions(FILE *f) {
         const char *end = sp ? strchr(sp + 1, ' ') : NULL;
         snprintf(blas, sizeof blas, "%.*s", (int)(end ? end - config : (long)strlen(config)), config);
     }
-    fprintf(f, "### Framework versions\n\n- ctrainer %s\n- %s\n- HDF5 %u.%u.%u\n- jansson %s\n- cairo %s\n", CT_VERSION,
-            blas, maj, min, rel, JANSSON_VERSION, cairo_version_string());
+    fprintf(f, "### Framework versions\n\n- ctrainer %s\n- %s\n- HDF5 %u.%u.%u\n- jansson %s\n", CT_VERSION, blas, maj,
+            min, rel, JANSSON_VERSION);
+    if (ct_plot_cairo_version()) fprintf(f, "- cairo %s\n", ct_plot_cairo_version());
 }
 
 /* --- the card ------------------------------------------------------------------------------------ */
 
-static ct_status write_card(ct_trainer *t, const json_t *eval_metrics, const json_t *test_metrics, bool have_curves,
-                            FILE *f) {
+static ct_status write_card(ct_trainer *t, const json_t *eval_metrics, const json_t *test_metrics,
+                            curves_state curves, FILE *f) {
     char name[256];
     ct_path_base_name(t->args.output_dir, name, sizeof name);
 
@@ -698,7 +704,7 @@ static ct_status write_card(ct_trainer *t, const json_t *eval_metrics, const jso
     write_data(f, t);
     fprintf(f, "## Training procedure\n\n");
     run_summary(f, t);
-    write_curves(f, have_curves);
+    write_curves(f, curves);
     write_hyperparameters(f, t);
     CT_TRY(write_results_table(f, t->state.log_history));
     write_versions(f);
@@ -727,8 +733,10 @@ ct_status ct_trainer_create_model_card(ct_trainer *t, const json_t *eval_metrics
         json_array_append(trained, e);
         if (json_object_get(e, "train_runtime")) break;
     }
-    bool have_curves = ct_plot_count_values(trained) > 0;
-    if (have_curves) {
+    curves_state curves = ct_plot_count_values(trained) == 0 ? CURVES_NOTHING_LOGGED
+                          : ct_plot_cairo_version()        ? CURVES_DRAWN
+                                                           : CURVES_NOT_BUILT;
+    if (curves == CURVES_DRAWN) {
         char name[256], title[512];
         ct_path_base_name(dir, name, sizeof name);
         snprintf(title, sizeof title, "Training curves: %s", name);
@@ -745,7 +753,7 @@ ct_status ct_trainer_create_model_card(ct_trainer *t, const json_t *eval_metrics
     size_t len = 0;
     FILE *mem = open_memstream(&text, &len);
     if (!mem) return ct_error(CT_ERR_NOMEM, "model card: out of memory");
-    ct_status s = write_card(t, eval_metrics, test_metrics, have_curves, mem);
+    ct_status s = write_card(t, eval_metrics, test_metrics, curves, mem);
     if (fclose(mem) != 0 && s == CT_OK) s = ct_error(CT_ERR_NOMEM, "model card: out of memory");
     if (s == CT_OK) {
         FILE *f = fopen(tmp, "w");

@@ -5,7 +5,7 @@
  * evaluation results with their confidence intervals (and the test set's), the model (type,
  * parameter count, its config), the data (each split's dataset spec and size), the training
  * procedure with the training curves (training_curves.png and .svg, drawn by trainer/plot.h next to
- * the card), the training hyperparameters (Hugging Face's list: learning_rate, train_batch_size,
+ * the card; a ctrainer built without cairo writes the card without them and says so), the training hyperparameters (Hugging Face's list: learning_rate, train_batch_size,
  * eval_batch_size, seed, optimizer, lr_scheduler_type, num_epochs or training_steps, ...), the
  * "Training results" table (Training Loss | Epoch | Step | Validation Loss | metrics, one row per
  * evaluation, values rounded to 4 decimals) and the framework versions.

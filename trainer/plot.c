@@ -5,7 +5,8 @@
  * (one when there is a single panel). Each panel has its title and legend above the plot area, tick
  * labels and axis names around it, grid lines at the ticks, epoch ends as dashed lines, confidence
  * bands under the lines, and markers on evaluation points while they are few enough to tell apart.
- * All panels share one step axis, so a change in one can be read against the others. */
+ * All panels share one step axis, so a change in one can be read against the others. Built with
+ * cairo only (CTRAINER_PLOT, cmake/CtrainerPlot.cmake; plot_off.c stands in without it). */
 #include <cairo-svg.h>
 #include <cairo.h>
 #include <errno.h>
@@ -564,13 +565,7 @@ static ct_status write_svg(const ct_plot_data *d, const ct_plot_options *opts, c
     return close_out(&o, CT_OK, cs);
 }
 
-int64_t ct_plot_count_values(const json_t *history) {
-    ct_plot_data *d;
-    if (ct_plot_data_build(history, &d) != CT_OK) return 0;
-    int64_t n = d->n_values;
-    ct_plot_data_free(d);
-    return n;
-}
+const char *ct_plot_cairo_version(void) { return cairo_version_string(); }
 
 ct_status ct_plot_training_curves(const json_t *history, const ct_plot_options *opts, const char *png_file,
                                   const char *svg_file) {

@@ -5,7 +5,12 @@
  * metric (one line per evaluation set, with its confidence band where the log has "_ci_low" /
  * "_ci_high"), the learning rate and the gradient norm. Dashed lines mark epoch ends. Values that
  * are absent, null, NaN or infinite are skipped. `ctrainer plot` and the model card
- * (trainer/model_card.h) draw with it. */
+ * (trainer/model_card.h) draw with it.
+ *
+ * Drawing is optional at build time (CTRAINER_PLOT, cairo and fontconfig). Built without it, this
+ * API is still there: ct_plot_cairo_version returns NULL, ct_plot_training_curves answers
+ * CT_ERR_UNSUPPORTED with a message saying how to build it in, ct_plot_release_fonts does nothing,
+ * and ct_plot_count_values works as in every build. */
 #ifndef CT_PLOT_H
 #define CT_PLOT_H
 
@@ -20,6 +25,10 @@ typedef struct ct_plot_options {
     bool no_epoch_markers; /* false: dashed lines at the end of each epoch */
     double scale;          /* PNG pixels per figure unit (the figure is 1280 units wide); 0: 1 */
 } ct_plot_options;
+
+/* The version of cairo the curves are drawn with ("1.16.0"), or NULL when this ctrainer was built
+ * without them. */
+const char *ct_plot_cairo_version(void);
 
 /* How many values of history the figure would show (0: nothing to draw). */
 int64_t ct_plot_count_values(const json_t *history);

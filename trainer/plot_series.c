@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "trainer/plot.h"
 #include "trainer/plot_impl.h"
 
 static ct_status push(ct_plot_data *d, ct_plot_series *s, double x, double y, double lo, double hi) {
@@ -166,4 +167,12 @@ void ct_plot_data_free(ct_plot_data *d) {
             free(s->hi);
         }
     free(d);
+}
+
+int64_t ct_plot_count_values(const json_t *history) {
+    ct_plot_data *d;
+    if (ct_plot_data_build(history, &d) != CT_OK) return 0;
+    int64_t n = d->n_values;
+    ct_plot_data_free(d);
+    return n;
 }

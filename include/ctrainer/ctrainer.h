@@ -12,7 +12,10 @@
  * HDF5's headers), core/rng_philox.h (the generator's kernel, for CUDA code), core/crc32c.h, and
  * the Trainer's machinery that its tests reach into (trainer/checkpoint_io.h, checkpoint_async.h,
  * checkpoint_zero.h, async_eval.h). Never installed: *_impl.h, *_tmpl.h, core/cpu/ and core/cuda/
- * (kernels), callbacks/pyrepr.h, data/hdf5_util.h and trainer/h5_image.h (internal helpers). */
+ * (kernels), callbacks/pyrepr.h, data/hdf5_util.h and trainer/h5_image.h (internal helpers).
+ * callbacks/tensorboard.h and trainer/plot.h are here in every build; in one without TensorBoard or
+ * training curves (ctrainer_TENSORBOARD / ctrainer_PLOT in the CMake package, the tensorboard / plot
+ * variables of ctrainer.pc) their functions answer CT_ERR_UNSUPPORTED. */
 #ifndef CTRAINER_CTRAINER_H
 #define CTRAINER_CTRAINER_H
 

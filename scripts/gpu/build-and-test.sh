@@ -4,8 +4,10 @@
 # scripts/gpu/fetch-debs.sh put into .gpu-debs/ here:
 #     run(command="bash scripts/gpu/build-and-test.sh", carry=[".gpu-debs"])
 # It unpacks the .debs with dpkg -x into /tmp/ctdeps (never into /), finds cuDNN and NCCL in the
-# PyTorch environment's nvidia-* pip packages (or next to the CUDA toolkit), configures with
-# CUDA (sm_90), MPI where OpenMPI was carried, and Ninja, builds, runs the CUDA tests (ctest -L cuda,
+# PyTorch environment's nvidia-* pip packages (or next to the CUDA toolkit), configures with CUDA
+# (sm_90), MPI where OpenMPI was carried, and Ninja, without TensorBoard and training curves
+# (-DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF: the GPU tests need neither, and leaving out
+# protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L cuda,
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), and ends
 # with a summary table. Each step's output goes to a log under $OUT (the device tool's output
 # folder; /tmp/out elsewhere); a failed step prints its last lines and the script goes on where the
@@ -46,7 +48,7 @@ while (($#)); do
     --debs) debs="${2:?}"; shift ;;
     --cuda-arch) cuda_arch="${2:?}"; shift ;;
     --) shift; extra="$*"; break ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-and-test: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -230,7 +232,7 @@ libdirs=("$deps/usr/lib/$ma" "$deps/lib/$ma" "$deps/usr/lib/$ma/openblas-openmp"
 rpath_link="$(IFS=:; echo "${libdirs[*]}")"
 cfg=(-S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release
      -DCTRAINER_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=$cuda_arch" "-DCTRAINER_MPI=$mpi"
-     -DCTRAINER_WERROR=OFF -DCTRAINER_BENCH=ON)
+     -DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF -DCTRAINER_WERROR=OFF -DCTRAINER_BENCH=ON)
 [[ -n "$python" ]] && cfg+=("-DCT_PYTHON=$python")
 [[ -n "$cudnn_root" ]] && cfg+=("-DCTRAINER_CUDNN_ROOT=$cudnn_root")
 [[ -n "$nccl_root" ]] && cfg+=("-DCTRAINER_NCCL_ROOT=$nccl_root")

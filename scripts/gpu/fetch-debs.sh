@@ -11,7 +11,9 @@
 # "a | b"), minus what every such machine has (glibc, the gcc runtime, zlib, ...) and what we never
 # use (compilers behind MPI's wrappers, hwloc's X11/OpenCL plugins, ssh for remote nodes). -dev
 # packages are not followed: their own -dev dependencies (libcurl-dev, libssl-dev, ...) only matter
-# to someone compiling against those.
+# to someone compiling against those. TensorBoard (protobuf-c) and training curves (cairo, fontconfig)
+# are not fetched: build-and-test.sh configures with -DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF
+# (the GPU tests need neither, and their run-time closures would take room in the 64 MiB a call carries).
 #
 # The -dev packages are repacked without their static libraries (*.a; we link the shared ones),
 # which saves about 8 MiB of the 64 MiB a device call may carry.
@@ -32,7 +34,7 @@ while (($#)); do
     --no-mpi) with_mpi=0 ;;
     --with-data) with_data=1 ;;
     --max-mib) max_mib="${2:?--max-mib needs a number}"; shift ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "fetch-debs: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift

@@ -27,6 +27,20 @@ TINY_CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cl
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
+def built_with(part):
+    """Whether the ctrainer under test has an optional part: "TensorBoard" (protobuf-c) or "plots"
+    (cairo), as its `ctrainer version` says ("TensorBoard: yes (...)" / "plots: no (...)")."""
+    out = subprocess.run([CTRAINER, "version"], capture_output=True, text=True, check=True).stdout
+    return f"\n{part}: yes" in f"\n{out}"
+
+
+def require_built_with(part):
+    """Skips the test (exit 77) when the ctrainer under test was built without `part` (see built_with)."""
+    if not built_with(part):
+        print(f"skipped: this ctrainer was built without {part} (see `{CTRAINER} version`)")
+        sys.exit(77)
+
+
 def require_fashion_mnist():
     """The Fashion-MNIST directory; skips the test (exit 77) when Debian's package is not installed."""
     if not os.path.exists(f"{FASHION_MNIST}/t10k-images-idx3-ubyte.gz"):

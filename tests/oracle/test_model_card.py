@@ -18,7 +18,9 @@ For each card:
     (the interval columns left out, as the card documents), and has one row per evaluation and set
     with the latest training loss for A;
   - the model's type and parameter count, the data table (spec and sample counts), the framework
-    versions (ctrainer's from `ctrainer version`)."""
+    versions (ctrainer's from `ctrainer version`).
+In a ctrainer built without cairo (`ctrainer version`: "plots: no") the cards of A and B must say
+that the curves need it, with no figure and no cairo version, and everything else as above."""
 import json
 import os
 import re
@@ -27,10 +29,11 @@ import sys
 import tempfile
 import warnings
 
-from common import check, CTRAINER, finish, require_fashion_mnist, RNG, TINY_CONFIG
+from common import built_with, check, CTRAINER, finish, require_fashion_mnist, RNG, TINY_CONFIG
 import png_check
 
 DATA = require_fashion_mnist()
+PLOTS = built_with("plots")  # CTRAINER_PLOT
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = TINY_CONFIG
@@ -155,7 +158,11 @@ def check_card(label, out, hp, expect_curves, named_sets):
     check(f"\n# {name}\n" in card, f"{label}: title '# {name}'")
     check("This model was trained from scratch on the fashion_mnist dataset." in card, f"{label}: the opening sentence")
     png, svg = os.path.join(out, "training_curves.png"), os.path.join(out, "training_curves.svg")
-    if expect_curves:
+    if expect_curves and not PLOTS:
+        check("![Training curves]" not in card and "No training curves: drawing them needs a ctrainer built with cairo"
+              in card, f"{label}: a card of a build without cairo says the curves need it")
+        check(not os.path.exists(png) and not os.path.exists(svg), f"{label}: no figure without cairo")
+    elif expect_curves:
         check("![Training curves](training_curves.png)" in card, f"{label}: the image link")
         try:
             w, h, _, _ = png_check.read(png, pixels=False)
@@ -259,6 +266,8 @@ def check_card(label, out, hp, expect_curves, named_sets):
     check(f"### Framework versions\n\n- ctrainer {version}\n" in card, f"{label}: ctrainer version {version}")
     check(re.search(r"\n- OpenBLAS \d+\.\d+", card) and re.search(r"\n- HDF5 \d+\.\d+\.\d+\n", card),
           f"{label}: library versions")
+    check(bool(re.search(r"\n- cairo \d+\.\d+\.\d+\n", card)) == PLOTS,
+          f"{label}: the cairo version {'missing' if PLOTS else 'in a build without cairo'}")
 
 
 def random_hp():

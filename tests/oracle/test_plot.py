@@ -25,8 +25,10 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-from common import check, CTRAINER, finish, np, require_fashion_mnist, RNG, TINY_CONFIG
+from common import check, CTRAINER, finish, np, require_built_with, require_fashion_mnist, RNG, TINY_CONFIG
 import png_check
+
+require_built_with("plots")  # CTRAINER_PLOT=OFF, or AUTO without cairo
 
 DATA = require_fashion_mnist()
 

@@ -30,7 +30,9 @@ import sys
 import tempfile
 import time
 
-from common import check, CTRAINER, finish, np, require_fashion_mnist, RNG, TINY_CONFIG
+from common import check, CTRAINER, finish, np, require_built_with, require_fashion_mnist, RNG, TINY_CONFIG
+
+require_built_with("TensorBoard")  # CTRAINER_TENSORBOARD=OFF, or AUTO without protobuf-c
 
 try:
     from tensorboard.backend.event_processing import event_accumulator
