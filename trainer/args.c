@@ -36,6 +36,10 @@ static const char *const async_policy_names[] = {"latest", "skip", "wait", NULL}
 static const char *const log_names[] = {"passive", "debug", "info", "warning", "error", "critical", NULL};
 static const int log_values[] = {CT_LOG_PASSIVE, CT_LOG_DEBUG, CT_LOG_INFO,
                                  CT_LOG_WARNING, CT_LOG_ERROR, CT_LOG_CRITICAL};
+static const char *const nan_inf_names[] = {"error", "skip", "stop", NULL};
+static const int nan_inf_values[] = {CT_NAN_INF_ERROR, CT_NAN_INF_SKIP, CT_NAN_INF_STOP};
+static const char *const save_error_names[] = {"stop", "continue", NULL};
+static const int save_error_values[] = {CT_SAVE_ERROR_STOP, CT_SAVE_ERROR_CONTINUE};
 static const char *const optim_names[] = {"adamw_torch", "adamw", "adam", "sgd", NULL};
 static const char *const sharding_names[] = {"none", "zero1", NULL};
 static const ct_optim_kind optim_kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_SGD};
@@ -46,6 +50,8 @@ static const unsigned report_bits[] = {0, REPORT_ALL, CT_REPORT_JSONL, CT_REPORT
 
 _Static_assert(sizeof(ct_interval) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(ct_log_level) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(ct_nan_inf_policy) == sizeof(int), "enum fields are stored as int");
+_Static_assert(sizeof(ct_on_save_error) == sizeof(int), "enum fields are stored as int");
 
 /* --- the table ----------------------------------------------------------------------------------- */
 
@@ -100,6 +106,9 @@ typedef struct field_info {
     X(adam_epsilon, REAL, S_F64, "1e-08", NULL, NULL, 0, 0, "Epsilon of Adam and AdamW.")                              \
     X(max_grad_norm, REAL, S_F64, "1.0", NULL, NULL, 0, 0,                                                             \
       "Clip gradients to this global L2 norm; 0 disables clipping.")                                                   \
+    X(nan_inf_policy, ENUM, S_ENUM, "\"error\"", nan_inf_names, nan_inf_values, 0, 0,                                   \
+      "ctrainer: an optimizer step whose loss or gradient norm is NaN or infinite: error fails naming the step, skip "  \
+      "drops its update (the scheduler waits, global_step advances), stop saves the last good step and fails.")        \
     X(lr_scheduler_type, STRING, S_STR, "\"linear\"", ct_scheduler_names, NULL, 0, 0, "The learning-rate schedule.")   \
     X(lr_scheduler_kwargs, OBJECT, S_JSON, "{}", NULL, NULL, 0, 0,                                                     \
       "Settings of the schedule, e.g. {\"num_cycles\": 2} for cosine_with_restarts.")                                  \
@@ -122,6 +131,9 @@ typedef struct field_info {
       "Keep at most this many checkpoints (plus the best one); null keeps all.")                                       \
     X(save_only_model, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                        \
       "Save only the model in checkpoints, not the optimizer, scheduler and RNG state (no resuming then).")            \
+    X(on_save_error, ENUM, S_ENUM, "\"stop\"", save_error_names, save_error_values, 0, 0,                              \
+      "ctrainer: a checkpoint save that fails (disk full, unwritable output_dir): stop fails the run, continue warns "  \
+      "and trains on; earlier checkpoints are never touched.")                                                        \
     X(load_best_model_at_end, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                 \
       "Load the checkpoint with the best metric_for_best_model at the end of training.")                               \
     X(metric_for_best_model, STRING, S_STR, "null", NULL, NULL, 0, 0,                                                  \
@@ -715,6 +727,12 @@ const char *ct_interval_name(ct_interval v) {
 const char *ct_log_level_name(ct_log_level v) {
     for (int k = 0; log_names[k]; k++)
         if (log_values[k] == (int)v) return log_names[k];
+    return "?";
+}
+
+const char *ct_nan_inf_policy_name(ct_nan_inf_policy v) {
+    for (int k = 0; nan_inf_names[k]; k++)
+        if (nan_inf_values[k] == (int)v) return nan_inf_names[k];
     return "?";
 }
 

@@ -45,6 +45,21 @@ typedef enum ct_log_level {
     CT_LOG_CRITICAL = 50,
 } ct_log_level;
 
+/* nan_inf_policy (ctrainer's own): what an optimizer step whose loss or gradient norm is NaN or
+ * infinite does (trainer/train_loop.c). ERROR is 0: the default. */
+typedef enum ct_nan_inf_policy {
+    CT_NAN_INF_ERROR = 0, /* fail at once, naming the step, the quantity and the rank */
+    CT_NAN_INF_SKIP = 1,  /* no update, gradients dropped; global_step advances, the scheduler does not */
+    CT_NAN_INF_STOP = 2,  /* save a checkpoint of the last good step, then fail naming the step */
+} ct_nan_inf_policy;
+
+/* on_save_error (ctrainer's own): what a checkpoint save that fails (a full disk, an unwritable
+ * output_dir) does to the run. STOP is 0: the default. */
+typedef enum ct_on_save_error {
+    CT_SAVE_ERROR_STOP = 0,     /* the run fails with the save's error */
+    CT_SAVE_ERROR_CONTINUE = 1, /* a warning; training goes on and later saves are tried again */
+} ct_on_save_error;
+
 /* report_to destinations, a bit set ("none" = 0, "all" = every one). */
 enum { CT_REPORT_JSONL = 1 << 0, CT_REPORT_TENSORBOARD = 1 << 1 };
 
@@ -71,6 +86,7 @@ typedef struct ct_training_args {
     double adam_beta2;            /* 0.999 */
     double adam_epsilon;          /* 1e-8 */
     double max_grad_norm;         /* 1.0; 0 disables clipping */
+    ct_nan_inf_policy nan_inf_policy; /* ctrainer's own: "error" */
     /* scheduler (see optim/scheduler.h) */
     char lr_scheduler_type[CT_ARGS_NAME_MAX]; /* "linear" */
     json_t *lr_scheduler_kwargs;              /* owned object or NULL ({}) */
@@ -86,6 +102,7 @@ typedef struct ct_training_args {
     double save_steps;         /* 500 */
     int64_t save_total_limit;  /* 0 = unlimited (HF's None) */
     bool save_only_model;      /* false */
+    ct_on_save_error on_save_error; /* ctrainer's own: "stop" */
     bool load_best_model_at_end;                  /* false */
     char metric_for_best_model[CT_ARGS_NAME_MAX]; /* "" = unset; "loss" when load_best_model_at_end */
     int greater_is_better;                        /* -1 = unset: derived from the metric's name */
@@ -187,6 +204,7 @@ ct_status ct_training_args_scheduler_config(const ct_training_args *a, ct_schedu
 /* Name of an interval / log level value ("steps", "warning"). */
 const char *ct_interval_name(ct_interval v);
 const char *ct_log_level_name(ct_log_level v);
+const char *ct_nan_inf_policy_name(ct_nan_inf_policy v);
 
 /* docs/config.md's whole text: a short introduction and a Markdown table of the schema (argument,
  * type, default, allowed values, description). tests/unit/test_args.c checks the file against it

@@ -115,14 +115,15 @@ static json_t *hex_double(double v) {
 
 char *ct_checkpoint_progress_text(const ct_trainer *t) {
     const ct_train_progress *p = &t->progress;
-    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o}", "format",
+    json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o, s:I}", "format",
                           "ctrainer-progress", "rank", t->rank, "world_size", t->world_size, "global_batch_size",
                           (json_int_t)(t->args.per_device_train_batch_size * t->world_size),
                           "gradient_accumulation_steps", (json_int_t)t->args.gradient_accumulation_steps, "epoch",
                           (json_int_t)p->epoch, "next_batch", (json_int_t)p->next_batch, "epoch_done", p->epoch_done,
                           "tr_loss", hex_double(p->tr_loss), "total_loss", hex_double(p->total_loss),
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
-                          "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate));
+                          "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
+                          "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
     /* indented, keys sorted, as ct_write_json_file writes JSON */
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
@@ -180,8 +181,11 @@ static ct_status read_progress(const ct_trainer *t, const char *file, ct_train_p
         v.last_logged_step = json_integer_value(l);
         v.epoch_done = json_is_true(json_object_get(o, "epoch_done"));
         v.has_grad_norm = json_is_true(json_object_get(o, "has_grad_norm"));
-        if (v.epoch < 0 || v.next_batch < 0 || v.last_logged_step < 0)
-            s = ct_error(CT_ERR_FORMAT, "%s: negative position", file);
+        /* absent from checkpoints written before nan_inf_policy existed: none skipped */
+        json_t *skipped = json_object_get(o, "nan_inf_skipped");
+        v.nan_inf_skipped = json_is_integer(skipped) ? json_integer_value(skipped) : 0;
+        if (v.epoch < 0 || v.next_batch < 0 || v.last_logged_step < 0 || v.nan_inf_skipped < 0)
+            s = ct_error(CT_ERR_FORMAT, "%s: negative position or count", file);
     }
     if (s == CT_OK) s = read_double(o, file, "tr_loss", &v.tr_loss);
     if (s == CT_OK) s = read_double(o, file, "total_loss", &v.total_loss);
@@ -237,11 +241,48 @@ static ct_status rotate(ct_trainer *t) {
 
 ct_status ct_trainer_rotate_checkpoints(ct_trainer *t) { return rotate(t); }
 
+/* The newest checkpoint directory of output_dir, "none" when there is none (for messages: listed,
+ * not verified). */
+static void newest_checkpoint(const ct_trainer *t, char *out, size_t cap) {
+    char **list;
+    int n;
+    if (ct_checkpoint_list(t->args.output_dir, &list, &n) != CT_OK) n = 0;
+    snprintf(out, cap, "%s", n > 0 ? list[n - 1] : "none");
+    if (n > 0) ct_checkpoint_list_free(list, n);
+}
+
+ct_status ct_checkpoint_save_failed(ct_trainer *t, int64_t step, const char *dir, const char *tmp,
+                                    const char *prev_best, bool own, ct_status s) {
+    char why[2048], newest[4096];
+    snprintf(why, sizeof why, "%s", ct_last_error());
+    /* Rank 0 made the temporary directory; every process is done writing into it by now. What a full
+     * disk holds of a failed save is freed here, and no half-written directory is left behind. */
+    struct stat st;
+    if (t->rank == 0 && lstat(tmp, &st) == 0 && remove_tree(tmp) != CT_OK) ct_log_warning("%s", ct_last_error());
+    if (t->saved_step == step) t->saved_step = -1;
+    /* The best model cannot point at a checkpoint that does not exist: back to the one before. */
+    if (strcmp(t->state.best_model_checkpoint, dir) == 0)
+        snprintf(t->state.best_model_checkpoint, sizeof t->state.best_model_checkpoint, "%s", prev_best);
+    newest_checkpoint(t, newest, sizeof newest);
+    if (t->args.on_save_error == CT_SAVE_ERROR_CONTINUE) {
+        if (t->rank == 0 || own) /* the world's main process, and the one that knows the cause */
+            ct_log_warning("step %lld: %s could not be saved: %s; nothing of it was kept, earlier checkpoints are "
+                           "intact (the newest: %s); training continues (on_save_error 'continue')",
+                           (long long)step, dir, why, newest);
+        return CT_OK;
+    }
+    return ct_error(s,
+                    "step %lld: %s could not be saved: %s; nothing of it was kept, earlier checkpoints are intact "
+                    "(the newest: %s); training stops (on_save_error 'stop'; 'continue' would go on without it)",
+                    (long long)step, dir, why, newest);
+}
+
 ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     /* The previous save (save_async) completes first: one save in flight, and the best checkpoint's
      * existence below is then known. */
     CT_TRY(ct_trainer_async_save_drain(t));
-    char dir[4096], tmp[4200];
+    char dir[4096], tmp[4200], prev_best[sizeof t->state.best_model_checkpoint];
+    snprintf(prev_best, sizeof prev_best, "%s", t->state.best_model_checkpoint);
     snprintf(dir, sizeof dir, "%s/" PREFIX "%lld", t->args.output_dir, (long long)t->state.global_step);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
     if (t->args.save_strategy == CT_INTERVAL_BEST && t->state.best_global_step == t->state.global_step)
@@ -256,7 +297,7 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
     t->saved_step = t->state.global_step;
     t->saved_epoch_done = t->progress.epoch_done;
     /* snapshot, then written here or by the writer thread (trainer/checkpoint_async.h) */
-    return ct_checkpoint_save(t, dir, tmp);
+    return ct_checkpoint_save(t, dir, tmp, prev_best);
 }
 
 ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {

@@ -15,7 +15,10 @@
 
 /* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. A save still in flight
  * (save_async) completes first; with save_async this one is then written by the writer thread and
- * committed later (trainer/checkpoint_async.h). Collective with several processes. */
+ * committed later (trainer/checkpoint_async.h). Collective with several processes. A save that fails
+ * leaves nothing of itself on disk and earlier checkpoints untouched; on_save_error "stop" returns
+ * its error, "continue" a warning and CT_OK with t->saved_step no longer this step (how the caller
+ * tells that nothing was saved). */
 ct_status ct_trainer_save_checkpoint(ct_trainer *t);
 /* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
  * Like ct_trainer_load_best_model, first waits until every save in flight is committed. */

@@ -38,6 +38,7 @@
 typedef struct snapshot {
     int64_t step;
     char dir[4096], tmp[4200];
+    char prev_best[1024]; /* best_model_checkpoint before this save (restored if it fails) */
     int rank;
     bool shared;        /* rank 0: the files every process shares */
     bool owns_weights;  /* values and buffers are copies owned here (else views of the live ones) */
@@ -163,10 +164,12 @@ static ct_status prepare_tmp(const char *tmp) {
 }
 
 /* Collective: CT_OK on every process only if s is CT_OK on every process; a process that failed
- * returns its own error, the others one that says another process failed. */
-static ct_status agree(ct_trainer *t, ct_status s, const char *dir, const char *what) {
+ * returns its own error, the others one that says another process failed. *comm_failed (may be
+ * NULL) is set when the agreement itself failed: then the processes may not agree. */
+static ct_status agree(ct_trainer *t, ct_status s, const char *dir, const char *what, bool *comm_failed) {
     int64_t failed = s != CT_OK;
     ct_status r = ct_comm_all_reduce_i64(t->comm, &failed, 1, CT_MAX);
+    if (r != CT_OK && comm_failed) *comm_failed = true;
     if (s != CT_OK) return s;
     CT_TRY(r);
     if (failed) return ct_error(CT_ERR_IO, "%s: another process failed while %s; nothing was committed", dir, what);
@@ -176,7 +179,7 @@ static ct_status agree(ct_trainer *t, ct_status s, const char *dir, const char *
 /* Collective (the ZeRO-1 gather and the agreement): every process's snapshot of this step, and the
  * temporary directory made. *out is NULL on failure (on every process). */
 static ct_status take_snapshot(ct_trainer *t, const char *dir, const char *tmp, bool copy, snapshot *spare,
-                               snapshot **out) {
+                               snapshot **out, bool *comm_failed, bool *own) {
     *out = NULL;
     snapshot *s = calloc(1, sizeof *s);
     if (!s) return ct_error(CT_ERR_NOMEM, "save of %s: out of memory", dir);
@@ -200,7 +203,8 @@ static ct_status take_snapshot(ct_trainer *t, const char *dir, const char *tmp, 
     }
     if (st == CT_OK && s->shared) st = prepare_tmp(tmp);
     if (st != CT_OK) st = ct_error_prefix(st, "save of %s: ", dir);
-    if (t->world_size > 1) st = agree(t, st, dir, "taking its snapshot");
+    *own = st != CT_OK;
+    if (t->world_size > 1) st = agree(t, st, dir, "taking its snapshot", comm_failed);
     if (st != CT_OK) {
         snapshot_free(s);
         return st;
@@ -477,6 +481,7 @@ static ct_status advance_once(ct_trainer *t, bool block) {
     int64_t v[2] = {0, 0}; /* {not finished here, failed here} */
     ct_status mine = CT_OK;
     char msg[MSG_CAP] = "";
+    bool committed = false; /* the commit succeeded (read under the lock) */
     pthread_mutex_lock(&sv->mu);
     if (sv->phase == PHASE_PARTS) {
         while (block && !sv->part_done) pthread_cond_wait(&sv->cv, &sv->mu);
@@ -500,13 +505,15 @@ static ct_status advance_once(ct_trainer *t, bool block) {
             mine = sv->commit_status;
             memcpy(msg, sv->commit_msg, sizeof msg);
         }
+        committed = sv->commit_done && sv->commit_status == CT_OK;
     }
     pthread_mutex_unlock(&sv->mu);
     if (sv->phase == PHASE_COMMIT && job->shared && !v[0] && mine == CT_OK) {
         mine = rotate_after_commit(t, sv, job);
         if (mine != CT_OK) snprintf(msg, sizeof msg, "%s", ct_last_error());
     }
-    v[1] = mine != CT_OK;
+    /* 1: the save failed (nothing committed); 2: committed, but the rotation after it failed */
+    v[1] = mine == CT_OK ? 0 : committed ? 2 : 1;
     if (t->world_size > 1) {
         ct_status r = ct_comm_all_reduce_i64(t->comm, v, 2, CT_MAX);
         if (r != CT_OK) {
@@ -518,13 +525,28 @@ static ct_status advance_once(ct_trainer *t, bool block) {
     }
     if (v[1]) {
         int phase = sv->phase;
-        finish_job(sv, false);
-        if (mine != CT_OK) return ct_error(mine, "%s", msg);
-        if (phase == PHASE_PARTS)
-            return ct_error(CT_ERR_IO, "asynchronous save of %s: another process failed while writing its part; "
-                                       "nothing was committed", job->dir);
-        return ct_error(CT_ERR_IO, "asynchronous save of %s: process 0 failed to commit it (see its message)",
-                        job->dir);
+        bool rotation = v[1] == 2;
+        finish_job(sv, rotation);
+        ct_status e;
+        if (mine != CT_OK)
+            e = ct_error(mine, "%s", msg);
+        else if (phase == PHASE_PARTS)
+            e = ct_error(CT_ERR_IO, "asynchronous save of %s: another process failed while writing its part; "
+                                    "nothing was committed", job->dir);
+        else
+            e = ct_error(CT_ERR_IO, "asynchronous save of %s: process 0 failed to %s (see its message)", job->dir,
+                         rotation ? "rotate checkpoints after committing it" : "commit it");
+        if (rotation) return e; /* the checkpoint is whole: not a failed save */
+        /* Every writer of this save is idle once every process has passed finish_job: only then may
+         * rank 0 delete the temporary directory (a barrier, as every process is in this branch). */
+        if (t->world_size > 1) {
+            char why[MSG_CAP];
+            snprintf(why, sizeof why, "%s", ct_last_error());
+            ct_status b = ct_comm_barrier(t->comm);
+            if (b != CT_OK) return ct_error_prefix(b, "after the failed save of %s (%s): ", job->dir, why);
+            ct_error(e, "%s", why);
+        }
+        return ct_checkpoint_save_failed(t, job->step, job->dir, job->tmp, job->prev_best, mine != CT_OK, e);
     }
     if (v[0]) return CT_OK; /* still in flight somewhere */
     if (sv->phase == PHASE_PARTS) {
@@ -621,7 +643,7 @@ void ct_trainer_async_save_free(ct_trainer *t) {
 
 /* --- the save ----------------------------------------------------------------------------------- */
 
-ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp) {
+ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp, const char *prev_best) {
     double t0 = ct_trainer_now();
     bool async = t->args.save_async;
     snapshot *s;
@@ -630,9 +652,12 @@ ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp) {
     CT_ASSERT(!sv || sv->phase == PHASE_IDLE); /* ct_trainer_save_checkpoint drained the previous save */
     snapshot *spare = sv ? sv->spare : NULL;
     if (sv) sv->spare = NULL;
-    ct_status st = take_snapshot(t, dir, tmp, async, spare, &s);
+    bool comm_failed = false, own = false;
+    int64_t step = t->state.global_step;
+    ct_status st = take_snapshot(t, dir, tmp, async, spare, &s, &comm_failed, &own);
     snapshot_free(spare);
-    CT_TRY(st);
+    if (st != CT_OK) return comm_failed ? st : ct_checkpoint_save_failed(t, step, dir, tmp, prev_best, own, st);
+    snprintf(s->prev_best, sizeof s->prev_best, "%s", prev_best);
     if (async) {
         hand_over(t, sv, s);
         double ms = (ct_trainer_now() - t0) * 1e3;
@@ -641,15 +666,21 @@ ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp) {
     }
     /* Synchronous: the same writers, right away; the commit only once every process wrote its part. */
     st = write_part(s);
-    if (t->world_size > 1) st = agree(t, st, dir, "writing its part");
+    own = st != CT_OK;
+    if (t->world_size > 1) st = agree(t, st, dir, "writing its part", &comm_failed);
     bool written = st == CT_OK; /* on every process alike */
     if (written && s->shared) {
         st = commit(s);
-        if (st == CT_OK) st = ct_trainer_rotate_checkpoints(t);
+        own = st != CT_OK;
     }
-    /* rank 0's commit and rotation: their failure is every process's */
-    if (t->world_size > 1 && written) st = agree(t, st, dir, "committing it");
+    /* rank 0's commit: its failure is every process's */
+    if (t->world_size > 1 && written) st = agree(t, st, dir, "committing it", &comm_failed);
+    bool shared = s->shared;
     snapshot_free(s);
+    if (st != CT_OK) return comm_failed ? st : ct_checkpoint_save_failed(t, step, dir, tmp, prev_best, own, st);
+    /* Committed: a failed rotation is not a failed save (the new checkpoint is whole). */
+    st = shared ? ct_trainer_rotate_checkpoints(t) : CT_OK;
+    if (t->world_size > 1) st = agree(t, st, dir, "rotating checkpoints", NULL);
     double ms = (ct_trainer_now() - t0) * 1e3;
     ct_log_debug("%s: written synchronously in %.2f ms [training thread: %.3f ms]", dir, ms, ms);
     return st;

@@ -12,8 +12,9 @@
  *
  * At most one save is in flight: a new one (and load_best_model_at_end, the end of training) first
  * waits for the previous one. The training loop calls ct_trainer_async_save_poll at every optimizer
- * step boundary; a background failure surfaces there (or at the drain) as an error naming the
- * checkpoint directory, never silently.
+ * step boundary; a background failure surfaces there (or at the drain) naming the checkpoint
+ * directory, never silently: an error, or with on_save_error "continue" a warning (see
+ * ct_checkpoint_save_failed).
  *
  * Several processes: MPI is initialised FUNNELED, so the writer threads never communicate. Each rank's
  * writer writes its part into the temporary directory (rank 0 the shared files and its progress
@@ -52,8 +53,21 @@ void ct_trainer_async_save_free(ct_trainer *t);
 
 /* Saves the checkpoint of the current step into dir (through tmp): snapshot, then written right
  * away (synchronous) or handed to the writer (t->args.save_async). Collective. The caller has drained
- * the previous save and updated state.best_model_checkpoint. */
-ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp);
+ * the previous save and updated state.best_model_checkpoint (prev_best: its value before, restored
+ * if this save fails). A failure that every process agreed on goes through ct_checkpoint_save_failed
+ * (here, or for save_async at the poll or drain that finds it); a failure of the agreement itself
+ * (a collective) is returned as it is. */
+ct_status ct_checkpoint_save(ct_trainer *t, const char *dir, const char *tmp, const char *prev_best);
+/* A save of checkpoint `step` into dir (through tmp) failed with s (its message in ct_last_error()),
+ * known to every process at the same point; own: this process's own part failed (its message holds
+ * the cause), else another's. Rank 0 deletes tmp (nothing of a failed save stays on disk, earlier
+ * checkpoints are never touched), saved_step forgets the step, a best_model_checkpoint naming dir
+ * goes back to prev_best; then on_save_error decides: "stop" returns s with a message naming the
+ * checkpoint, the cause (the file and errno's text) and the newest checkpoint left; "continue" logs
+ * the same as a warning (on rank 0 and on the process whose part failed) and returns CT_OK
+ * (checkpoint.c). */
+ct_status ct_checkpoint_save_failed(ct_trainer *t, int64_t step, const char *dir, const char *tmp,
+                                    const char *prev_best, bool own, ct_status s);
 /* rng_state_<rank>.json's text: the loop's progress (checkpoint.c; malloc'd, NULL when out of
  * memory). */
 char *ct_checkpoint_progress_text(const ct_trainer *t);

@@ -22,6 +22,7 @@
 #include <zlib.h>
 
 #include "core/h5io.h"
+#include "core/io_fault.h"
 #include "core/json.h"
 #include "core/log.h"
 #include "trainer/checkpoint.h"
@@ -46,17 +47,18 @@ ct_status ct_fsync_path(const char *path) {
     return CT_OK;
 }
 
-/* Writes text to path (replacing it) and fsyncs it. */
+/* Writes text to path (replacing it) and fsyncs it; on failure the file is removed. */
 static ct_status write_text_synced(const char *path, const char *text) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ct_error(CT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
     size_t len = strlen(text), done = 0;
     while (done < len) {
-        ssize_t w = write(fd, text + done, len - done);
+        ssize_t w = ct_io_write(fd, text + done, len - done); /* write(), or a test's fault */
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
             int err = errno;
             close(fd);
+            unlink(path); /* no partial file is left to be mistaken for a whole one */
             return ct_error(CT_ERR_IO, "cannot write '%s': %s", path, strerror(err));
         }
         done += (size_t)w;
@@ -64,9 +66,14 @@ static ct_status write_text_synced(const char *path, const char *text) {
     if (fsync(fd) != 0 && errno != EINVAL) {
         int err = errno;
         close(fd);
+        unlink(path);
         return ct_error(CT_ERR_IO, "cannot sync '%s': %s", path, strerror(err));
     }
-    if (close(fd) != 0) return ct_error(CT_ERR_IO, "cannot close '%s': %s", path, strerror(errno));
+    if (close(fd) != 0) {
+        int err = errno;
+        unlink(path);
+        return ct_error(CT_ERR_IO, "cannot close '%s': %s", path, strerror(err));
+    }
     return CT_OK;
 }
 
@@ -74,20 +81,10 @@ ct_status ct_checkpoint_write_text(const char *path, const char *text) {
     char part[4352];
     if (snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
         return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
-    FILE *f = fopen(part, "w");
-    if (!f) return ct_error(CT_ERR_IO, "cannot create '%s': %s", part, strerror(errno));
-    bool ok = fputs(text, f) >= 0;
-    int err = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        err = errno;
-    }
-    if (!ok) {
-        unlink(part);
-        return ct_error(CT_ERR_IO, "cannot write '%s': %s", part, strerror(err));
-    }
+    /* write() through the fault hook; a partly written .part is removed */
+    CT_TRY(ct_write_bytes(part, text, strlen(text)));
     if (rename(part, path) != 0) {
-        err = errno;
+        int err = errno;
         unlink(part);
         return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", part, path, strerror(err));
     }

@@ -68,7 +68,8 @@ ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file);
 
 /* Writes text to path through `<path>.part` and a rename, so the name appears only once the file
  * is whole (another process may look for it); not synced: ct_checkpoint_write_manifest syncs every
- * file of the directory. */
+ * file of the directory. The bytes go through ct_io_write (core/io_fault.h); a `.part` whose write
+ * failed is removed. */
 ct_status ct_checkpoint_write_text(const char *path, const char *text);
 /* fsync of a file or a directory by path. */
 ct_status ct_fsync_path(const char *path);

@@ -10,7 +10,14 @@
  * Weighting: each micro-batch adds the gradient of its loss SUM; at the end of the step the
  * gradients are scaled by 1 / (the step's total count), so the update is that of one batch holding
  * every micro-batch. The loss logged for a step is the step's sum / count; "loss" in the logs is the
- * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF. */
+ * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF.
+ *
+ * nan_inf_policy: before anything is updated, the step's loss sum and gradient norm are checked
+ * (trainer/nan_inf.c: one verdict for every process). "error" ends the run naming the step, the
+ * quantity and the rank; "stop" first saves the checkpoint of the last good step; "skip" finishes
+ * the step without an update, as Hugging Face finishes a step the AMP grad scaler skipped: gradients
+ * dropped, the optimizer's step count and the scheduler unchanged, global_step and the data advance,
+ * a warning names the step, and the logs count the skipped steps ("nan_inf_skipped"). */
 #define _GNU_SOURCE /* sigaction */
 #include <math.h>
 #include <signal.h>
@@ -20,6 +27,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/log.h"
 #include "core/ops.h"
 #include "optim/clip.h"
 #include "optim/zero.h"
@@ -226,8 +234,10 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         int64_t steps = t->state.global_step - L->last_logged_step;
         json_t *logs = json_object();
         json_object_set_new(logs, "loss", json_real(round4(L->tr_loss / (double)steps)));
-        if (L->has_grad_norm) json_object_set_new(logs, "grad_norm", json_real(L->grad_norm));
+        /* a skipped step's non-finite norm has no JSON form: left out */
+        if (L->has_grad_norm && isfinite(L->grad_norm)) json_object_set_new(logs, "grad_norm", json_real(L->grad_norm));
         json_object_set_new(logs, "learning_rate", json_real(L->learning_rate));
+        if (L->nan_inf_skipped > 0) json_object_set_new(logs, "nan_inf_skipped", json_integer(L->nan_inf_skipped));
         L->total_loss += L->tr_loss;
         L->tr_loss = 0;
         L->last_logged_step = t->state.global_step;
@@ -246,8 +256,25 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         CT_TRY(submit_snapshot(t));
     if (t->control.should_save) {
         CT_TRY(ct_trainer_save_checkpoint(t));
-        CT_TRY(fire(t, CT_ON_SAVE));
+        /* A save that failed while on_save_error is "continue" saved nothing to announce. */
+        if (t->saved_step == t->state.global_step)
+            CT_TRY(fire(t, CT_ON_SAVE));
+        else
+            t->control.should_save = false;
     }
+    return CT_OK;
+}
+
+/* Before the run stops (a signal, nan_inf_policy "stop"): the checkpoint of this step, unless the
+ * last save was of this very state, on disk when this returns (collective: every process is here at
+ * the same step). dir receives its path; *saved is false when its save failed and on_save_error
+ * "continue" let the run go on (the warning said why). */
+static ct_status save_before_stopping(ct_trainer *t, char *dir, size_t cap, bool *saved) {
+    snprintf(dir, cap, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
+    if (t->saved_step != t->state.global_step || t->saved_epoch_done != t->progress.epoch_done)
+        CT_TRY(ct_trainer_save_checkpoint(t));
+    CT_TRY(ct_trainer_async_save_drain(t));
+    *saved = t->saved_step == t->state.global_step;
     return CT_OK;
 }
 
@@ -260,12 +287,52 @@ static ct_status honour_stop_signal(ct_trainer *t) {
     if (!sig) return CT_OK;
     stop_signal = (sig_atomic_t)sig;
     char dir[CT_ARGS_PATH_MAX + 32];
-    snprintf(dir, sizeof dir, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
+    bool saved;
     /* The step's own save may have just written this very state. */
-    if (t->saved_step != t->state.global_step || t->saved_epoch_done != t->progress.epoch_done)
-        CT_TRY(ct_trainer_save_checkpoint(t));
+    CT_TRY(save_before_stopping(t, dir, sizeof dir, &saved));
+    if (!saved)
+        return ct_error(CT_ERR_INTERRUPTED, "stopped by signal %d at step %lld; its checkpoint %s could not be "
+                        "saved (see the warning): resume with --resume_from_checkpoint latest from an earlier one",
+                        (int)sig, (long long)t->state.global_step, dir);
     return ct_error(CT_ERR_INTERRUPTED, "stopped by signal %d at step %lld; the checkpoint %s holds the run: "
                     "resume with --resume_from_checkpoint latest", (int)sig, (long long)t->state.global_step, dir);
+}
+
+/* nan_inf_policy on a step whose loss or gradient norm is not finite (c, the same on every process;
+ * trainer/nan_inf.c). "error" and "stop" return the error that ends the run; "skip" returns CT_OK
+ * and the caller finishes the step without an update, as Hugging Face finishes one the AMP grad
+ * scaler skipped: on_pre_optimizer_step (fired here unless pre_fired) and on_optimizer_step fire, the
+ * scheduler does not step, global_step advances. */
+static ct_status nan_inf_step(ct_trainer *t, const ct_step_check *c, int64_t epoch, bool pre_fired) {
+    char what[512];
+    ct_nan_inf_describe(t, c, epoch, what, sizeof what);
+    switch (t->args.nan_inf_policy) {
+    case CT_NAN_INF_SKIP:
+        t->progress.nan_inf_skipped++;
+        if (t->rank == 0)
+            ct_log_warning("%s; its update is skipped (nan_inf_policy 'skip', %lld step%s skipped so far)", what,
+                           (long long)t->progress.nan_inf_skipped,
+                           t->progress.nan_inf_skipped == 1 ? "" : "s");
+        return pre_fired ? CT_OK : fire(t, CT_ON_PRE_OPTIMIZER_STEP);
+    case CT_NAN_INF_STOP: {
+        /* the last good state: step global_step, which this step's work has not touched (its
+         * gradients are not part of a checkpoint; they are dropped anyway) */
+        ct_model_zero_grad(t->model);
+        char dir[CT_ARGS_PATH_MAX + 32];
+        bool saved;
+        CT_TRY(save_before_stopping(t, dir, sizeof dir, &saved));
+        if (!saved)
+            return ct_error(CT_ERR_NUMERIC, "%s; nan_inf_policy 'stop': the checkpoint of the last good step, %s, "
+                            "could not be saved (see the warning); training stopped", what, dir);
+        return ct_error(CT_ERR_NUMERIC, "%s; nan_inf_policy 'stop': training stopped, the last good step (%lld) is "
+                        "saved in %s: resume with --resume_from_checkpoint latest", what,
+                        (long long)t->state.global_step, dir);
+    }
+    case CT_NAN_INF_ERROR:
+        break;
+    }
+    return ct_error(CT_ERR_NUMERIC, "%s; nan_inf_policy 'error' ends the run ('skip' would drop the step's "
+                    "update, 'stop' save the last good step first)", what);
 }
 
 /* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
@@ -305,45 +372,70 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     }
     /* Every process's gradient sums, loss, count and flops: the step is that of one global batch. */
     bool zero1 = ct_trainer_uses_zero1(t);
+    double local_loss = step_loss.sum;
     if (t->world_size > 1) {
         double totals[3] = {step_loss.sum, step_loss.count, step_flos};
         CT_TRY(ct_comm_all_reduce_f64(t->comm, totals, 3, CT_SUM));
         step_loss = (ct_loss_value){totals[0], totals[1]};
         step_flos = totals[2];
     }
-    t->state.total_flos += step_flos;
     double loss = ct_loss_value_mean(step_loss);
+    ct_tensor *grads = &t->model->params.grads;
+    double lr = ct_scheduler_lr(t->lr_scheduler);
+    double scale = step_loss.count > 0 ? 1.0 / step_loss.count : 1.0;
+    /* nan_inf_policy: the loss and the gradient norm are checked before anything is updated; the
+     * progress (what a checkpoint of the last good step holds) changes only after the verdict. */
+    ct_step_check check;
+    bool pre_fired = false, clip = t->args.max_grad_norm > 0;
+    double norm = NAN;
+    if (zero1) {
+        /* The loss first; the gradient norm is global inside the step (the same on every rank), which
+         * then fails alike everywhere with nothing updated. */
+        CT_TRY(ct_nan_inf_check(t, local_loss, step_loss.sum, false, 0, &check));
+        if (!check.bad) {
+            /* reduce-scatter, scale, clip by the global norm, update the shard, all-gather */
+            CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+            pre_fired = true;
+            /* the norm is computed even without clipping: a NaN gradient must not reach the weights */
+            ct_status s = ct_zero1_step(t->optimizer, t->comm, grads, &t->model->params.values, lr, scale,
+                                        t->args.max_grad_norm, &norm);
+            if (s == CT_ERR_NUMERIC && !isfinite(norm))
+                check = (ct_step_check){.bad = true, .loss = false, .rank = -1, .value = norm};
+            else if (s != CT_OK)
+                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
+                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
+        }
+    } else {
+        if (step_loss.count > 0) ct_op_scale(grads, scale);
+        if (clip) {
+            /* a non-finite norm leaves the gradients as they are (CT_ERR_NUMERIC): the policy decides */
+            ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &norm);
+            if (s != CT_OK && s != CT_ERR_NUMERIC)
+                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
+                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
+        } else {
+            norm = ct_op_l2_norm(grads); /* no clipping: one pass only to see NaN or inf */
+        }
+        CT_TRY(ct_nan_inf_check(t, local_loss, step_loss.sum, true, norm, &check));
+        if (!check.bad) {
+            CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+            pre_fired = true;
+            CT_TRY(ct_optimizer_step(t->optimizer, lr));
+        }
+    }
+    if (check.bad) CT_TRY(nan_inf_step(t, &check, epoch, pre_fired)); /* returns only to skip the update */
+    L->learning_rate = lr;
+    L->has_grad_norm = clip;
+    /* (a skipped step's norm is NaN when it was not computed: the loss decided first) */
+    if (clip) L->grad_norm = norm;
+    t->state.total_flos += step_flos;
     if (t->args.logging_nan_inf_filter && !isfinite(loss))
         L->tr_loss += L->tr_loss / (double)(1 + t->state.global_step - L->last_logged_step);
     else
         L->tr_loss += loss;
-    ct_tensor *grads = &t->model->params.grads;
-    L->learning_rate = ct_scheduler_lr(t->lr_scheduler);
-    double scale = step_loss.count > 0 ? 1.0 / step_loss.count : 1.0;
-    if (zero1) {
-        /* reduce-scatter, scale, clip by the global norm, update the shard, all-gather */
-        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
-        double *norm = t->args.max_grad_norm > 0 ? &L->grad_norm : NULL;
-        ct_status s = ct_zero1_step(t->optimizer, t->comm, grads, &t->model->params.values, L->learning_rate, scale,
-                                    t->args.max_grad_norm, norm);
-        if (s != CT_OK)
-            return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
-                                   (long long)t->state.global_step + 1, (long long)epoch, loss);
-        L->has_grad_norm = norm != NULL;
-    } else {
-        if (step_loss.count > 0) ct_op_scale(grads, scale);
-        if (t->args.max_grad_norm > 0) {
-            ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &L->grad_norm);
-            if (s != CT_OK)
-                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
-                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
-            L->has_grad_norm = true;
-        }
-        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
-        CT_TRY(ct_optimizer_step(t->optimizer, L->learning_rate));
-    }
     CT_TRY(fire(t, CT_ON_OPTIMIZER_STEP));
-    ct_scheduler_step(t->lr_scheduler);
+    /* Hugging Face steps the scheduler only when the optimizer stepped (AMP's skipped steps do not) */
+    if (!check.bad) ct_scheduler_step(t->lr_scheduler);
     ct_model_zero_grad(t->model);
     t->state.global_step++;
     t->state.epoch = (double)epoch + (double)(first + n) / (double)steps_in_epoch;
@@ -439,6 +531,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
                   (double)max_steps);
     json_object_set_new(m, "total_flos", json_real(t->state.total_flos));
     json_object_set_new(m, "train_loss", json_real(train_loss));
+    if (L->nan_inf_skipped > 0) json_object_set_new(m, "nan_inf_skipped", json_integer(L->nan_inf_skipped));
     /* HF: the memory report joins the metrics before they are logged. */
     ct_status ms = ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, CT_OK, m);
     if (ms != CT_OK) {

@@ -86,6 +86,7 @@ typedef struct ct_train_progress {
     double grad_norm;     /* of the last step */
     bool has_grad_norm;
     double learning_rate; /* of the last step */
+    int64_t nan_inf_skipped; /* optimizer steps skipped by nan_inf_policy "skip" so far */
 } ct_train_progress;
 
 typedef struct ct_trainer_ops {

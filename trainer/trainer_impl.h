@@ -52,6 +52,21 @@ double ct_trainer_now(void);
  * <split>_steps_per_second, rounded as HF rounds them. */
 void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps);
 
+/* nan_inf_policy (trainer/nan_inf.c): what one optimizer step's numbers say, the same on every
+ * process. Collective with several processes (one 8-byte all-reduce): the verdict from this
+ * process's own loss sum (its micro-batches), the step's all-reduced loss sum and, when norm_known,
+ * the gradient norm this process computed. ct_nan_inf_describe writes "optimizer step N (epoch E): the
+ * loss is nan, first on rank R of W" or "...: the gradient norm is inf while the loss is finite". */
+typedef struct ct_step_check {
+    bool bad;     /* the loss or the gradient norm is NaN or infinite */
+    bool loss;    /* it is the loss (else the gradient norm) */
+    int rank;     /* the first process whose own loss was not finite; -1 when none or not known */
+    double value; /* the offending value: the loss sum or the norm */
+} ct_step_check;
+ct_status ct_nan_inf_check(ct_trainer *t, double local_loss_sum, double loss_sum, bool norm_known, double norm,
+                           ct_step_check *out);
+void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t epoch, char *buf, size_t cap);
+
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
  * ExportableState), before trainer_state.json is written. */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);

@@ -201,8 +201,8 @@ static void run(const run_opts *o, run_out *out) {
         ct_trainer_free(&rec->base);
     } else {
         snprintf(out->error, sizeof out->error, "%s", ct_last_error());
-        ct_callback_list_free(&cbs);
     }
+    ct_callback_list_free(&cbs); /* empty after a move into the trainer, but it still holds its array */
     out->n = ct_tensor_numel(&model.params.values);
     out->final = malloc((size_t)out->n * sizeof(float));
     memcpy(out->final, model.params.values.data, (size_t)out->n * sizeof(float));
