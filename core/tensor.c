@@ -50,16 +50,21 @@ void ct_host_free(void *p) { free(p); }
 ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes) {
     if (ndim < 0 || ndim > CT_MAX_DIMS)
         return ct_error(CT_ERR_SHAPE, "tensor: %d dimensions (at most %d)", ndim, CT_MAX_DIMS);
-    int64_t total = (int64_t)ct_dtype_size(dt);
+    /* Every part of the shape must be addressable, also when another dimension is 0: [0, 2^40, 2^40]
+     * holds nothing, but its rows would be 2^80 elements (a file header may say so). So the sizes
+     * are checked with 0 counted as 1. */
+    int64_t bound = (int64_t)ct_dtype_size(dt);
+    bool empty = false;
     for (int i = 0; i < ndim; i++) {
         char s[128];
         if (shape[i] < 0)
             return ct_error(CT_ERR_SHAPE, "tensor: negative dimension in %s", ct_shape_str(ndim, shape, s, sizeof s));
-        if (__builtin_mul_overflow(total, shape[i], &total) || total > (int64_t)(PTRDIFF_MAX / 2))
+        empty = empty || shape[i] == 0;
+        if (__builtin_mul_overflow(bound, shape[i] ? shape[i] : 1, &bound) || bound > (int64_t)(PTRDIFF_MAX / 2))
             return ct_error(CT_ERR_SHAPE, "tensor: %s of %s is too large to address", ct_shape_str(ndim, shape, s, sizeof s),
                             ct_dtype_name(dt));
     }
-    *bytes = (size_t)total;
+    *bytes = empty ? 0 : (size_t)bound;
     return CT_OK;
 }
 

@@ -46,7 +46,8 @@ static inline bool ct_dtype_is_float(ct_dtype dt) { return dt == CT_F32 || dt ==
 ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const int64_t *shape);
 
 /* Bytes of a tensor of this shape and dtype; CT_ERR_SHAPE for a negative size or one that overflows
- * (shapes come from configs and files, so their product is checked before anything is allocated). */
+ * (shapes come from configs and files, so their product is checked before anything is allocated).
+ * A 0 counts as 1 in that check: [0, 2^40, 2^40] is empty but refused, its rows being unaddressable. */
 ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes);
 
 /* Allocates zeroed, 64-byte aligned memory for a tensor of the given shape. */

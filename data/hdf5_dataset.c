@@ -32,6 +32,10 @@
  * worth an HDF5 call each), CONTIG_BLOCK for unchunked data. */
 #define MIN_BLOCK ((size_t)4 << 10)
 #define CONTIG_BLOCK ((size_t)16 << 10)
+/* The largest sample (features or labels, as cached): a file's header may claim any extent without
+ * storing it (HDF5 then reads fill values), and the reader allocates at least a sample per block,
+ * so a few hundred bytes of file could otherwise make it allocate gigabytes. */
+#define MAX_SAMPLE_BYTES ((size_t)1 << 30)
 
 /* Element types as they are kept in the cache (native byte order). */
 typedef enum elem_kind { K_U8, K_I8, K_U16, K_I16, K_U32, K_I32, K_U64, K_I64, K_F32, K_F64 } elem_kind;
@@ -192,8 +196,9 @@ static size_t cache_cap(void) {
 }
 
 /* Sizes the block cache from the dataset's chunking; allocates only the block -> slot table. A
- * block is never part of a chunk: HDF5 decompresses a whole chunk to read any part of it, so parts
- * would cost a chunk each. The cache holds at least two blocks, even if that exceeds its size. */
+ * block is never part of a chunk (HDF5 decompresses a whole chunk to read any part of it, so parts
+ * would cost a chunk each) unless one chunk alone is over half the cache. The cache holds at least
+ * two blocks, even if that exceeds its size. */
 static ct_status setup_cache(const char *path, h5_array *a) {
     size_t cap = cache_cap();
     int64_t n = (int64_t)a->dims[0];
@@ -203,9 +208,11 @@ static ct_status setup_cache(const char *path, h5_array *a) {
     hsize_t chunk[H5S_MAX_RANK];
     if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED && H5Pget_chunk(dcpl, a->rank, chunk) == a->rank &&
         chunk[0] > 0) {
-        /* Whole chunks, as many as make MIN_BLOCK bytes. */
+        /* Whole chunks, as many as make MIN_BLOCK bytes; but never a block that alone outgrows the
+         * cache (a chunk may be declared with any size): then parts of chunks. */
         int64_t c = (int64_t)chunk[0], min_rows = (int64_t)((MIN_BLOCK + row_bytes - 1) / row_bytes);
-        rows = c * ((min_rows + c - 1) / c);
+        int64_t whole = c * ((min_rows + c - 1) / c);
+        if ((uint64_t)whole <= cap / 2 / row_bytes) rows = whole;
     }
     if (dcpl >= 0) H5Pclose(dcpl);
     if (rows > n) rows = n;
@@ -464,6 +471,10 @@ static ct_status validate_shapes(h5_dataset *d) {
         return ct_error(CT_ERR_SHAPE, "%s: datasets '%s' %s and '%s' %s are too large to read (at most 2^39 samples)",
                         path, f->name, ct_shape_str(f->rank, fs, a, sizeof a), l->name,
                         ct_shape_str(l->rank, ls, b, sizeof b));
+    if (fbytes > MAX_SAMPLE_BYTES || lbytes > MAX_SAMPLE_BYTES)
+        return ct_error(CT_ERR_SHAPE, "%s: datasets '%s' %s and '%s' %s: samples larger than %zu MB are not supported",
+                        path, f->name, ct_shape_str(f->rank, fs, a, sizeof a), l->name,
+                        ct_shape_str(l->rank, ls, b, sizeof b), MAX_SAMPLE_BYTES >> 20);
     f->row_numel = (int64_t)(fbytes / 8);
     l->row_numel = (int64_t)(lbytes / 8);
     if (f->row_numel == 0 || l->row_numel == 0)

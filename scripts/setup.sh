@@ -12,6 +12,8 @@ packages=(
   zlib1g-dev                                # gzip'd IDX files
   libprotobuf-c-dev protobuf-c-compiler     # TensorBoard event records
   libcairo2-dev                             # `ctrainer plot`: PNG and SVG curves
+  clang libclang-rt-14-dev libomp-14-dev    # fuzz targets (scripts/fuzz.sh): clang, libFuzzer, clang's OpenMP
+  valgrind                                  # memcheck of short runs (scripts/valgrind.sh)
   dataset-fashion-mnist                     # the examples' data, in /usr/share/datasets/fashion-mnist
   fortunes                                  # text for the GPT example, in /usr/share/games/fortunes
   python3 python3-numpy python3-torch python3-sklearn python3-h5py python3-venv python3-pip  # test oracles

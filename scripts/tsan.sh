@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# The asynchronous code (eval_async, save_async) under ThreadSanitizer: configures a CPU-only build
-# with -fsanitize=thread in build-tsan/ (or $1), builds the unit tests tests/unit/test_async*.c and
-# the ctrainer program, runs each test, then short `ctrainer train` runs with eval_async (steps,
-# continuous, save_strategy best, save_async) on the CLI's tiny config when Fashion-MNIST is
-# installed. Any ThreadSanitizer report fails the script with exit 66; a test failing otherwise, 1.
+# The code that runs on threads of its own, under ThreadSanitizer: configures a CPU-only build with
+# -fsanitize=thread in build-tsan/ (or $1), builds the ctrainer program and the unit tests of that
+# code, runs each test, then short `ctrainer train` runs with eval_async (steps, continuous,
+# save_strategy best, save_async) on the CLI's tiny config when Fashion-MNIST is installed. Any
+# ThreadSanitizer report fails the script with exit 66; a test failing otherwise, 1.
+# The tests: evaluation and checkpoint writing on background threads (test_async_eval,
+# test_async_save), gradient buckets all-reduced while backward runs (test_ddp_overlap), the data
+# loader's prefetch workers (test_loader), concurrent fetches from HDF5 files and through transforms
+# (test_hdf5_dataset, test_transforms), logging from many threads (test_log), ZeRO-1 with threads
+# as ranks (test_zero), the memory report's sampler thread (test_memory) and the TensorBoard writer
+# fed by the asynchronous evaluator (test_tensorboard, where it is built). scripts/sanitize.sh runs
+# this script as part of scripts/test.sh.
 #
 # OMP_NUM_THREADS=1: libgomp is not built with TSan, so the synchronisation of OpenMP's own thread
 # team is invisible to it and every parallel region would be reported as a race (false positives).
 # With one thread the parallel regions run inline; the races that matter here are between the
-# training thread and the evaluator or writer thread, which are plain pthreads.
+# training thread and the evaluator, writer, loader or sampler threads, which are plain pthreads.
 #
-# Usage: scripts/tsan.sh [BUILD_DIR]     (about two minutes to build from scratch on 2 cores)
+# Usage: scripts/tsan.sh [BUILD_DIR]     (about three minutes to build from scratch on 2 cores)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build-tsan}
@@ -18,9 +25,12 @@ dir=${1:-build-tsan}
 cmake -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCTRAINER_BENCH=OFF -DCTRAINER_CUDA=OFF -DCTRAINER_WERROR=OFF \
       -DCMAKE_C_FLAGS="-fsanitize=thread -g -O1" -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread \
       -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+# The tests this build has (test_tensorboard only where TensorBoard is built: CTRAINER_TENSORBOARD).
+targets=$(cmake --build "$dir" --target help)
 tests=()
-for f in tests/unit/test_async*.c; do
-  [ -e "$f" ] && tests+=("$(basename "$f" .c)")
+for t in test_async_eval test_async_save test_ddp_overlap test_loader test_hdf5_dataset test_transforms test_log \
+         test_zero test_memory test_tensorboard; do
+  grep -q "^\.\.\. $t\$" <<<"$targets" && tests+=("$t")
 done
 cmake --build "$dir" -j"$(nproc)" --target ctrainer "${tests[@]}"
 

@@ -268,7 +268,8 @@ static json_t *random_history(int64_t *n_finite, int n_sets) {
         json_t *e = json_object();
         const char *keys[] = {"loss", "learning_rate", "grad_norm"};
         for (int k = 0; k < 3; k++) {
-            double u = ct_rng_uniform(&rng);
+            /* The first entry is whole, so that every panel has a finite value to draw. */
+            double u = s == every ? 1.0 : ct_rng_uniform(&rng);
             if (u < 0.1) continue;                                        /* absent */
             if (u < 0.2) json_object_set_new(e, keys[k], json_null());    /* NaN in Python's file */
             else if (u < 0.25) json_object_set_new(e, keys[k], json_string("nan"));

@@ -142,8 +142,12 @@ static ct_status fake_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out
     size_t bytes = ct_tensor_nbytes(in);
     w->in[c->rank] = in->data;
     world_wait(w, c->rank);
-    for (int q = 0; q < w->world; q++)
-        if (bytes) memmove((char *)out->data + (size_t)q * bytes, w->in[q], bytes);
+    /* In place (in is this rank's own block of out, as ZeRO-1 gathers its parameter shards): that
+     * block is already there, and copying it onto itself would write memory the other ranks read. */
+    for (int q = 0; q < w->world; q++) {
+        char *dst = (char *)out->data + (size_t)q * bytes;
+        if (bytes && dst != (const char *)w->in[q]) memmove(dst, w->in[q], bytes);
+    }
     world_wait(w, c->rank);
     return CT_OK;
 }

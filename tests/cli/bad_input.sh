@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# bad_input.sh CTRAINER CASE: one row of docs/bad_inputs.md that needs files made first (a damaged
+# data file, a damaged or foreign checkpoint, an odd environment). Makes them in a temporary
+# directory, runs CTRAINER and passes only if it exits with the row's code and its output matches the
+# row's message (tests/cli/expect.sh does the check). The rows that need no files are ct_cli_test
+# lines in tests/CMakeLists.txt. `bad_input.sh --list` prints the cases.
+# The data files are synthetic (a few bytes written here); the checkpoint rows train the CLI's tiny
+# config on Fashion-MNIST for two steps first.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
+       idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
+       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
+       checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
+       checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
+       evaluate_other_model init_from_not_safetensors
+       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file)
+if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
+ctrainer=$1 case=$2
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp" || exit 1
+tiny=$here/configs/tiny_sequential.json
+expect() { "$here/expect.sh" "$@"; }
+
+# run_config FILE MODEL TRAIN_DATA: a config that trains MODEL on TRAIN_DATA for two steps, nothing saved.
+run_config() {
+  printf '{"model": %s, "data": {"train": %s},\n "training_args": {"max_steps": 2, "per_device_train_batch_size": 8, "output_dir": "out", "save_strategy": "no", "report_to": []}}\n' \
+         "$2" "$3" >"$1"
+}
+mlp='{"type": "mlp", "hidden": [8]}'
+gpt='{"type": "gpt", "vocab_size": 257, "n_positions": 16, "n_embd": 16, "n_layer": 1, "n_head": 2}'
+
+# idx_images N H W BYTES: an IDX header for N u8 images of HxW followed by BYTES random bytes.
+idx_images() {
+  printf "\\0\\0\\10\\3$(be32 "$1")$(be32 "$2")$(be32 "$3")"
+  head -c "$4" /dev/urandom
+}
+# idx_labels N: N u8 labels 0..9.
+idx_labels() {
+  printf "\\0\\0\\10\\1$(be32 "$1")"
+  for ((i = 0; i < $1; i++)); do printf "\\$(printf %o $((i % 10)))"; done
+}
+be32() { printf '\\%o\\%o\\%o\\%o' $(($1 >> 24 & 255)) $(($1 >> 16 & 255)) $(($1 >> 8 & 255)) $(($1 & 255)); }
+# tokens FILE N BAD_AT BAD_ID: N uint16 little-endian token ids 0..49, BAD_ID at position BAD_AT.
+tokens() {
+  for ((i = 0; i < $2; i++)); do
+    local id=$((i % 50))
+    [ "$i" -eq "$3" ] && id=$4
+    printf "\\$(printf %o $((id & 255)))\\$(printf %o $((id >> 8)))"
+  done >"$1"
+}
+# csv_h5 FILE: an HDF5 file from 64 CSV rows (3 features, labels 0..2) through `ctrainer data convert`.
+csv_h5() {
+  for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i % 3))"; done >t.csv
+  "$ctrainer" data convert --csv t.csv -o "$1" >/dev/null || { echo "data convert failed"; exit 1; }
+}
+# checkpoint DIR: DIR/checkpoint-2 and DIR/checkpoint-4 from 4 steps of the tiny config.
+checkpoint() {
+  "$ctrainer" train "$tiny" --output_dir "$1" --max_steps 4 --save_strategy steps --save_steps 2 --eval_strategy no \
+      --set data.train.limit=256 --set data.eval.small.limit=64 --set data.eval.other.limit=64 \
+      --set data.test.limit=64 --report_to none >train.log 2>&1 || { cat train.log; echo "training failed"; exit 1; }
+}
+resume=(train "$tiny" --set data.train.limit=256 --set data.eval.small.limit=64 --set data.eval.other.limit=64
+        --set data.test.limit=64 --report_to none)
+
+case $case in
+# --- config ---
+config_empty)
+  : >empty.json
+  expect 2 "empty.json:1:1: '\\[' or '\\{' expected near end of file" "$ctrainer" train empty.json ;;
+config_not_object)
+  echo '[1, 2]' >list.json
+  expect 2 "list.json:1:1: a run config must be a JSON object \\(with sections model, data, ...\\), got a list" \
+         "$ctrainer" train list.json ;;
+config_no_model)
+  echo '{"data": {"train": {"type": "fashion_mnist", "split": "train"}}}' >nomodel.json
+  expect 2 'nomodel.json: the run config has no "model" section' "$ctrainer" train nomodel.json ;;
+config_no_data)
+  echo '{"model": {"type": "mlp", "hidden": [8]}}' >nodata.json
+  expect 2 'nodata.json: the run config has no "data" section' "$ctrainer" train nodata.json ;;
+config_duplicate_key)
+  printf '{"model": {"type": "mlp"},\n "model": {"type": "mlp", "hidden": [8]}}\n' >dup.json
+  expect 2 "dup.json:2:2: duplicate object key near '\"model\"'" "$ctrainer" train dup.json ;;
+# --- data ---
+idx_truncated)
+  { idx_images 100 28 28 100; } >img.idx
+  idx_labels 100 >lab.idx
+  run_config run.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx", "num_classes": 10}'
+  expect 1 "data.train.images: img.idx: truncated IDX data \\(the header claims 78400 bytes, the file holds 100\\)" \
+         "$ctrainer" train run.json ;;
+idx_not_idx)
+  echo "these are not images" >img.idx
+  idx_labels 100 >lab.idx
+  run_config run.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx", "num_classes": 10}'
+  expect 1 "data.train.images: img.idx: not an IDX file \\(bad magic number\\)" "$ctrainer" train run.json ;;
+idx_labels_as_images)
+  idx_labels 100 >lab.idx
+  run_config run.json "$mlp" '{"type": "idx", "images": "lab.idx", "labels": "lab.idx", "num_classes": 10}'
+  expect 1 "data.train.images: lab.idx: expected images of rank 2 to 4 \\(\\[N, D\\] or \\[N, H, W\\] or \\[N, C, H, W\\]\\), got \\[100\\] u8" \
+         "$ctrainer" train run.json ;;
+hdf5_no_dataset)
+  csv_h5 data.h5
+  run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5", "features": "images"}'
+  expect 1 "data.train.path: data.h5: no dataset 'images' \\(expected the features there\\); the file has 'features' \\[64, 3\\] f32, 'labels' \\[64\\] i64" \
+         "$ctrainer" train run.json ;;
+hdf5_truncated)
+  csv_h5 data.h5
+  head -c 1500 data.h5 >cut.h5
+  run_config run.json "$mlp" '{"type": "hdf5", "path": "cut.h5"}'
+  expect 1 "data.train.path: cut.h5: cannot open as HDF5 \\(truncated or corrupt file\\?\\): truncated file" \
+         "$ctrainer" train run.json ;;
+hdf5_label_out_of_range)
+  csv_h5 data.h5
+  run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5", "num_classes": 2}'
+  expect 1 "data.h5: label 2 of sample [0-9]+ in dataset 'labels' is outside \\[0, 2\\) \\(num_classes from num_classes of the config\\)" \
+         "$ctrainer" train run.json ;;
+tokens_beyond_vocab)
+  tokens tok.bin 200 10 300
+  run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16, "vocab_size": 257}'
+  expect 1 "data.train.path: tok.bin: token id 300 at position 10 is outside the vocabulary \\[0, 257\\)" \
+         "$ctrainer" train run.json ;;
+tokens_beyond_model_vocab)
+  # No vocab_size in the data: the model's embedding refuses the id in the first batch (it is at
+  # every 20th position, so every window of 17 tokens holds it).
+  for ((i = 0; i < 200; i++)); do id=$((i % 20 == 10 ? 300 : i % 50)); printf "\\$(printf %o $((id & 255)))\\$(printf %o $((id >> 8)))"; done >tok.bin
+  run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16}'
+  expect 2 "embedding 'transformer.wte': token id 300 at position \\[[0-9]+, [0-9]+\\] is outside \\[0, 257\\) \\(num_embeddings=257\\)" \
+         "$ctrainer" train run.json ;;
+tokens_odd_size)
+  tokens tok.bin 200 -1 0
+  printf 'x' >>tok.bin
+  run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16}'
+  expect 1 "data.train.path: tok.bin: size 401 bytes is not a multiple of 2 bytes per token" "$ctrainer" train run.json ;;
+# --- checkpoints ---
+checkpoint_truncated)
+  checkpoint run
+  truncate -s 1000 run/checkpoint-4/model.h5
+  expect 1 "resume_from_checkpoint 'run/checkpoint-4': run/checkpoint-4: model.h5 is 1000 bytes, the manifest says [0-9]+ \\(truncated\\?\\)" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
+checkpoint_flipped_byte)
+  checkpoint run
+  f=run/checkpoint-4/optimizer.h5
+  size=$(stat -c %s "$f")
+  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f" | tr -d ' ')
+  printf "\\$(printf %o $((byte ^ 255)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  expect 1 "run/checkpoint-4: optimizer.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
+checkpoint_latest_skips_damaged)
+  checkpoint run
+  truncate -s 1000 run/checkpoint-4/model.h5
+  expect 0 "warning: skipping invalid checkpoint: run/checkpoint-4: model.h5 is 1000 bytes.*Resuming from run/checkpoint-2: step 2" \
+         bash -c '"$@" 2>&1 | tr "\n" " "; exit "${PIPESTATUS[0]}"' _ "$ctrainer" "${resume[@]}" --output_dir run \
+         --max_steps 4 --resume_from_checkpoint latest ;;
+checkpoint_other_model)
+  checkpoint run
+  expect 1 "resume from run/checkpoint-4: load model 'run/checkpoint-4/model.h5': tensor '1.weight': hdf5: dataset '1.weight' has shape \\[32, 784\\], expected \\[16, 784\\]" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --set 'model.layers[1].out_features=16' ;;
+checkpoint_other_optimizer)
+  checkpoint run
+  expect 2 "resume from run/checkpoint-4: load optimizer: run/checkpoint-4/optimizer.h5 holds 'adamw' state, this run uses 'sgd'" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --optim sgd ;;
+checkpoint_other_global_batch)
+  # What another world size with the same per-device batch amounts to (mpi.ddp_equivalence and the
+  # unit tests resume on other world sizes with the same global batch).
+  checkpoint run
+  expect 2 "rng_state_0.json: the checkpoint was taken with a global batch of 64 samples \\(per_device_train_batch_size x processes\\), this run has 32 \\(32 x 1\\)" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --per_device_train_batch_size 32 ;;
+checkpoint_is_a_file)
+  checkpoint run
+  expect 1 "resume_from_checkpoint 'run/checkpoint-4/model.h5': run/checkpoint-4/model.h5: not a directory" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4/model.h5 ;;
+evaluate_corrupt_model)
+  checkpoint run
+  truncate -s 1000 run/model.h5
+  expect 1 "ctrainer evaluate: load model 'run/model.h5': not an HDF5 file \\(or corrupt\\)" \
+         "$ctrainer" evaluate "$tiny" --model run --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
+evaluate_other_model)
+  checkpoint run
+  expect 1 "ctrainer evaluate: load model 'run/model.h5': tensor '1.weight': hdf5: dataset '1.weight' has shape \\[32, 784\\], expected \\[16, 784\\]" \
+         "$ctrainer" evaluate "$tiny" --model run --set 'model.layers[1].out_features=16' ;;
+init_from_not_safetensors)
+  echo "these are not weights" >junk.safetensors
+  printf '{"model": %s, "init_from": "junk.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
+         "$mlp" >run.json
+  expect 1 "ctrainer evaluate: init_from: ./junk.safetensors: header size [0-9]+ exceeds the format's limit of 100000000 bytes \\(not a safetensors file\\?\\)" \
+         "$ctrainer" evaluate run.json ;;
+# --- environment ---
+env_omp_threads_garbage)
+  # libgomp's warning, then training on its default thread count
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 0 "libgomp: Invalid value for environment variable OMP_NUM_THREADS" \
+         env OMP_NUM_THREADS=lots "$ctrainer" train run.json ;;
+env_hdf5_cache_garbage)
+  # not a positive number of MiB: the default block cache, silently
+  csv_h5 data.h5
+  run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5"}'
+  expect 0 "train_loss" env CTRAINER_HDF5_CACHE_MB=much "$ctrainer" train run.json ;;
+output_dir_under_a_file)
+  echo "a file" >blocker
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 1 "cannot create directory 'blocker/out': Not a directory" \
+         "$ctrainer" train run.json --output_dir blocker/out ;;
+*)
+  echo "bad_input.sh: unknown case '$case' (bad_input.sh --list)"
+  exit 2 ;;
+esac
