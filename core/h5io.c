@@ -143,10 +143,16 @@ ct_status ct_h5_read_string_attr(hid_t file, const char *name, char **value) {
     if (H5Aexists(file, name) <= 0) return ct_error(CT_ERR_FORMAT, "hdf5: no attribute '%s'", name);
     hid_t attr = H5Aopen(file, name, H5P_DEFAULT);
     if (attr < 0) return ct_error(CT_ERR_FORMAT, "hdf5: cannot open attribute '%s'", name);
-    hid_t ftype = H5Aget_type(attr);
+    hid_t ftype = H5Aget_type(attr), space = H5Aget_space(attr);
+    /* One string: H5Aread writes every element of the attribute, so an array of strings would
+     * overflow the one-string buffer below. */
+    hssize_t count = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    if (space >= 0) H5Sclose(space);
     ct_status s = CT_OK;
     if (H5Tget_class(ftype) != H5T_STRING) {
         s = ct_error(CT_ERR_FORMAT, "hdf5: attribute '%s' is not a string", name);
+    } else if (count != 1) {
+        s = ct_error(CT_ERR_FORMAT, "hdf5: attribute '%s' holds %lld strings, expected one", name, (long long)count);
     } else if (H5Tis_variable_str(ftype) > 0) {
         hid_t mtype = H5Tcopy(H5T_C_S1);
         H5Tset_size(mtype, H5T_VARIABLE);

@@ -1,6 +1,7 @@
 /* What the fuzz targets share: a reader that takes numbers and byte ranges off the front of a fuzz
- * input (libFuzzer's FuzzedDataProvider, in C), a private temporary directory for readers that
- * only take a path, and the one-time set-up every target needs (quiet logs, one thread).
+ * input (libFuzzer's FuzzedDataProvider, in C) and its inverse for seeds, a private temporary
+ * directory for readers that only take a path, the check that no HDF5 handle stays open, and the
+ * one-time set-up every target needs (quiet logs, one thread).
  *
  * A target is a file fuzz/fuzz_<name>.c defining LLVMFuzzerTestOneInput; see docs/fuzzing.md. The
  * rule they check: whatever the bytes, the library answers with a status (errors are fine) and never

@@ -66,7 +66,8 @@ if [ "$mode" = merge ]; then
     rm -rf "$merged" && mkdir -p "$merged"
     dict=(); [ -e "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
     "$dir/fuzz/fuzz_$t" -merge=1 "${dict[@]}" "$merged" "fuzz/corpus/$t" "$dir/corpus/$t" >"$dir/logs/$t.merge.log" 2>&1
-    echo "merge: $t: $(ls "$merged" | wc -l) files, $(du -sk "$merged" | cut -f1) KB (in $merged; copy what is worth keeping)"
+    kb=$(find "$merged" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", (s + 1023) / 1024}')
+    echo "merge: $t: $(ls "$merged" | wc -l) files, $kb KB (in $merged; copy what is worth keeping)"
   done
   exit 0
 fi
@@ -87,7 +88,7 @@ for t in "${targets[@]}"; do
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log" | tail -1)
   files=$(find "$corpus" -type f | wc -l)
-  kb=$(du -sk "$corpus" | cut -f1)
+  kb=$(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", (s + 1023) / 1024}')
   rate=$(( ${secs:-0} > 0 ? ${execs:-0} / ${secs:-1} : 0 ))
   if [ "$rc" -eq 0 ]; then
     result=ok
