@@ -484,6 +484,56 @@ static ct_status validate_shapes(h5_dataset *d) {
     return CT_OK;
 }
 
+/* HDF5 reads the parts of a dataset that were never written as its fill value, so a file of a few
+ * hundred bytes may declare 2^39 samples it does not hold: training would see fill values, and the
+ * scan for num_classes would run for hours. A dataset must store all of its data: every chunk of a
+ * chunked one (counted in its chunk index; HDF5 1.10's H5Dget_space_status calls compressed data
+ * "partly allocated"), the block of a contiguous one. */
+static ct_status check_stored(const char *path, const h5_array *a) {
+    if (a->dims[0] == 0) return CT_OK; /* nothing to store */
+    hid_t dcpl = H5Dget_create_plist(a->id);
+    H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+    bool known = false, whole = false;
+    hsize_t have = 0, want = 1;
+    if (layout == H5D_CHUNKED) {
+        hsize_t chunk[H5S_MAX_RANK];
+        hid_t all = H5Dget_space(a->id); /* everything selected (HDF5 1.10 refuses H5S_ALL here) */
+        if (all >= 0 && H5Pget_chunk(dcpl, a->rank, chunk) == a->rank && H5Dget_num_chunks(a->id, all, &have) >= 0) {
+            known = true;
+            for (int i = 0; i < a->rank; i++) {
+                hsize_t n = chunk[i] ? (a->dims[i] + chunk[i] - 1) / chunk[i] : 0;
+                want = n && want > UINT64_MAX / n ? UINT64_MAX : want * n;
+            }
+            whole = have >= want;
+        }
+        if (all >= 0) H5Sclose(all);
+    } else if (layout != H5D_LAYOUT_ERROR) {
+        H5D_space_status_t status;
+        if (H5Dget_space_status(a->id, &status) >= 0) {
+            known = true;
+            whole = status == H5D_SPACE_STATUS_ALLOCATED;
+        }
+    }
+    if (dcpl >= 0) H5Pclose(dcpl);
+    char det[256], s[128];
+    if (!known)
+        return ct_error(CT_ERR_FORMAT, "%s: cannot tell whether dataset '%s' stores its data: %s", path, a->name,
+                        ct_h5_error_detail(det, sizeof det));
+    if (whole) return CT_OK;
+    int64_t shape[CT_MAX_DIMS];
+    for (int i = 0; i < a->rank; i++) shape[i] = (int64_t)a->dims[i];
+    if (layout == H5D_CHUNKED)
+        return ct_error(CT_ERR_FORMAT,
+                        "%s: dataset '%s' %s stores %llu of its %llu chunks (its shape was written, not all of its "
+                        "values: an interrupted conversion?)",
+                        path, a->name, ct_shape_str(a->rank, shape, s, sizeof s), (unsigned long long)have,
+                        (unsigned long long)want);
+    return ct_error(CT_ERR_FORMAT,
+                    "%s: dataset '%s' %s stores none of its data (its shape was written, not its values: an "
+                    "interrupted conversion?)",
+                    path, a->name, ct_shape_str(a->rank, shape, s, sizeof s));
+}
+
 static ct_status setup(h5_dataset *d, const ct_hdf5_dataset_config *cfg) {
     const char *path = d->base.source;
     char det[256];
@@ -502,6 +552,8 @@ static ct_status setup(h5_dataset *d, const ct_hdf5_dataset_config *cfg) {
     CT_TRY(open_array(path, d->file, cfg->features ? cfg->features : "features", "features", &d->feat));
     CT_TRY(open_array(path, d->file, cfg->labels ? cfg->labels : "labels", "labels", &d->lab));
     CT_TRY(validate_shapes(d));
+    CT_TRY(check_stored(path, &d->feat));
+    CT_TRY(check_stored(path, &d->lab));
     CT_TRY(setup_cache(path, &d->feat));
     CT_TRY(setup_cache(path, &d->lab));
 
