@@ -56,8 +56,8 @@ static bool read_max_classes(hid_t file, int64_t *out) {
     /* One integer, as the conversion writes it: H5Aread writes every element, so an array there
      * would overflow *out. */
     hid_t type = H5Aget_type(a), space = H5Aget_space(a);
-    bool ok = type >= 0 && space >= 0 && H5Tget_class(type) == H5T_INTEGER && H5Sget_simple_extent_npoints(space) == 1 &&
-              H5Aread(a, H5T_NATIVE_INT64, out) >= 0 && *out > 0;
+    bool ok = type >= 0 && space >= 0 && H5Tget_class(type) == H5T_INTEGER &&
+              H5Sget_simple_extent_npoints(space) == 1 && H5Aread(a, H5T_NATIVE_INT64, out) >= 0 && *out > 0;
     if (space >= 0) H5Sclose(space);
     if (type >= 0) H5Tclose(type);
     H5Aclose(a);

@@ -275,8 +275,8 @@ void fz_init(void) {
 ct_status fz_report(const char *what, ct_status s) {
     static int verbose = -1;
     if (verbose < 0) verbose = getenv("CT_FUZZ_VERBOSE") != NULL;
-    if (verbose) fprintf(stderr, "fuzz: %s: %s%s%s\n", what, s == CT_OK ? "ok" : ct_status_str(s), s == CT_OK ? "" : ": ",
-                         s == CT_OK ? "" : ct_last_error());
+    if (verbose && s == CT_OK) fprintf(stderr, "fuzz: %s: ok\n", what);
+    if (verbose && s != CT_OK) fprintf(stderr, "fuzz: %s: %s: %s\n", what, ct_status_str(s), ct_last_error());
     return s;
 }
 

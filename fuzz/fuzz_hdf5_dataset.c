@@ -142,7 +142,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (opts & 1) {
         if (opts & 2) add_record(path);
         /* the sources keep their size and mtime, so the record stays true */
-        fz_report("ct_idx_cache_open", ct_idx_cache_open(images, labels, scale, num_classes, path, "fuzz.cache", NULL, &ds));
+        fz_report("ct_idx_cache_open",
+                  ct_idx_cache_open(images, labels, scale, num_classes, path, "fuzz.cache", NULL, &ds));
     } else {
         ct_hdf5_dataset_config cfg = {.path = path, .features = feat, .labels = lab, .scale = scale,
                                       .num_classes = num_classes};

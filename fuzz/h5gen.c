@@ -205,8 +205,8 @@ static void op_dataset(builder *b) {
     }
     /* The data is read from the input whatever HDF5 makes of the rest, so that what follows it in
      * the input keeps its meaning. */
-    bool write = !huge && numel > 0 && numel <= FZ_H5_MAX_WRITE_BYTES && (!raw_type(t) || numel * esize <= FZ_H5_MAX_WRITE_BYTES) &&
-                 t != FZ_REFERENCE && t != FZ_VLEN_INT;
+    bool write = !huge && numel > 0 && numel <= FZ_H5_MAX_WRITE_BYTES &&
+                 (!raw_type(t) || numel * esize <= FZ_H5_MAX_WRITE_BYTES) && t != FZ_REFERENCE && t != FZ_VLEN_INT;
     uint8_t *data = NULL;
     char **strs = NULL;
     if (write && t == FZ_VLEN_STRING) strs = strings(in, numel, 32);
@@ -443,8 +443,10 @@ static herr_t attr_cb(hid_t obj, const char *name, const H5A_info_t *info, void 
     } else {
         fz_h5_type ft = type_of(t);
         unsigned char buf[16];
-        if (ft != FZ_H5_NUM_TYPES && H5Aread(a, t, buf) >= 0) fz_h5e_number_attr(w->o, w->names, on_root, name, ft, buf);
-        else w->ok = false;
+        if (ft != FZ_H5_NUM_TYPES && H5Aread(a, t, buf) >= 0)
+            fz_h5e_number_attr(w->o, w->names, on_root, name, ft, buf);
+        else
+            w->ok = false;
     }
     H5Sclose(sp);
     H5Tclose(t);
