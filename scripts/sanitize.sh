@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The sanitizer pass, run after the plain suite (scripts/test.sh; not part of it yet):
+# The sanitizer pass, run by scripts/test.sh after the plain suite and the fuzz targets:
 #   asan      the whole ctest suite again, built with AddressSanitizer + UndefinedBehaviorSanitizer
 #             (CTRAINER_SANITIZE: any invalid access, any undefined behaviour and any leak fails the
 #             test) in build-asan/, without CUDA and benchmarks. Oracle tests and the MPI tests run the
