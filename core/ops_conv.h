@@ -1,12 +1,13 @@
 /* Ops: 2-D convolution and pooling over NCHW tensors (declarations; CPU kernels in core/cpu/conv.c
  * and core/cpu/pool.c). Included by core/ops.h.
  *
- * Convolution is im2col + GEMM. The column matrix covers a chunk of whole samples at once,
- * laid out [C*kh*kw, chunk*OH*OW], so each forward/backward is three large GEMMs rather than one
- * small GEMM per sample; the chunk is as many samples as the caller's workspace holds (see
- * ct_conv2d_workspace_numel), which bounds memory for large batches without shrinking the GEMMs
- * much. Backward recomputes the columns instead of keeping them from forward, so backward may be
- * repeated and the workspace can stay small.
+ * Convolution is im2col + GEMM, a sample at a time: the batch is split over the threads, and each
+ * sample's column matrix [C*kh*kw, OH*OW] stays in its thread's cache between im2col and the
+ * single-threaded GEMMs that read it, which write and read the NCHW planes as they are. The
+ * workspace holds a slot per thread (see ct_conv2d_workspace_numel); dweight and dbias are summed per
+ * slot and added up in slot order, so with a given number of threads the result is the same run
+ * after run. Backward recomputes the columns instead of keeping them from forward, so backward may
+ * be repeated and the workspace stays small.
  *
  * Like every op, these trust their callers: the layers (model/conv2d.c, model/pool2d.c) validate
  * shapes and hyperparameters and give users the error messages. */
@@ -36,12 +37,13 @@ typedef struct ct_conv2d_geom {
     int64_t kernel[2], stride[2], padding[2], dilation[2];
 } ct_conv2d_geom;
 
-/* Elements (of the compute dtype) of the workspace that lets the conv ops process up to max_batch
- * samples in as few chunks as a fixed memory budget allows (at least one whole sample). */
+/* Elements (of the compute dtype) of the workspace for batches of up to max_batch samples: a slot
+ * per OpenMP thread (omp_get_max_threads() now, at most max_batch). A smaller workspace, down to one
+ * slot, works with fewer threads. */
 int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch);
 
 /* y[B, out, OH, OW] = conv(x[B, in, H, W], weight[out, in, kh, kw]) + bias[out] (bias may be NULL).
- * ws: a 1-D scratch tensor of the same dtype with at least one sample's worth of elements. */
+ * ws: a 1-D scratch tensor of the same dtype with at least one slot's worth of elements. */
 void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);
 

@@ -1,15 +1,13 @@
-/* 2-D convolution on the CPU: im2col over a chunk of samples, one OpenBLAS GEMM per pass through
- * ct_op_gemm, and col2im for the input gradient (see ops_conv.h for the layout). Kernels are in
- * conv_tmpl.h, instantiated for float and double. */
+/* 2-D convolution on the CPU: a sample per thread at a time, im2col and single-threaded OpenBLAS
+ * GEMMs on its planes, col2im for the input gradient (see ops_conv.h for the layout and conv_tmpl.h
+ * for the scheme). Kernels are in conv_tmpl.h, instantiated for float and double. */
+#include <cblas.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/cpu/cpu_impl.h"
 #include "core/ops.h"
-
-/* Workspace above which a batch is split into chunks of samples (elements). Large enough that the
- * GEMMs of typical image layers cover the whole batch; small enough to stay in memory for any. */
-#define CONV_WS_BUDGET ((int64_t)1 << 22)
 
 int64_t ct_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
     int64_t span = in + 2 * padding - dilation * (kernel - 1) - 1;
@@ -17,40 +15,46 @@ int64_t ct_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
     return span / stride + 1;
 }
 
+static int64_t conv_rows(const ct_conv2d_geom *g) { return g->in_channels * g->kernel[0] * g->kernel[1]; }
 
-/* Workspace elements per sample: its columns plus its slice of the GEMM output. */
-static int64_t conv_sample_ws(const ct_conv2d_geom *g) {
-    return (g->in_channels * g->kernel[0] * g->kernel[1] + g->out_channels) * g->out_h * g->out_w;
+/* A 1x1 window, stride 1, no padding: the input planes are the column matrix. */
+static bool conv_is_pointwise(const ct_conv2d_geom *g) {
+    return g->kernel[0] == 1 && g->kernel[1] == 1 && g->stride[0] == 1 && g->stride[1] == 1 &&
+           g->padding[0] == 0 && g->padding[1] == 0;
 }
 
-static ct_tensor matrix_at(const ct_tensor *like, void *data, int64_t rows, int64_t cols) {
-    int64_t shape[2] = {rows, cols};
-    return ct_tensor_view(data, like->dtype, like->device, 2, shape);
+/* A thread's slot of the workspace, in elements of the compute type, each part starting on a
+ * 64-byte line: the float64 partial sums of dbias (2 * out_channels elements, enough for float64
+ * in either type), the partial dweight, and one sample's column matrix. */
+static int64_t round_line(int64_t n) { return (n + 15) / 16 * 16; }
+static int64_t conv_dw_offset(const ct_conv2d_geom *g) { return round_line(2 * g->out_channels); }
+static int64_t conv_col_offset(const ct_conv2d_geom *g) {
+    return conv_dw_offset(g) + round_line(g->out_channels * conv_rows(g));
 }
-
-static ct_tensor matrix(const ct_tensor *t, int64_t rows, int64_t cols) {
-    CT_ASSERT(ct_tensor_numel(t) == rows * cols);
-    return matrix_at(t, t->data, rows, cols);
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+    return conv_col_offset(g) + round_line(conv_is_pointwise(g) ? 0 : conv_rows(g) * g->out_h * g->out_w);
 }
 
 #define R float
 #define FN(name) name##_f32
+#define GEMM cblas_sgemm
 #include "core/cpu/conv_tmpl.h"
 #undef R
 #undef FN
+#undef GEMM
 #define R double
 #define FN(name) name##_f64
+#define GEMM cblas_dgemm
 #include "core/cpu/conv_tmpl.h"
 #undef R
 #undef FN
+#undef GEMM
 
 int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch) {
     CT_ASSERT(max_batch >= 1);
-    int64_t per_sample = conv_sample_ws(g);
-    int64_t chunk = CONV_WS_BUDGET / per_sample;
-    if (chunk > max_batch) chunk = max_batch;
-    if (chunk < 1) chunk = 1;
-    return chunk * per_sample;
+    int64_t slots = omp_get_max_threads();
+    if (slots > max_batch) slots = max_batch;
+    return slots * conv_slot_numel(g);
 }
 
 /* The shapes every conv op relies on; a mismatch is a bug in the calling layer. */

@@ -52,6 +52,12 @@ for t in range(8):
     check_layer(label, spec, nn.Conv2d(C, O, kernel, stride=stride, padding=padding, dilation=dilation, bias=bias),
                 RNG.normal(size=(B, C, H, W)))
 
+# Batches big enough to be split over the threads (OMP_NUM_THREADS=2 here), a 3x3 and a 1x1 layer.
+for kernel, padding in ((3, 1), (1, 0)):
+    check_layer(f"conv2d threaded k={kernel}", {"type": "conv2d", "out_channels": 12, "kernel_size": kernel,
+                                                "padding": padding},
+                nn.Conv2d(8, 12, kernel, padding=padding), RNG.normal(size=(9, 8, 12, 11)))
+
 # The float64 path against PyTorch in float64: rounding only.
 k, d, p = (3, 2), (2, 1), (1, 2)
 H, W = input_size(k, d, p, 5)

@@ -163,10 +163,19 @@ static double max_rel_diff(const ct_tensor *a, const ct_tensor *b) {
 
 /* Forward against direct loops, and every chunking of the batch against the whole batch at once. */
 static void conv_op_values(void) {
-    for (int t = 0; t < 3; t++) {
+    /* Three threads over five samples: uneven shares, and slot sums added in order. */
+    int threads = ct_get_num_threads();
+    ct_set_num_threads(3);
+    for (int t = 0; t < 5; t++) {
         ct_conv2d_geom g = {.in_channels = rnd(1, 3), .in_h = rnd(5, 9), .in_w = rnd(5, 9), .out_channels = rnd(1, 4),
                             .kernel = {rnd(1, 3), rnd(1, 3)}, .stride = {rnd(1, 2), rnd(1, 2)},
                             .padding = {rnd(0, 2), rnd(0, 2)}, .dilation = {rnd(1, 2), rnd(1, 2)}};
+        if (t >= 3) {
+            /* big enough to run on the threads; the last a 1x1 convolution, which needs no columns */
+            g.in_channels = rnd(5, 8), g.out_channels = rnd(6, 9), g.in_h = rnd(10, 13), g.in_w = rnd(10, 13);
+            if (t == 4)
+                g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 1, g.padding[0] = g.padding[1] = 0;
+        }
         g.out_h = ct_conv_out_size(g.in_h, g.kernel[0], g.stride[0], g.padding[0], g.dilation[0]);
         g.out_w = ct_conv_out_size(g.in_w, g.kernel[1], g.stride[1], g.padding[1], g.dilation[1]);
         int64_t B = 5, C = g.in_channels, O = g.out_channels, H = g.in_h, W = g.in_w, OH = g.out_h, OW = g.out_w;
@@ -206,9 +215,10 @@ static void conv_op_values(void) {
                                 }
                         yr[((b * O + o) * OH + oh) * OW + ow] = acc;
                     }
-        /* Workspaces for the whole batch, then for 1 and 2 samples per chunk (5 = 2 + 2 + 1). */
+        /* The workspace for the whole batch (a slot per thread), then for one and two threads. */
         int64_t full = ct_conv2d_workspace_numel(&g, B), one = ct_conv2d_workspace_numel(&g, 1);
-        CHECK(full == B * one, "workspace for %lld samples: %lld elements, one sample %lld", (long long)B,
+        int64_t slots = ct_get_num_threads() < B ? ct_get_num_threads() : B;
+        CHECK(full == slots * one, "workspace for %lld samples: %lld elements, one slot %lld", (long long)B,
               (long long)full, (long long)one);
         ct_tensor ws;
         ct_tensor_alloc(&ws, CT_F64, CT_CPU, 1, &full);
@@ -219,14 +229,14 @@ static void conv_op_values(void) {
             ct_tensor small = ct_tensor_view(ws.data, CT_F64, CT_CPU, 1, (int64_t[]){per * one});
             ct_op_fill(&y, 7.0);
             ct_op_conv2d_forward(&g, &x, &w, &bias, &y, &small);
-            CHECK(max_rel_diff(&y, &yref) < 1e-10, "conv forward in chunks of %lld: %.3g", (long long)per,
+            CHECK(max_rel_diff(&y, &yref) < 1e-10, "conv forward with %lld slot(s): %.3g", (long long)per,
                   max_rel_diff(&y, &yref));
             ct_op_fill(&dw1, 0.0);
             ct_op_fill(&db1, 0.0);
             ct_op_fill(&dx1, 7.0);
             ct_op_conv2d_backward(&g, &x, &w, &dy, &dw1, &db1, &dx1, &small);
             CHECK(max_rel_diff(&dw1, &dw) < 1e-10 && max_rel_diff(&db1, &db) < 1e-10 && max_rel_diff(&dx1, &dx) < 1e-10,
-                  "conv backward in chunks of %lld: dw %.3g db %.3g dx %.3g", (long long)per, max_rel_diff(&dw1, &dw),
+                  "conv backward with %lld slot(s): dw %.3g db %.3g dx %.3g", (long long)per, max_rel_diff(&dw1, &dw),
                   max_rel_diff(&db1, &db), max_rel_diff(&dx1, &dx));
         }
         /* Gradients accumulate into dw and db; dx is overwritten. */
@@ -238,6 +248,7 @@ static void conv_op_values(void) {
         ct_tensor *all[] = {&x, &y, &yref, &w, &bias, &dy, &dx, &dw, &db, &dx1, &dw1, &db1, &ws};
         for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
     }
+    ct_set_num_threads(threads);
 }
 
 /* Ties go to the first maximum in row-major order; padding never wins; avg pooling's divisors. */
