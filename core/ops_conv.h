@@ -35,6 +35,9 @@ typedef struct ct_conv2d_geom {
     int64_t in_channels, in_h, in_w;
     int64_t out_channels, out_h, out_w;
     int64_t kernel[2], stride[2], padding[2], dilation[2];
+    /* CPU only: forward applies ReLU to its output (max(y, 0), NaN to 0 as ct_op_activation_forward)
+     * while it is in cache, and backward is ct_op_conv2d_relu_backward. */
+    bool relu;
 } ct_conv2d_geom;
 
 /* Elements (of the compute dtype) of the workspace for batches of up to max_batch samples: a slot
@@ -51,6 +54,10 @@ void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_
  * to skip it. x is the forward's input, dy the gradient of its output. */
 void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
+/* The same for g->relu: y is the forward's output (after the ReLU), dy the gradient of it. */
+void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                ct_tensor *dx, ct_tensor *ws);
 
 /* --- pooling (nn.MaxPool2d / nn.AvgPool2d, ceil_mode=False) ------------------------------------ */
 

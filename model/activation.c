@@ -1,5 +1,7 @@
 /* Elementwise activation layers: ReLU, GELU (exact or tanh), Tanh, Sigmoid. One module type with
- * the function as data; each keeps its output (and input) for the backward formula it needs. */
+ * the function as data; each keeps its output (and input) for the backward formula it needs. When
+ * the layer before it applies the function itself (ct_activation_fuse), it is a pass-through with no
+ * buffers of its own. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,7 @@
 typedef struct activation {
     ct_module base;
     ct_activation act;
+    bool fused; /* the previous layer applies act: forward and backward pass through */
     ct_tensor out, dinput;
     ct_tensor x, y;
 } activation;
@@ -19,6 +22,7 @@ static activation *self(ct_module *m) { return ct_container_of(m, activation, ba
 
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     activation *a = self(m);
+    if (a->fused) return CT_OK;
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &a->out));
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &a->dinput));
     return CT_OK;
@@ -26,6 +30,10 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
 
 static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     activation *a = self(m);
+    if (a->fused) {
+        *y = *x;
+        return CT_OK;
+    }
     *y = ct_tensor_rows(&a->out, 0, x->shape[0]);
     ct_op_activation_forward(a->act, x, y);
     a->x = *x;
@@ -36,6 +44,10 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     activation *a = self(m);
     if (!dx) return CT_OK; /* no parameters: nothing to do without an input gradient */
+    if (a->fused) {
+        *dx = *dy;
+        return CT_OK;
+    }
     *dx = ct_tensor_rows(&a->dinput, 0, dy->shape[0]);
     ct_op_activation_backward(a->act, &a->x, &a->y, dy, dx);
     return CT_OK;
@@ -49,6 +61,16 @@ static const ct_module_ops ops[] = {
     [CT_ACT_TANH] = {sizeof(ct_module_ops), "tanh", NULL, NULL, NULL, reserve, forward, backward, NULL},
     [CT_ACT_SIGMOID] = {sizeof(ct_module_ops), "sigmoid", NULL, NULL, NULL, reserve, forward, backward, NULL},
 };
+
+static bool is_activation(const ct_module *m) {
+    return m->ops >= ops && m->ops < ops + CT_ARRAY_LEN(ops);
+}
+
+void ct_activation_fuse(ct_module *prev, ct_module *next) {
+    if (!is_activation(next)) return;
+    activation *a = self(next);
+    a->fused = a->act != CT_ACT_NONE && ct_module_fuse_activation(prev, (int)a->act);
+}
 
 ct_status ct_activation_create(ct_activation act, ct_module **out) {
     if ((unsigned)act >= CT_ARRAY_LEN(ops)) return ct_error(CT_ERR_INVALID_ARG, "activation: unknown function %d", act);

@@ -22,7 +22,7 @@ typedef struct conv2d {
     ct_conv2d_geom geom;
     ct_tensor weight, bias, dweight, dbias;
     ct_tensor out, dinput, ws;
-    ct_tensor x; /* the last input, for backward */
+    ct_tensor x, y; /* the last input and output, for backward */
 } conv2d;
 
 static conv2d *self(ct_module *m) { return ct_container_of(m, conv2d, base); }
@@ -99,6 +99,7 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     l->x = *x;
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     ct_op_conv2d_forward(&l->geom, x, &l->weight, l->cfg.bias ? &l->bias : NULL, y, &l->ws);
+    l->y = *y;
     return CT_OK;
 }
 
@@ -108,8 +109,19 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
         CT_ASSERT(m->need_input_grad);
         *dx = ct_tensor_rows(&l->dinput, 0, dy->shape[0]);
     }
-    ct_op_conv2d_backward(&l->geom, &l->x, &l->weight, dy, &l->dweight, l->cfg.bias ? &l->dbias : NULL, dx, &l->ws);
+    ct_tensor *dbias = l->cfg.bias ? &l->dbias : NULL;
+    if (l->geom.relu)
+        ct_op_conv2d_relu_backward(&l->geom, &l->x, &l->weight, &l->y, dy, &l->dweight, dbias, dx, &l->ws);
+    else
+        ct_op_conv2d_backward(&l->geom, &l->x, &l->weight, dy, &l->dweight, dbias, dx, &l->ws);
     return CT_OK;
+}
+
+/* A following ReLU is applied by the CPU kernels while each sample's output is in cache. */
+static bool fuse_activation(ct_module *m, int act) {
+    conv2d *l = self(m);
+    l->geom.relu = act == CT_ACT_RELU && m->device.kind == CT_DEVICE_CPU;
+    return l->geom.relu;
 }
 
 static const ct_module_ops conv2d_ops = {
@@ -121,6 +133,7 @@ static const ct_module_ops conv2d_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .fuse_activation = fuse_activation,
 };
 
 ct_status ct_conv2d_create(const ct_conv2d_config *cfg, ct_module **out) {

@@ -19,6 +19,10 @@ ct_status ct_residual_create(ct_module *inner, ct_module **out);
 /* --- dense and shape --------------------------------------------------------------------------- */
 ct_status ct_linear_create(int64_t in_features, int64_t out_features, bool bias, ct_module **out);
 ct_status ct_activation_create(ct_activation act, ct_module **out);
+/* When `next` is an activation module and `prev` can apply its function itself
+ * (ct_module_fuse_activation), makes `next` pass its input through; otherwise leaves both applying
+ * their own. Sequential calls it for each pair of neighbours after infer. */
+void ct_activation_fuse(ct_module *prev, ct_module *next);
 /* Flattens every dimension after the batch (nn.Flatten()). */
 ct_status ct_flatten_create(ct_module **out);
 ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, ct_module **out);

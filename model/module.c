@@ -3,6 +3,7 @@
  * leaves prefix their own. */
 #include "model/module.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +72,11 @@ ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_devic
     CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
     *out = ct_tensor_view(NULL, dt, dev, ndim, full);
     return ct_arena_alloc(ctx->arena, bytes, &out->data);
+}
+
+bool ct_module_fuse_activation(ct_module *m, int act) {
+    const ct_module_ops *o = m->ops;
+    return o->size > offsetof(ct_module_ops, fuse_activation) && o->fuse_activation && o->fuse_activation(m, act);
 }
 
 ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {

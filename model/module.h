@@ -64,6 +64,11 @@ typedef struct ct_module_ops {
     /* dy: gradient of the output; dx (NULL when the caller needs none): a view of the gradient of x. */
     ct_status (*backward)(ct_module *m, const ct_tensor *dy, ct_tensor *dx);
     void (*destroy)(ct_module *m);
+    /* Asked by a Sequential, after infer, for the activation module that follows this one: return
+     * true when this layer applies `act` to its output itself (forward writes act(y), backward takes
+     * the gradient of act(y)), while the output is still in cache, so the activation module only
+     * passes it through. CT_ACT_NONE undoes it. NULL: the layer never does. */
+    bool (*fuse_activation)(ct_module *m, int act);
 } ct_module_ops;
 
 struct ct_module {
@@ -89,6 +94,8 @@ struct ct_module {
     int64_t grad_lo, grad_hi;
 };
 
+/* m's fuse_activation, or false when its table has none (or predates the member). */
+bool ct_module_fuse_activation(ct_module *m, int act);
 /* Initialises the base of a new module (call from a layer's constructor). */
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
 /* Appends a child (taking ownership) under the given local name (NULL: its index). */

@@ -14,6 +14,8 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
         if (i > 0) c->in_dtype = c->dtype; /* only the first child sees the model's input dtype */
         CT_TRY(ct_module_infer(c, &cur, &cur));
     }
+    /* A layer that applies the activation after it itself does so while its output is in cache. */
+    for (int i = 0; i + 1 < m->n_children; i++) ct_activation_fuse(m->children[i], m->children[i + 1]);
     /* The input dtype of a sequence is that of its first child (token ids for an embedding). */
     if (m->n_children > 0) m->in_dtype = m->children[0]->in_dtype;
     *out = cur;

@@ -25,14 +25,18 @@ static bool conv_is_pointwise(const ct_conv2d_geom *g) {
 
 /* A thread's slot of the workspace, in elements of the compute type, each part starting on a
  * 64-byte line: the float64 partial sums of dbias (2 * out_channels elements, enough for float64
- * in either type), the partial dweight, and one sample's column matrix. */
+ * in either type), the partial dweight, one sample's column matrix, and with a fused ReLU one
+ * sample's output gradient through it. */
 static int64_t round_line(int64_t n) { return (n + 15) / 16 * 16; }
 static int64_t conv_dw_offset(const ct_conv2d_geom *g) { return round_line(2 * g->out_channels); }
 static int64_t conv_col_offset(const ct_conv2d_geom *g) {
     return conv_dw_offset(g) + round_line(g->out_channels * conv_rows(g));
 }
-static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+static int64_t conv_relu_offset(const ct_conv2d_geom *g) {
     return conv_col_offset(g) + round_line(conv_is_pointwise(g) ? 0 : conv_rows(g) * g->out_h * g->out_w);
+}
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+    return conv_relu_offset(g) + (g->relu ? round_line(g->out_channels * g->out_h * g->out_w) : 0);
 }
 
 #define R float
@@ -73,6 +77,7 @@ static void check_conv(const ct_conv2d_geom *g, const ct_tensor *x, const ct_ten
 
 void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+    if (g->relu) CT_CHECK_CPU(x); /* cuDNN's path runs the activation as a layer of its own */
     CT_ON_CUDA(x, ct_cuda_op_conv2d_forward(g, x, weight, bias, y, ws));
     check_conv(g, x, weight, y, ws);
     CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
@@ -80,13 +85,32 @@ void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, ws);
 }
 
-void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                           const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
-    CT_ON_CUDA(x, ct_cuda_op_conv2d_backward(g, x, weight, dy, dweight, dbias, dx, ws));
+/* The checks both backward entries share. */
+static void check_conv_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                const ct_tensor *dy, const ct_tensor *dweight, const ct_tensor *dbias,
+                                const ct_tensor *dx, const ct_tensor *ws) {
     check_conv(g, x, weight, dy, ws);
     CT_ASSERT(!dweight || (ct_tensor_numel(dweight) == ct_tensor_numel(weight) && dweight->dtype == x->dtype));
     CT_ASSERT(!dbias || (ct_tensor_numel(dbias) == g->out_channels && dbias->dtype == x->dtype));
     CT_ASSERT(!dx || (ct_shape_eq(dx, x) && dx->dtype == x->dtype));
+}
+
+void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                           const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
+    CT_ASSERT(!g->relu);
+    CT_ON_CUDA(x, ct_cuda_op_conv2d_backward(g, x, weight, dy, dweight, dbias, dx, ws));
+    check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
     if (x->shape[0] == 0) return;
-    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, dy, dweight, dbias, dx, ws);
+    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, NULL, dy, dweight, dbias, dx, ws);
+}
+
+void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                ct_tensor *dx, ct_tensor *ws) {
+    CT_ASSERT(g->relu);
+    CT_CHECK_CPU(x);
+    check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
+    CT_ASSERT(ct_shape_eq(y, dy) && y->dtype == dy->dtype);
+    if (x->shape[0] == 0) return;
+    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, dy, dweight, dbias, dx, ws);
 }

@@ -6,7 +6,9 @@
  * to stay in the thread's cache between im2col and the GEMM that reads it, the forward GEMM writes
  * the sample's output planes in place (no unpacking of a batch-wide result), and the backward GEMMs
  * read dy's planes as they are. A thread owns a slot of the workspace: its column matrix, and its
- * partial sums of dweight and dbias, added up in slot order at the end of backward.
+ * partial sums of dweight and dbias, added up in slot order at the end of backward. A fused ReLU
+ * (g->relu) is applied to each sample's output right after its GEMM, and backward masks the
+ * sample's output gradient into the slot before the GEMMs read it: no pass over the whole batch.
  *
  * Writing a column row is a row copy per output row with the padded ends zeroed, so no inner loop
  * does bounds checks or index division. A 1x1 convolution with stride 1 and no padding needs no
@@ -27,18 +29,20 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
         ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
         const R *plane = x + c * H * W;
         R *dst = col + r * ohw;
-        memset(dst, 0, (size_t)(oh_lo * OW) * sizeof(R));
+        /* Rows are short (an image row): plain loops, which the compiler vectorises, cost less than
+         * a memcpy call per row. */
+        for (int64_t i = 0; i < oh_lo * OW; i++) dst[i] = 0;
         for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-            R *d = dst + oh * OW;
-            const R *src = plane + (oh * SH + ih_off) * W;
+            R *restrict d = dst + oh * OW;
+            const R *restrict src = plane + (oh * SH + ih_off) * W + iw_off;
             for (int64_t ow = 0; ow < ow_lo; ow++) d[ow] = 0;
             if (SW == 1)
-                memcpy(d + ow_lo, src + ow_lo + iw_off, (size_t)(ow_hi - ow_lo) * sizeof(R));
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = src[ow];
             else
-                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = src[ow * SW + iw_off];
+                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = src[ow * SW];
             for (int64_t ow = ow_hi; ow < OW; ow++) d[ow] = 0;
         }
-        memset(dst + oh_hi * OW, 0, (size_t)((OH - oh_hi) * OW) * sizeof(R));
+        for (int64_t i = oh_hi * OW; i < ohw; i++) dst[i] = 0;
     }
 }
 
@@ -60,8 +64,8 @@ static void FN(col2im)(const ct_conv2d_geom *g, const R *col, R *dx) {
                 ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
                 const R *src = col + ((c * KH + ki) * KW + kj) * ohw;
                 for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-                    R *d = plane + (oh * SH + ih_off) * W + iw_off;
-                    const R *s = src + oh * OW;
+                    R *restrict d = plane + (oh * SH + ih_off) * W + iw_off;
+                    const R *restrict s = src + oh * OW;
                     if (SW == 1)
                         for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] += s[ow];
                     else
@@ -103,11 +107,14 @@ static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const 
                     for (int64_t p = 0; p < ohw; p++) yb[o * ohw + p] = b_[o];
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)ohw, (int)rows, 1, w, (int)rows,
                  direct ? xb : col, (int)ohw, b_ ? 1 : 0, yb, (int)ohw);
+            if (g->relu)
+                for (int64_t i = 0; i < O * ohw; i++) yb[i] = yb[i] > 0 ? yb[i] : 0;
         }
     }
 }
 
-static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+/* y: the forward's output after a fused ReLU (g->relu), else NULL. */
+static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight, const void *y,
                               const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
                               ct_tensor *ws) {
     const int64_t B = dy->shape[0], O = g->out_channels, ohw = g->out_h * g->out_w, rows = conv_rows(g);
@@ -119,12 +126,18 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
     {
         R *mine = (R *)ws->data + omp_get_thread_num() * slot;
         double *db = (double *)mine; /* float64 sums: a bias sees every output position of the batch */
-        R *dw = mine + conv_dw_offset(g), *col = mine + conv_col_offset(g);
+        R *dw = mine + conv_dw_offset(g), *col = mine + conv_col_offset(g), *masked = mine + conv_relu_offset(g);
         if (dbias) memset(db, 0, (size_t)O * sizeof(double));
         if (dweight) memset(dw, 0, (size_t)(O * rows) * sizeof(R));
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             const R *xb = (const R *)x->data + b * in_numel, *dyb = (const R *)dy->data + b * O * ohw;
+            if (y) {
+                /* through the ReLU: where it let the value through (as ct_op_activation_backward) */
+                const R *yb = (const R *)y + b * O * ohw;
+                for (int64_t i = 0; i < O * ohw; i++) masked[i] = yb[i] > 0 ? dyb[i] : 0;
+                dyb = masked;
+            }
             if (dbias)
                 for (int64_t o = 0; o < O; o++) {
                     double acc = 0;

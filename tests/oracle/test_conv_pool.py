@@ -58,6 +58,17 @@ for kernel, padding in ((3, 1), (1, 0)):
                                                 "padding": padding},
                 nn.Conv2d(8, 12, kernel, padding=padding), RNG.normal(size=(9, 8, 12, 11)))
 
+# conv -> ReLU pairs, which the CPU kernels fuse (the ReLU applied per sample right after the GEMM,
+# its mask applied to the gradient before the backward GEMMs), in a sequence as the CNN example has.
+check_layer("conv2d + relu fused", {"type": "sequential", "layers": [
+    {"type": "conv2d", "out_channels": 8, "kernel_size": 3, "padding": 1}, {"type": "relu"},
+    {"type": "maxpool2d", "kernel_size": 2},
+    {"type": "conv2d", "out_channels": 6, "kernel_size": 3, "padding": 1}, {"type": "relu"},
+    {"type": "conv2d", "out_channels": 5, "kernel_size": 1}, {"type": "relu"}]},
+    nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(8, 6, 3, padding=1),
+                  nn.ReLU(), nn.Conv2d(6, 5, 1), nn.ReLU()),
+    RNG.normal(size=(7, 3, 12, 10)))
+
 # The float64 path against PyTorch in float64: rounding only.
 k, d, p = (3, 2), (2, 1), (1, 2)
 H, W = input_size(k, d, p, 5)
