@@ -29,20 +29,18 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
         ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
         const R *plane = x + c * H * W;
         R *dst = col + r * ohw;
-        /* Rows are short (an image row): plain loops, which the compiler vectorises, cost less than
-         * a memcpy call per row. */
-        for (int64_t i = 0; i < oh_lo * OW; i++) dst[i] = 0;
+        memset(dst, 0, (size_t)(oh_lo * OW) * sizeof(R));
         for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-            R *restrict d = dst + oh * OW;
-            const R *restrict src = plane + (oh * SH + ih_off) * W + iw_off;
+            R *d = dst + oh * OW;
+            const R *src = plane + (oh * SH + ih_off) * W + iw_off;
             for (int64_t ow = 0; ow < ow_lo; ow++) d[ow] = 0;
             if (SW == 1)
-                for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = src[ow];
+                memcpy(d + ow_lo, src + ow_lo, (size_t)(ow_hi - ow_lo) * sizeof(R));
             else
                 for (int64_t ow = ow_lo; ow < ow_hi; ow++) d[ow] = src[ow * SW];
             for (int64_t ow = ow_hi; ow < OW; ow++) d[ow] = 0;
         }
-        for (int64_t i = oh_hi * OW; i < ohw; i++) dst[i] = 0;
+        memset(dst + oh_hi * OW, 0, (size_t)((OH - oh_hi) * OW) * sizeof(R));
     }
 }
 
