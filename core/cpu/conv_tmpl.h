@@ -10,11 +10,35 @@
  * (g->relu) is applied to each sample's output right after its GEMM, and backward masks the
  * sample's output gradient into the slot before the GEMMs read it: no pass over the whole batch.
  *
- * Writing a column row is a row copy per output row with the padded ends zeroed, so no inner loop
- * does bounds checks or index division. A 1x1 convolution with stride 1 and no padding needs no
+ * Writing a column row is a row copy per output row with the padded ends zeroed (one block copy for
+ * a "same" convolution, see rows_line_up), so no inner loop does bounds checks or index division. A 1x1 convolution with stride 1 and no padding needs no
  * columns at all: the sample's input planes are its column matrix. */
 #include <stdint.h>
 #include <string.h>
+
+/* Stride 1 with output rows as wide as input rows (a "same" convolution: 3x3 with padding 1, ...):
+ * a column row's valid rows are then one run of the input plane shifted by a constant, so im2col
+ * and col2im move each as one block instead of an image row at a time. The block's first and last
+ * elements may fall before or after the plane; they are padded positions, clipped here to
+ * [*lo, *hi) of the run's n elements. */
+static bool FN(rows_line_up)(const ct_conv2d_geom *g) {
+    return g->stride[0] == 1 && g->stride[1] == 1 && g->out_w == g->in_w;
+}
+
+static void FN(clip_run)(int64_t start, int64_t n, int64_t plane, int64_t *lo, int64_t *hi) {
+    *lo = start < 0 ? (-start < n ? -start : n) : 0;
+    *hi = plane - start < n ? plane - start : n;
+    if (*hi < *lo) *hi = *lo;
+}
+
+/* Zeroes the padded columns [0, ow_lo) and [ow_hi, OW) of rows [oh_lo, oh_hi) of a column row. */
+static void FN(zero_pad_columns)(R *row, int64_t OW, int64_t oh_lo, int64_t oh_hi, int64_t ow_lo, int64_t ow_hi) {
+    for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
+        R *d = row + oh * OW;
+        for (int64_t ow = 0; ow < ow_lo; ow++) d[ow] = 0;
+        for (int64_t ow = ow_hi; ow < OW; ow++) d[ow] = 0;
+    }
+}
 
 /* The column matrix of one sample x[C, H, W]. */
 static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
@@ -30,6 +54,18 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
         const R *plane = x + c * H * W;
         R *dst = col + r * ohw;
         memset(dst, 0, (size_t)(oh_lo * OW) * sizeof(R));
+        if (FN(rows_line_up)(g)) {
+            const int64_t d0 = oh_lo * OW, n = (oh_hi - oh_lo) * OW, s0 = (oh_lo + ih_off) * W + iw_off;
+            int64_t lo, hi;
+            FN(clip_run)(s0, n, H * W, &lo, &hi);
+            memset(dst + d0, 0, (size_t)lo * sizeof(R));
+            memcpy(dst + d0 + lo, plane + s0 + lo, (size_t)(hi - lo) * sizeof(R));
+            memset(dst + d0 + hi, 0, (size_t)(n - hi) * sizeof(R));
+            /* the padded columns picked up the neighbouring rows' ends */
+            FN(zero_pad_columns)(dst, OW, oh_lo, oh_hi, ow_lo, ow_hi);
+            memset(dst + oh_hi * OW, 0, (size_t)((OH - oh_hi) * OW) * sizeof(R));
+            continue;
+        }
         for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
             R *d = dst + oh * OW;
             const R *src = plane + (oh * SH + ih_off) * W + iw_off;
@@ -45,8 +81,8 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
 }
 
 /* dx[C, H, W] of one sample = the sum of col's entries back at the input positions they were copied
- * from (overwrites dx). */
-static void FN(col2im)(const ct_conv2d_geom *g, const R *col, R *dx) {
+ * from (overwrites dx). col is scratch: its padded positions may be zeroed on the way. */
+static void FN(col2im)(const ct_conv2d_geom *g, R *col, R *dx) {
     const int64_t C = g->in_channels, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const int64_t KH = g->kernel[0], KW = g->kernel[1], SH = g->stride[0], SW = g->stride[1];
     const int64_t ohw = OH * OW;
@@ -60,7 +96,18 @@ static void FN(col2im)(const ct_conv2d_geom *g, const R *col, R *dx) {
                 int64_t oh_lo, oh_hi, ow_lo, ow_hi;
                 ct_cpu_out_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
                 ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
-                const R *src = col + ((c * KH + ki) * KW + kj) * ohw;
+                R *src = col + ((c * KH + ki) * KW + kj) * ohw;
+                if (FN(rows_line_up)(g)) {
+                    /* padded columns zeroed, the valid rows are one run added in one loop */
+                    FN(zero_pad_columns)(src, OW, oh_lo, oh_hi, ow_lo, ow_hi);
+                    const int64_t d0 = oh_lo * OW, n = (oh_hi - oh_lo) * OW, s0 = (oh_lo + ih_off) * W + iw_off;
+                    int64_t lo, hi;
+                    FN(clip_run)(s0, n, H * W, &lo, &hi);
+                    R *restrict d = plane + s0;
+                    const R *restrict s = src + d0;
+                    for (int64_t j = lo; j < hi; j++) d[j] += s[j];
+                    continue;
+                }
                 for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
                     R *restrict d = plane + (oh * SH + ih_off) * W + iw_off;
                     const R *restrict s = src + oh * OW;

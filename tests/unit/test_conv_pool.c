@@ -166,7 +166,7 @@ static void conv_op_values(void) {
     /* Three threads over five samples: uneven shares, and slot sums added in order. */
     int threads = ct_get_num_threads();
     ct_set_num_threads(3);
-    for (int t = 0; t < 5; t++) {
+    for (int t = 0; t < 6; t++) {
         ct_conv2d_geom g = {.in_channels = rnd(1, 3), .in_h = rnd(5, 9), .in_w = rnd(5, 9), .out_channels = rnd(1, 4),
                             .kernel = {rnd(1, 3), rnd(1, 3)}, .stride = {rnd(1, 2), rnd(1, 2)},
                             .padding = {rnd(0, 2), rnd(0, 2)}, .dilation = {rnd(1, 2), rnd(1, 2)}};
@@ -176,6 +176,9 @@ static void conv_op_values(void) {
             if (t == 4)
                 g.kernel[0] = g.kernel[1] = g.stride[0] = g.stride[1] = 1, g.padding[0] = g.padding[1] = 0;
         }
+        if (t == 5) /* output rows as wide as the input's, stride 1: im2col and col2im move blocks */
+            g = (ct_conv2d_geom){.in_channels = 3, .in_h = rnd(6, 9), .in_w = rnd(6, 9), .out_channels = 4,
+                                 .kernel = {3, 5}, .stride = {1, 1}, .padding = {1, 2}, .dilation = {2, 1}};
         g.out_h = ct_conv_out_size(g.in_h, g.kernel[0], g.stride[0], g.padding[0], g.dilation[0]);
         g.out_w = ct_conv_out_size(g.in_w, g.kernel[1], g.stride[1], g.padding[1], g.dilation[1]);
         int64_t B = 5, C = g.in_channels, O = g.out_channels, H = g.in_h, W = g.in_w, OH = g.out_h, OW = g.out_w;
