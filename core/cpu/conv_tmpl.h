@@ -120,6 +120,19 @@ static void FN(col2im)(const ct_conv2d_geom *g, R *col, R *dx) {
     }
 }
 
+/* The float64 sum of v[0, n), in eight interleaved partial sums: one running sum would make every
+ * addition wait for the one before it. */
+static double FN(sum_f64)(const R *v, int64_t n) {
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) part[k] += v[i + k];
+    double acc = 0;
+    for (; i < n; i++) acc += v[i];
+    for (int k = 0; k < 8; k++) acc += part[k];
+    return acc;
+}
+
 /* The threads of a kernel: no more than the workspace has slots for, the batch has samples, or the
  * work pays for (one below CT_OMP_MIN multiply-adds). */
 static int FN(conv_threads)(const ct_conv2d_geom *g, const ct_tensor *ws, int64_t B) {
@@ -184,11 +197,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
                 dyb = masked;
             }
             if (dbias)
-                for (int64_t o = 0; o < O; o++) {
-                    double acc = 0;
-                    for (int64_t p = 0; p < ohw; p++) acc += dyb[o * ohw + p];
-                    db[o] += acc;
-                }
+                for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(dyb + o * ohw, ohw);
             if (dweight) {
                 /* dW[O, rows] += dY[O, ohw] @ col[rows, ohw]^T */
                 if (!direct) FN(im2col)(g, xb, col);
