@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """Side-by-side benchmark on Fashion-MNIST: ctrainer (`ctrainer demo --json`) and the PyTorch peer
 (shared/bench/peer_torch_fmnist.py) train the same model with the same batch size, optimizer and
-thread count in the same run; prints both, their ratio, and for the MLP the fraction of the GEMM-bound
-limit (the model's FLOPs per sample against OpenBLAS sgemm GFLOP/s measured in this run).
+thread count in the same run; prints both, their ratio, and the fraction of the GEMM-bound limit (the
+model's training FLOPs per sample against OpenBLAS sgemm GFLOP/s measured in this run).
 
 Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]"""
 import argparse
@@ -45,13 +45,19 @@ print(f"{'test_accuracy':24}{ours['test_accuracy']:>12.4f}{peer['test_accuracy']
 result = {"model": a.model, "batch": a.batch, "threads": a.threads, "wait_policy": a.wait_policy, "ctrainer": ours, "pytorch": peer,
           "train_ratio": round(ours["train_samples_per_s"] / peer["train_samples_per_s"], 2),
           "eval_ratio": round(ours["eval_samples_per_s"] / peer["eval_samples_per_s"], 2), "sgemm": sgemm}
+# Multiply-adds per sample of each layer's forward; training does each again for the weight gradient
+# and, for every layer but the first, once more for the input gradient.
 if a.model == "mlp":
-    dims = [(784, 256), (256, 128), (128, 10)]
-    # forward, weight gradient, and input gradient for every layer but the first
-    flops = sum(2 * i * o * (2 if k == 0 else 3) for k, (i, o) in enumerate(dims))
-    for name in ("sgemm_gflops_mlp_shapes", "sgemm_gflops_1024"):
-        limit = sgemm[name] * 1e9 / flops
-        frac = ours["train_samples_per_s"] / limit
-        result[f"fraction_of_limit_{name}"] = round(frac, 3)
-        print(f"GEMM-bound limit at {name} ({sgemm[name]:.1f} GFLOP/s): {limit:.0f} samples/s, reached {frac:.0%}")
+    macs = [784 * 256, 256 * 128, 128 * 10]
+    limits = ("sgemm_gflops_mlp_shapes", "sgemm_gflops_1024")
+else:  # conv 1->32 3x3 on 28x28, conv 32->64 3x3 on 14x14 (after 2x2 pooling), fc 3136->128, fc 128->10
+    macs = [32 * 9 * 28 * 28, 64 * 32 * 9 * 14 * 14, 64 * 7 * 7 * 128, 128 * 10]
+    limits = ("sgemm_gflops_1024",)
+flops = sum(2 * m * (2 if k == 0 else 3) for k, m in enumerate(macs))
+result["train_mflop_per_sample"] = round(flops / 1e6, 3)
+for name in limits:
+    limit = sgemm[name] * 1e9 / flops
+    frac = ours["train_samples_per_s"] / limit
+    result[f"fraction_of_limit_{name}"] = round(frac, 3)
+    print(f"GEMM-bound limit at {name} ({sgemm[name]:.1f} GFLOP/s): {limit:.0f} samples/s, reached {frac:.0%}")
 print(json.dumps(result))
