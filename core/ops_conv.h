@@ -1,7 +1,8 @@
 /* Ops: 2-D convolution and pooling over NCHW tensors (declarations; CPU kernels in core/cpu/conv.c
  * and core/cpu/pool.c). Included by core/ops.h.
  *
- * Convolution is im2col + GEMM, a sample at a time: the batch is split over the threads, and each
+ * Convolution is im2col + GEMM, a sample at a time: the batch is split over the threads (a batch
+ * smaller than the team goes a sample at a time through GEMMs that use every thread), and each
  * sample's column matrix [C*kh*kw, OH*OW] stays in its thread's cache between im2col and the
  * single-threaded GEMMs that read it, which write and read the NCHW planes as they are. The
  * workspace holds a slot per thread (see ct_conv2d_workspace_numel); dweight and dbias are summed per

@@ -133,16 +133,16 @@ static double FN(sum_f64)(const R *v, int64_t n) {
     return acc;
 }
 
-/* The threads of a kernel: no more than the workspace has slots for, the batch has samples, or the
- * work pays for (one below CT_OMP_MIN multiply-adds). */
+/* The threads of a kernel: no more than the workspace has slots for, and one (whose GEMMs OpenBLAS
+ * then runs on all the threads) when the batch has fewer samples than that, or the work does not pay
+ * for a team (below CT_OMP_MIN multiply-adds). */
 static int FN(conv_threads)(const ct_conv2d_geom *g, const ct_tensor *ws, int64_t B) {
     const int64_t slots = ct_tensor_numel(ws) / conv_slot_numel(g);
     CT_ASSERT(slots >= 1);
     int64_t n = omp_get_max_threads();
     if (n > slots) n = slots;
-    if (n > B) n = B;
     const int64_t work = B * conv_rows(g) * g->out_channels * g->out_h * g->out_w;
-    return work > CT_OMP_MIN && n > 1 ? (int)n : 1;
+    return work > CT_OMP_MIN && B >= n ? (int)n : 1;
 }
 
 static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
