@@ -333,6 +333,43 @@ static void pool_op_values(void) {
     for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
 }
 
+/* 2x2 / stride 2 backward writes every input position itself (the windows do not overlap): on odd
+ * heights and widths the last row and column, which no window covers, must come out 0 whatever the
+ * buffer held. Against the scatter of dy at the indices into zeros. */
+static void maxpool_2x2_backward_values(void) {
+    for (int t = 0; t < 4; t++) {
+        const int64_t C = 3, H = 4 + (t & 1), W = 4 + (t >> 1) + (t & 1) * 2; /* 4x4, 5x6, 4x5, 5x7 */
+        ct_pool2d_geom g = {.channels = C, .in_h = H, .in_w = W, .out_h = H / 2, .out_w = W / 2, .kernel = {2, 2},
+                            .stride = {2, 2}, .dilation = {1, 1}};
+        int64_t xs[4] = {2, C, H, W}, ys[4] = {2, C, H / 2, W / 2};
+        ct_tensor x, y, idx, dy, dx;
+        ct_tensor_alloc(&x, CT_F64, CT_CPU, 4, xs);
+        ct_tensor_alloc(&dx, CT_F64, CT_CPU, 4, xs);
+        ct_tensor_alloc(&y, CT_F64, CT_CPU, 4, ys);
+        ct_tensor_alloc(&dy, CT_F64, CT_CPU, 4, ys);
+        ct_tensor_alloc(&idx, CT_I32, CT_CPU, 4, ys);
+        fill_random(&x);
+        fill_random(&dy);
+        ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+        ct_op_fill(&dx, 7.0);
+        ct_op_maxpool2d_backward(&g, &dy, &idx, &dx);
+        double worst = 0;
+        const int32_t *ip = idx.data;
+        for (int64_t p = 0; p < 2 * C; p++)
+            for (int64_t i = 0; i < H * W; i++) {
+                double want = 0;
+                for (int64_t o = 0; o < (H / 2) * (W / 2); o++)
+                    if (ip[p * (H / 2) * (W / 2) + o] == i) want += ct_tensor_get(&dy, p * (H / 2) * (W / 2) + o);
+                double d = fabs(ct_tensor_get(&dx, p * H * W + i) - want);
+                if (d > worst) worst = d;
+            }
+        CHECK(worst == 0, "2x2 maxpool backward on %lldx%lld: worst difference %g from the scatter", (long long)H,
+              (long long)W, worst);
+        ct_tensor *all[] = {&x, &y, &idx, &dy, &dx};
+        for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+    }
+}
+
 static void init_bounds(void) {
     ct_conv2d_config c = conv_cfg(16, 32, 3, 5, 1, 1, 0, 0, 1, 1, true);
     ct_module *m;
@@ -465,6 +502,7 @@ int main(void) {
     cnn_gradcheck();
     conv_op_values();
     pool_op_values();
+    maxpool_2x2_backward_values();
     init_bounds();
     json_and_errors();
     return ct_test_finish();
