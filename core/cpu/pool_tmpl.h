@@ -117,39 +117,13 @@ static void FN(maxpool_fwd)(const ct_pool2d_geom *g, const R *x, R *y, int32_t *
     }
 }
 
-/* One plane of 2x2 stride-2 backward: the windows do not overlap, so every input position is written
- * once, with the output's gradient where the index points and 0 elsewhere (no zeroing pass first). */
-static void FN(maxpool_bwd_2x2)(const ct_pool2d_geom *g, const R *dyp, const int32_t *ip, R *dxp) {
-    const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
-    for (int64_t oh = 0; oh < OH; oh++) {
-        R *r0 = dxp + 2 * oh * W, *r1 = r0 + W;
-        const int32_t *io = ip + oh * OW;
-        const R *d = dyp + oh * OW;
-        for (int64_t ow = 0; ow < OW; ow++) {
-            const int64_t at = io[ow] - 2 * (oh * W + ow); /* 0, 1, W or W + 1 */
-            r0[2 * ow] = at == 0 ? d[ow] : 0;
-            r0[2 * ow + 1] = at == 1 ? d[ow] : 0;
-            r1[2 * ow] = at == W ? d[ow] : 0;
-            r1[2 * ow + 1] = at == W + 1 ? d[ow] : 0;
-        }
-        for (int64_t iw = 2 * OW; iw < W; iw++) r0[iw] = r1[iw] = 0; /* an odd width's last column */
-    }
-    memset(dxp + 2 * OH * W, 0, (size_t)((H - 2 * OH) * W) * sizeof(R)); /* an odd height's last row */
-}
-
 static void FN(maxpool_bwd)(const ct_pool2d_geom *g, const R *dy, const int32_t *idx, R *dx, int64_t planes) {
     const int64_t hw = g->in_h * g->in_w, ohw = g->out_h * g->out_w;
-    const bool is_2x2 = g->kernel[0] == 2 && g->kernel[1] == 2 && g->stride[0] == 2 && g->stride[1] == 2 &&
-                        g->dilation[0] == 1 && g->dilation[1] == 1 && g->padding[0] == 0 && g->padding[1] == 0;
 #pragma omp parallel for schedule(static) if (planes * (hw + ohw) > CT_OMP_MIN)
     for (int64_t p = 0; p < planes; p++) {
         R *dxp = dx + p * hw;
         const R *dyp = dy + p * ohw;
         const int32_t *ip = idx + p * ohw;
-        if (is_2x2) {
-            FN(maxpool_bwd_2x2)(g, dyp, ip, dxp);
-            continue;
-        }
         memset(dxp, 0, (size_t)hw * sizeof(R));
         for (int64_t o = 0; o < ohw; o++)
             if (ip[o] >= 0) dxp[ip[o]] += dyp[o];
