@@ -1,8 +1,10 @@
 /* Conv2d: nn.Conv2d with groups=1 and zero padding over NCHW input; weight [out, in, kh, kw].
  *
  * The layer checks shapes and hyperparameters (so users get messages naming the layer) and leaves
- * the arithmetic to ct_op_conv2d_* (im2col + GEMM, core/cpu/conv.c). Its workspace for the column
- * matrix is reserved with the activations; forward and backward allocate nothing.
+ * the arithmetic to ct_op_conv2d_* (im2col + GEMM, core/cpu/conv.c). Its workspace (a column matrix
+ * and partial gradient sums per thread) is reserved with the activations; forward and backward
+ * allocate nothing. On the CPU a ReLU that follows it in a Sequential is applied here, per sample
+ * while the output is in cache (fuse_activation).
  *
  * In the C config, in_channels 0 means "inferred from the input", and stride or dilation 0 means
  * PyTorch's default of 1, so a designated initialiser only needs the fields it cares about. */
