@@ -33,7 +33,12 @@ trap 'rm -rf "$runs"' EXIT
 rm -rf "$logs"
 mkdir -p "$logs"
 # Two OpenMP threads: the parallel loops run on a team, as in real use (valgrind serialises them).
-export OMP_NUM_THREADS=2
+# Serialised, a thread that spins (GNU OpenMP's default wait at a barrier) can keep the others from
+# running for good: a run with an evaluator thread starting its own team once hung for 12 minutes.
+# So idle OpenMP threads sleep at once, valgrind hands its lock round in turn (--fair-sched), and a
+# run that still takes over CT_VALGRIND_TIMEOUT seconds (default 600) fails instead of holding CI.
+export OMP_NUM_THREADS=2 OMP_WAIT_POLICY=PASSIVE
+limit=${CT_VALGRIND_TIMEOUT:-600}
 failed=0
 
 # check NAME ARGS...: `ctrainer ARGS` under memcheck, its output in $logs/NAME.log. Exit 99 is
@@ -41,14 +46,21 @@ failed=0
 check() {
   local name=$1 rc=0 start=$SECONDS
   shift
-  valgrind --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite --show-leak-kinds=definite \
-           --track-origins=yes --num-callers=40 --suppressions=scripts/sanitizers/valgrind.supp \
+  timeout "$limit" valgrind --fair-sched=yes --error-exitcode=99 --leak-check=full \
+           --errors-for-leak-kinds=definite --show-leak-kinds=definite --track-origins=yes --num-callers=40 \
+           --suppressions=scripts/sanitizers/valgrind.supp \
            "$ctrainer" "$@" >"$logs/$name.log" 2>&1 || rc=$?
   if [ "$rc" -eq 0 ]; then
     echo "ok       $name ($((SECONDS - start)) s)"
   else
     failed=1
-    if [ "$rc" -eq 99 ]; then echo "MEMCHECK $name (report below)"; else echo "FAILED   $name (exit $rc)"; fi
+    if [ "$rc" -eq 99 ]; then
+      echo "MEMCHECK $name (report below)"
+    elif [ "$rc" -eq 124 ]; then
+      echo "TIMEOUT  $name (over $limit s)"
+    else
+      echo "FAILED   $name (exit $rc)"
+    fi
     grep -E '^==[0-9]+== ' "$logs/$name.log" | head -n 80 || true
     [ "$rc" -eq 99 ] || tail -n 20 "$logs/$name.log"
   fi
