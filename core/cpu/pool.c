@@ -1,5 +1,6 @@
 /* Max and average pooling on the CPU (nn.MaxPool2d / nn.AvgPool2d semantics, ceil_mode=False);
- * kernels in pool_tmpl.h, instantiated for float and double. */
+ * kernels in pool_tmpl.h, instantiated for float and double; with AVX-512, float's 2x2 max-pooling
+ * rows go through pool_2x2_avx512.h. */
 #include <stdint.h>
 
 #include "core/cpu/cpu_impl.h"
@@ -38,11 +39,16 @@ static inline void avg_window(int64_t o, int64_t stride, int64_t padding, int64_
     *hi = end < n ? end : n;
 }
 
+#if defined(__AVX512F__)
+#include "core/cpu/pool_2x2_avx512.h"
+#define MAXPOOL_ROW_2X2 maxpool_row_2x2_f32_avx512
+#endif
 #define R float
 #define FN(name) name##_f32
 #include "core/cpu/pool_tmpl.h"
 #undef R
 #undef FN
+#undef MAXPOOL_ROW_2X2
 #define R double
 #define FN(name) name##_f64
 #include "core/cpu/pool_tmpl.h"

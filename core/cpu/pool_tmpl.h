@@ -38,22 +38,29 @@ static void FN(maxpool_row_exact)(const ct_pool2d_geom *g, const R *xp, int64_t 
 
 /* 2x2 windows, stride 2, no padding (nn.MaxPool2d(2), the common case): a select tournament per
  * output, a then b then c then d, where only a strictly greater value wins so ties go to the first.
- * Returns nonzero when the row holds a NaN, which maxpool_row_exact then settles. */
-static int FN(maxpool_row_2x2)(const R *xp, int64_t W, int64_t oh, int64_t OW, R *best, int32_t *where) {
-    const R *r0 = xp + 2 * oh * W, *r1 = r0 + W;
-    const int32_t at0 = (int32_t)(2 * oh * W);
-    int nan = 0;
-    for (int64_t ow = 0; ow < OW; ow++) {
+ * Returns nonzero when the row holds a NaN, which maxpool_row_exact then settles. The choices are
+ * all-ones/zero masks and the loop has no branch, so the compiler vectorises it (a branch or an
+ * `x ? y : z` on indices kept it scalar: a sixth of a CNN step). */
+static inline int FN(maxpool_row_2x2)(const R *restrict xp, int32_t W, int32_t oh, int32_t OW, R *restrict best,
+                               int32_t *restrict where) {
+    const R *restrict r0 = xp + 2 * oh * W, *restrict r1 = r0 + W;
+    const int32_t at0 = 2 * oh * W;
+    int32_t nan = 0;
+    for (int32_t ow = 0; ow < OW; ow++) {
         const R a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-        const int32_t i = at0 + 2 * (int32_t)ow, w = (int32_t)W;
+        const int32_t b_wins = -(b > a), d_wins = -(d > c); /* -1 (all ones) or 0 */
         const R ab = b > a ? b : a, cd = d > c ? d : c;
-        const int32_t iab = b > a ? i + 1 : i, icd = d > c ? i + w + 1 : i + w;
+        const int32_t lower_wins = -(cd > ab);
+        const int32_t top = at0 + 2 * ow - b_wins, bottom = at0 + W + 2 * ow - d_wins;
         best[ow] = cd > ab ? cd : ab;
-        where[ow] = cd > ab ? icd : iab;
-        nan |= (a != a) | (b != b) | (c != c) | (d != d);
+        where[ow] = (bottom & lower_wins) | (top & ~lower_wins);
+        nan |= -(a != a) | -(b != b) | -(c != c) | -(d != d);
     }
-    return nan;
+    return nan != 0;
 }
+#ifndef MAXPOOL_ROW_2X2
+#define MAXPOOL_ROW_2X2 FN(maxpool_row_2x2)
+#endif
 
 /* The fast path goes tap by tap over a whole output row, so the innermost loop runs along ow with no
  * bounds checks, and uses selects rather than branches (on real data the comparison is a coin flip
@@ -77,7 +84,7 @@ static void FN(maxpool_fwd)(const ct_pool2d_geom *g, const R *x, R *y, int32_t *
             R *best = y + (p * OH + oh) * OW;
             int32_t *where = idx + (p * OH + oh) * OW;
             if (is_2x2) {
-                if (__builtin_expect(FN(maxpool_row_2x2)(xp, W, oh, OW, best, where), 0))
+                if (__builtin_expect(MAXPOOL_ROW_2X2(xp, (int32_t)W, (int32_t)oh, (int32_t)OW, best, where), 0))
                     FN(maxpool_row_exact)(g, xp, oh, best, where);
                 continue;
             }

@@ -494,6 +494,53 @@ static void json_and_errors(void) {
     ct_model_free(&model);
 }
 
+/* 2x2 / stride 2 forward on rows of every width from 1 to 40 outputs (the vector paths' whole
+ * chunks, partial chunks and both together), odd input sizes, values from a small set so that ties
+ * are everywhere, and now and then a NaN: float and double against a direct scan of each window in
+ * row-major order with PyTorch's rule (`v > max || isnan(v)`, so the first maximum and the last NaN
+ * win). */
+static void maxpool_2x2_forward_values(void) {
+    const double levels[5] = {-1.5, 0.0, 0.5, 2.0, NAN};
+    for (int t = 0; t < 160; t++) { /* OW = 1..40, W even and odd, float and double */
+        const int64_t C = rnd(1, 3), H = rnd(2, 9), W = 2 + (t % 40) * 2 + (t / 40) % 2;
+        const ct_dtype dt = t < 80 ? CT_F32 : CT_F64;
+        ct_pool2d_geom g = {.channels = C, .in_h = H, .in_w = W, .out_h = H / 2, .out_w = W / 2, .kernel = {2, 2},
+                            .stride = {2, 2}, .dilation = {1, 1}};
+        int64_t xs[4] = {2, C, H, W}, ys[4] = {2, C, H / 2, W / 2};
+        ct_tensor x, y, idx;
+        ct_tensor_alloc(&x, dt, CT_CPU, 4, xs);
+        ct_tensor_alloc(&y, dt, CT_CPU, 4, ys);
+        ct_tensor_alloc(&idx, CT_I32, CT_CPU, 4, ys);
+        const bool with_nan = t % 3 == 0;
+        for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
+            int level = (int)rnd(0, 3);
+            if (with_nan && rnd(0, 40) == 0) level = 4;
+            ct_tensor_set(&x, i, levels[level]);
+        }
+        ct_op_maxpool2d_forward(&g, &x, &y, &idx);
+        const int32_t *ip = idx.data;
+        int64_t wrong = 0;
+        for (int64_t p = 0; p < 2 * C; p++)
+            for (int64_t oh = 0; oh < H / 2; oh++)
+                for (int64_t ow = 0; ow < W / 2; ow++) {
+                    int64_t at = 2 * oh * W + 2 * ow;
+                    double best = ct_tensor_get(&x, p * H * W + at);
+                    for (int64_t k = 1; k < 4; k++) {
+                        const int64_t i = (2 * oh + k / 2) * W + 2 * ow + k % 2;
+                        const double v = ct_tensor_get(&x, p * H * W + i);
+                        if (v > best || isnan(v)) best = v, at = i;
+                    }
+                    const int64_t o = (p * (H / 2) + oh) * (W / 2) + ow;
+                    const double got = ct_tensor_get(&y, o);
+                    wrong += ip[o] != at || !(got == best || (isnan(got) && isnan(best)));
+                }
+        CHECK(wrong == 0, "2x2 maxpool forward (%s) on %lldx%lldx%lld: %lld outputs differ from the window scan",
+              ct_dtype_name(dt), (long long)C, (long long)H, (long long)W, (long long)wrong);
+        ct_tensor *all[] = {&x, &y, &idx};
+        for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+    }
+}
+
 int main(void) {
     ct_test_begin("test_conv_pool");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER + 1);
@@ -502,6 +549,7 @@ int main(void) {
     cnn_gradcheck();
     conv_op_values();
     pool_op_values();
+    maxpool_2x2_forward_values();
     maxpool_2x2_backward_values();
     init_bounds();
     json_and_errors();
