@@ -20,8 +20,9 @@ static int maxpool_row_2x2_f32_avx512(const float *xp, int32_t W, int32_t oh, in
         const __mmask16 lo = (__mmask16)(n_in >= 16 ? 0xFFFFu : (1u << n_in) - 1);
         const __mmask16 hi = (__mmask16)(n_in > 16 ? (1u << (n_in - 16)) - 1 : 0);
         const float *p0 = r0 + 2 * ow, *p1 = r1 + 2 * ow;
-        const __m512 x00 = _mm512_maskz_loadu_ps(lo, p0), x01 = _mm512_maskz_loadu_ps(hi, p0 + 16);
-        const __m512 x10 = _mm512_maskz_loadu_ps(lo, p1), x11 = _mm512_maskz_loadu_ps(hi, p1 + 16);
+        const __m512 x00 = _mm512_maskz_loadu_ps(lo, p0), x10 = _mm512_maskz_loadu_ps(lo, p1);
+        const __m512 x01 = hi ? _mm512_maskz_loadu_ps(hi, p0 + 16) : _mm512_setzero_ps();
+        const __m512 x11 = hi ? _mm512_maskz_loadu_ps(hi, p1 + 16) : _mm512_setzero_ps();
         const __m512 a = _mm512_permutex2var_ps(x00, even, x01), b = _mm512_permutex2var_ps(x00, odd, x01);
         const __m512 c = _mm512_permutex2var_ps(x10, even, x11), d = _mm512_permutex2var_ps(x10, odd, x11);
         const __mmask16 b_wins = _mm512_cmp_ps_mask(b, a, _CMP_GT_OQ), d_wins = _mm512_cmp_ps_mask(d, c, _CMP_GT_OQ);
