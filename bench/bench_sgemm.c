@@ -1,6 +1,8 @@
 /* OpenBLAS sgemm throughput, the physical limit of CPU training: GFLOP/s at the shapes of the
- * Fashion-MNIST MLP's forward and backward GEMMs (batch 128) and at a large square size.
+ * Fashion-MNIST MLP's forward and backward GEMMs (batch 128) and at a large square size, and the
+ * kernel set OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
  * Usage: bench_sgemm [THREADS]. Prints one JSON line. */
+#include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -51,7 +53,8 @@ int main(int argc, char **argv) {
         secs += f / (g1 * 1e9) + f / (g2 * 1e9) + (l ? f / (g3 * 1e9) : 0);
     }
     double square = measure(false, false, 1024, 1024, 1024, 1.0);
-    printf("{\"threads\": %d, \"sgemm_gflops_mlp_shapes\": %.1f, \"sgemm_gflops_1024\": %.1f}\n", threads,
-           flops / secs * 1e-9, square);
+    printf("{\"threads\": %d, \"openblas_core\": \"%s\", \"sgemm_gflops_mlp_shapes\": %.1f, "
+           "\"sgemm_gflops_1024\": %.1f}\n",
+           threads, openblas_get_corename(), flops / secs * 1e-9, square);
     return 0;
 }

@@ -13,7 +13,7 @@ card and curves at the end). Target: the whole run within 15% of the loop.
 
 Also prints where the rest goes, from the whole run's own metrics (train_runtime, evaluation runtimes).
 
-Usage: bench/run_overhead.py [--epochs N] [--threads N] [--build DIR] [--repeat N]"""
+Usage: bench/run_overhead.py [--epochs N] [--threads N] [--build DIR] [--repeat N] [--openblas detect|environment]"""
 import argparse
 import json
 import os
@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import run_json
+from benchlib import add_openblas_arg, openblas_env, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -31,10 +31,12 @@ ap.add_argument("--epochs", type=int, default=12, help="the example's own number
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--repeat", type=int, default=2)
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
+add_openblas_arg(ap)
 a = ap.parse_args()
 ctrainer = os.path.join(a.build, "ctrainer")
 config = os.path.join(here, "..", "examples", "configs", "fashion_mnist_mlp.json")
-env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="PASSIVE")
+env, blas_note = openblas_env(dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="PASSIVE"), a.openblas)
+print(blas_note)
 
 
 def train(*overrides):
