@@ -39,6 +39,10 @@ typedef struct ct_conv2d_geom {
     /* CPU only: forward applies ReLU to its output (max(y, 0), NaN to 0 as ct_op_activation_forward)
      * while it is in cache, and backward is ct_op_conv2d_relu_backward. */
     bool relu;
+    /* CPU only, with relu: forward then max-pools each output plane with 2x2 windows, stride 2
+     * (nn.MaxPool2d(2)) while it is in cache, so the un-pooled output never goes to memory: the ops
+     * are ct_op_conv2d_relu_pool_forward and _backward. */
+    bool pool2x2;
 } ct_conv2d_geom;
 
 /* Elements (of the compute dtype) of the workspace for batches of up to max_batch samples: a slot
@@ -59,6 +63,17 @@ void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct
 void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                 const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
                                 ct_tensor *dx, ct_tensor *ws);
+
+/* For g->relu && g->pool2x2: y[B, out, OH/2, OW/2] = maxpool2x2(relu(conv(x) + bias)), and indices
+ * (CT_I32, y's shape) the argmax of each window as its position in the OH x OW plane, exactly as
+ * ct_op_maxpool2d_forward gives them for the un-pooled output. */
+void ct_op_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                    const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws);
+/* Its backward: y and indices from that forward, dy the gradient of y; the rest as
+ * ct_op_conv2d_backward. The result equals max-pool backward, then ReLU backward, then conv backward. */
+void ct_op_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                     ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
 
 /* --- pooling (nn.MaxPool2d / nn.AvgPool2d, ceil_mode=False) ------------------------------------ */
 

@@ -66,6 +66,10 @@ static bool is_activation(const ct_module *m) {
     return m->ops >= ops && m->ops < ops + CT_ARRAY_LEN(ops);
 }
 
+bool ct_activation_is_fused(const ct_module *m) {
+    return is_activation(m) && ct_container_of(m, const activation, base)->fused;
+}
+
 void ct_activation_fuse(ct_module *prev, ct_module *next) {
     if (!is_activation(next)) return;
     activation *a = self(next);

@@ -4,7 +4,9 @@
  * the arithmetic to ct_op_conv2d_* (im2col + GEMM, core/cpu/conv.c). Its workspace (a column matrix
  * and partial gradient sums per thread) is reserved with the activations; forward and backward
  * allocate nothing. On the CPU a ReLU that follows it in a Sequential is applied here, per sample
- * while the output is in cache (fuse_activation).
+ * while the output is in cache (fuse_activation), and so is a 2x2 max pooling after that ReLU
+ * (fuse_maxpool): the un-pooled output then never leaves the thread's cache, and the layer's output
+ * is the pooled one with its argmax indices.
  *
  * In the C config, in_channels 0 means "inferred from the input", and stride or dilation 0 means
  * PyTorch's default of 1, so a designated initialiser only needs the fields it cares about. */
@@ -24,7 +26,8 @@ typedef struct conv2d {
     ct_conv2d_geom geom;
     ct_tensor weight, bias, dweight, dbias;
     ct_tensor out, dinput, ws;
-    ct_tensor x, y; /* the last input and output, for backward */
+    ct_tensor indices; /* with a fused pooling: each window's argmax */
+    ct_tensor x, y;    /* the last input and output, for backward */
 } conv2d;
 
 static conv2d *self(ct_module *m) { return ct_container_of(m, conv2d, base); }
@@ -90,6 +93,7 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     conv2d *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
+    if (l->geom.pool2x2) CT_TRY(ct_reserve_activation(ctx, CT_I32, m->device, &m->out_shape, &l->indices));
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     int64_t ws = ct_conv2d_workspace_numel(&l->geom, ctx->max_batch);
     l->ws = ct_tensor_view(NULL, m->dtype, m->device, 1, &ws);
@@ -100,7 +104,13 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     conv2d *l = self(m);
     l->x = *x;
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
-    ct_op_conv2d_forward(&l->geom, x, &l->weight, l->cfg.bias ? &l->bias : NULL, y, &l->ws);
+    const ct_tensor *bias = l->cfg.bias ? &l->bias : NULL;
+    if (l->geom.pool2x2) {
+        ct_tensor idx = ct_tensor_rows(&l->indices, 0, x->shape[0]);
+        ct_op_conv2d_relu_pool_forward(&l->geom, x, &l->weight, bias, y, &idx, &l->ws);
+    } else {
+        ct_op_conv2d_forward(&l->geom, x, &l->weight, bias, y, &l->ws);
+    }
     l->y = *y;
     return CT_OK;
 }
@@ -112,7 +122,10 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
         *dx = ct_tensor_rows(&l->dinput, 0, dy->shape[0]);
     }
     ct_tensor *dbias = l->cfg.bias ? &l->dbias : NULL;
-    if (l->geom.relu)
+    if (l->geom.pool2x2) {
+        ct_tensor idx = ct_tensor_rows(&l->indices, 0, dy->shape[0]);
+        ct_op_conv2d_relu_pool_backward(&l->geom, &l->x, &l->weight, &l->y, &idx, dy, &l->dweight, dbias, dx, &l->ws);
+    } else if (l->geom.relu)
         ct_op_conv2d_relu_backward(&l->geom, &l->x, &l->weight, &l->y, dy, &l->dweight, dbias, dx, &l->ws);
     else
         ct_op_conv2d_backward(&l->geom, &l->x, &l->weight, dy, &l->dweight, dbias, dx, &l->ws);
@@ -126,6 +139,19 @@ static bool fuse_activation(ct_module *m, int act) {
     return l->geom.relu;
 }
 
+/* A 2x2 / stride 2 max pooling after the fused ReLU is applied per output plane while it is in
+ * cache; the layer's output becomes the pooled one. */
+static bool fuse_maxpool(ct_module *m, const ct_pool2d_geom *p) {
+    conv2d *l = self(m);
+    const ct_conv2d_geom *g = &l->geom;
+    l->geom.pool2x2 = g->relu && m->device.kind == CT_DEVICE_CPU && p->kernel[0] == 2 && p->kernel[1] == 2 &&
+                      p->stride[0] == 2 && p->stride[1] == 2 && p->padding[0] == 0 && p->padding[1] == 0 &&
+                      p->dilation[0] == 1 && p->dilation[1] == 1 && p->in_h == g->out_h && p->in_w == g->out_w &&
+                      p->channels == g->out_channels && g->out_h * g->out_w <= INT32_MAX;
+    if (l->geom.pool2x2) m->out_shape = (ct_shape){3, {g->out_channels, g->out_h / 2, g->out_w / 2}};
+    return l->geom.pool2x2;
+}
+
 static const ct_module_ops conv2d_ops = {
     .size = sizeof(ct_module_ops),
     .type = "conv2d",
@@ -136,6 +162,7 @@ static const ct_module_ops conv2d_ops = {
     .forward = forward,
     .backward = backward,
     .fuse_activation = fuse_activation,
+    .fuse_maxpool = fuse_maxpool,
 };
 
 ct_status ct_conv2d_create(const ct_conv2d_config *cfg, ct_module **out) {

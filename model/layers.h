@@ -23,6 +23,8 @@ ct_status ct_activation_create(ct_activation act, ct_module **out);
  * (ct_module_fuse_activation), makes `next` pass its input through; otherwise leaves both applying
  * their own. Sequential calls it for each pair of neighbours after infer. */
 void ct_activation_fuse(ct_module *prev, ct_module *next);
+/* True when m is an activation module that the layer before it applies (a pass-through). */
+bool ct_activation_is_fused(const ct_module *m);
 /* Flattens every dimension after the batch (nn.Flatten()). */
 ct_status ct_flatten_create(ct_module **out);
 ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, ct_module **out);
@@ -41,6 +43,11 @@ typedef struct ct_pool2d_config {
     bool count_include_pad;   /* average pooling only (PyTorch's default: true) */
 } ct_pool2d_config;
 ct_status ct_maxpool2d_create(const ct_pool2d_config *cfg, ct_module **out);
+/* When `pool` is a max-pooling layer and `prev` can pool its output itself
+ * (ct_module_fuse_maxpool), makes `pool` pass its input through and returns true; otherwise leaves
+ * both as they are. Sequential calls it after ct_activation_fuse, with the layer before the pooling
+ * or, past an activation fused into that layer, the one before it. */
+bool ct_maxpool2d_fuse(ct_module *prev, ct_module *pool);
 ct_status ct_avgpool2d_create(const ct_pool2d_config *cfg, ct_module **out);
 
 /* --- normalisation and regularisation ---------------------------------------------------------- */

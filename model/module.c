@@ -79,6 +79,11 @@ bool ct_module_fuse_activation(ct_module *m, int act) {
     return o->size > offsetof(ct_module_ops, fuse_activation) && o->fuse_activation && o->fuse_activation(m, act);
 }
 
+bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool) {
+    const ct_module_ops *o = m->ops;
+    return o->size > offsetof(ct_module_ops, fuse_maxpool) && o->fuse_maxpool && o->fuse_maxpool(m, pool);
+}
+
 ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     m->in_shape = *in;
     ct_shape result = *in;

@@ -24,6 +24,7 @@
 #include "core/tensor.h"
 
 typedef struct ct_module ct_module;
+struct ct_pool2d_geom; /* core/ops_conv.h */
 typedef struct ct_param_store ct_param_store;
 
 /* A per-sample shape: the tensor shape without its leading batch dimension. */
@@ -69,6 +70,11 @@ typedef struct ct_module_ops {
      * the gradient of act(y)), while the output is still in cache, so the activation module only
      * passes it through. CT_ACT_NONE undoes it. NULL: the layer never does. */
     bool (*fuse_activation)(ct_module *m, int act);
+    /* Asked by a Sequential, after fuse_activation, for a max-pooling layer that follows this one
+     * (past an activation this layer applies itself): return true when this layer pools its output
+     * with `pool` itself, so its output (and output gradient) take the pooled shape and the pooling
+     * module only passes them through. NULL: the layer never does. */
+    bool (*fuse_maxpool)(ct_module *m, const struct ct_pool2d_geom *pool);
 } ct_module_ops;
 
 struct ct_module {
@@ -96,6 +102,8 @@ struct ct_module {
 
 /* m's fuse_activation, or false when its table has none (or predates the member). */
 bool ct_module_fuse_activation(ct_module *m, int act);
+/* m's fuse_maxpool, likewise. */
+bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
 /* Initialises the base of a new module (call from a layer's constructor). */
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
 /* Appends a child (taking ownership) under the given local name (NULL: its index). */

@@ -4,6 +4,9 @@
  * (an int32 tensor reserved with the activations) so backward is a scatter. Hyperparameters follow
  * PyTorch's rules: padding at most half the kernel, an output of at least 1x1.
  *
+ * A 2x2 max pooling right after a convolution and its ReLU is done by the convolution on the CPU,
+ * while each output plane is in cache (ct_maxpool2d_fuse); this module then passes through.
+ *
  * In the C config, stride 0 means PyTorch's default (stride = kernel_size) and dilation 0 means 1. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +22,7 @@ typedef struct pool2d {
     ct_pool2d_config cfg;
     ct_pool2d_geom geom;
     ct_tensor out, dinput, indices; /* indices: max pooling only */
+    bool fused; /* the layer before pools: forward and backward pass through */
 } pool2d;
 
 static pool2d *self(ct_module *m) { return ct_container_of(m, pool2d, base); }
@@ -29,6 +33,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     char s[96];
     ct_sample_shape_str(in, s, sizeof s);
     if (in->ndim != 3) return ct_error(CT_ERR_SHAPE, "input %s must be [N, C, H, W]", s);
+    l->fused = false; /* until the enclosing Sequential fuses it again */
     ct_pool2d_geom *g = &l->geom;
     *g = (ct_pool2d_geom){.channels = in->dims[0], .in_h = in->dims[1], .in_w = in->dims[2],
                           .count_include_pad = c->count_include_pad};
@@ -56,6 +61,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
 
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     pool2d *l = self(m);
+    if (l->fused) return CT_OK;
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
     if (l->is_max) CT_TRY(ct_reserve_activation(ctx, CT_I32, m->device, &m->out_shape, &l->indices));
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
@@ -64,6 +70,10 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
 
 static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     pool2d *l = self(m);
+    if (l->fused) {
+        *y = *x;
+        return CT_OK;
+    }
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     if (l->is_max) {
         ct_tensor idx = ct_tensor_rows(&l->indices, 0, x->shape[0]);
@@ -77,6 +87,10 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     pool2d *l = self(m);
     if (!dx) return CT_OK; /* no parameters: nothing else to compute */
+    if (l->fused) {
+        *dx = *dy;
+        return CT_OK;
+    }
     CT_ASSERT(m->need_input_grad);
     *dx = ct_tensor_rows(&l->dinput, 0, dy->shape[0]);
     if (l->is_max) {
@@ -105,6 +119,13 @@ static const ct_module_ops avgpool2d_ops = {
     .forward = forward,
     .backward = backward,
 };
+
+bool ct_maxpool2d_fuse(ct_module *prev, ct_module *pool) {
+    if (pool->ops != &maxpool2d_ops) return false;
+    pool2d *l = self(pool);
+    l->fused = ct_module_fuse_maxpool(prev, &l->geom);
+    return l->fused;
+}
 
 static ct_status create(const ct_pool2d_config *cfg, bool is_max, ct_module **out) {
     const char *who = is_max ? "maxpool2d" : "avgpool2d";

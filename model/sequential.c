@@ -14,8 +14,17 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
         if (i > 0) c->in_dtype = c->dtype; /* only the first child sees the model's input dtype */
         CT_TRY(ct_module_infer(c, &cur, &cur));
     }
-    /* A layer that applies the activation after it itself does so while its output is in cache. */
+    /* A layer that applies the activation after it itself does so while its output is in cache, and
+     * may then pool it too: the modules in between pass the pooled output (and its gradient) through. */
     for (int i = 0; i + 1 < m->n_children; i++) ct_activation_fuse(m->children[i], m->children[i + 1]);
+    for (int i = 0; i + 1 < m->n_children; i++) {
+        int p = i + 1;
+        if (ct_activation_is_fused(m->children[p]) && p + 1 < m->n_children) p++;
+        if (!ct_maxpool2d_fuse(m->children[i], m->children[p])) continue;
+        for (int k = i + 1; k <= p; k++) m->children[k]->in_shape = m->children[p]->out_shape;
+        for (int k = i + 1; k < p; k++) m->children[k]->out_shape = m->children[p]->out_shape;
+        i = p; /* the pooling layer is taken: asking it of the activation would undo this */
+    }
     /* The input dtype of a sequence is that of its first child (token ids for an embedding). */
     if (m->n_children > 0) m->in_dtype = m->children[0]->in_dtype;
     *out = cur;

@@ -77,12 +77,35 @@ static void check_conv(const ct_conv2d_geom *g, const ct_tensor *x, const ct_ten
 
 void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+    CT_ASSERT(!g->pool2x2);
     if (g->relu) CT_CHECK_CPU(x); /* cuDNN's path runs the activation as a layer of its own */
     CT_ON_CUDA(x, ct_cuda_op_conv2d_forward(g, x, weight, bias, y, ws));
     check_conv(g, x, weight, y, ws);
     CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
     if (x->shape[0] == 0) return;
-    CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, ws);
+    CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, NULL, ws);
+}
+
+/* The shapes of a fused pooling's output and indices. */
+static void check_pooled(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *y, const ct_tensor *indices) {
+    CT_ASSERT(g->relu && g->pool2x2);
+    CT_ASSERT(y->ndim == 4 && y->shape[0] == x->shape[0] && y->shape[1] == g->out_channels &&
+              y->shape[2] == g->out_h / 2 && y->shape[3] == g->out_w / 2 && y->dtype == x->dtype);
+    CT_ASSERT(indices->dtype == CT_I32 && ct_shape_eq(indices, y));
+    CT_ASSERT(g->out_h * g->out_w <= INT32_MAX);
+}
+
+void ct_op_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                    const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
+    CT_CHECK_CPU(x);
+    check_pooled(g, x, y, indices);
+    ct_conv2d_geom unpooled = *g; /* the shapes check_conv knows, with a y of the un-pooled shape */
+    int64_t yshape[4] = {x->shape[0], g->out_channels, g->out_h, g->out_w};
+    ct_tensor yfull = ct_tensor_view(NULL, y->dtype, y->device, 4, yshape);
+    check_conv(&unpooled, x, weight, &yfull, ws);
+    CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
+    if (x->shape[0] == 0) return;
+    CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, indices->data, ws);
 }
 
 /* The checks both backward entries share. */
@@ -97,20 +120,33 @@ static void check_conv_backward(const ct_conv2d_geom *g, const ct_tensor *x, con
 
 void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
-    CT_ASSERT(!g->relu);
+    CT_ASSERT(!g->relu && !g->pool2x2);
     CT_ON_CUDA(x, ct_cuda_op_conv2d_backward(g, x, weight, dy, dweight, dbias, dx, ws));
     check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
     if (x->shape[0] == 0) return;
-    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, NULL, dy, dweight, dbias, dx, ws);
+    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, NULL, NULL, dy, dweight, dbias, dx, ws);
 }
 
 void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                 const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
                                 ct_tensor *dx, ct_tensor *ws) {
-    CT_ASSERT(g->relu);
+    CT_ASSERT(g->relu && !g->pool2x2);
     CT_CHECK_CPU(x);
     check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
     CT_ASSERT(ct_shape_eq(y, dy) && y->dtype == dy->dtype);
     if (x->shape[0] == 0) return;
-    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, dy, dweight, dbias, dx, ws);
+    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, NULL, dy, dweight, dbias, dx, ws);
+}
+
+void ct_op_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                     ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
+    CT_CHECK_CPU(x);
+    check_pooled(g, x, y, indices);
+    CT_ASSERT(ct_shape_eq(y, dy) && y->dtype == dy->dtype);
+    int64_t yshape[4] = {x->shape[0], g->out_channels, g->out_h, g->out_w};
+    ct_tensor dyfull = ct_tensor_view(NULL, dy->dtype, dy->device, 4, yshape);
+    check_conv_backward(g, x, weight, &dyfull, dweight, dbias, dx, ws);
+    if (x->shape[0] == 0) return;
+    CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, indices->data, dy, dweight, dbias, dx, ws);
 }

@@ -145,19 +145,23 @@ static int FN(conv_threads)(const ct_conv2d_geom *g, const ct_tensor *ws, int64_
     return work > CT_OMP_MIN && B >= n ? (int)n : 1;
 }
 
+/* idx: the argmax positions of a fused 2x2 max pooling (g->pool2x2), else NULL. */
 static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                             const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+                             const ct_tensor *bias, ct_tensor *y, int32_t *idx, ct_tensor *ws) {
     const int64_t B = x->shape[0], O = g->out_channels, ohw = g->out_h * g->out_w, rows = conv_rows(g);
     const int64_t in_numel = g->in_channels * g->in_h * g->in_w, slot = conv_slot_numel(g);
+    const int64_t pooled = (g->out_h / 2) * (g->out_w / 2);
     const bool direct = conv_is_pointwise(g);
     const R *w = weight->data, *b_ = bias ? (const R *)bias->data : NULL;
 #pragma omp parallel num_threads(FN(conv_threads)(g, ws, B))
     {
-        R *col = (R *)ws->data + omp_get_thread_num() * slot + conv_col_offset(g);
+        R *mine = (R *)ws->data + omp_get_thread_num() * slot;
+        R *col = mine + conv_col_offset(g);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             const R *xb = (const R *)x->data + b * in_numel;
-            R *yb = (R *)y->data + b * O * ohw;
+            /* with pooling the sample's output planes stay in the slot, and only the pooled ones leave */
+            R *yb = idx ? mine + conv_relu_offset(g) : (R *)y->data + b * O * ohw;
             if (!direct) FN(im2col)(g, xb, col);
             /* the bias is the GEMM's starting value, so the output is written once */
             if (b_)
@@ -167,16 +171,22 @@ static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const 
                  direct ? xb : col, (int)ohw, b_ ? 1 : 0, yb, (int)ohw);
             if (g->relu)
                 for (int64_t i = 0; i < O * ohw; i++) yb[i] = yb[i] > 0 ? yb[i] : 0;
+            if (idx)
+                for (int64_t o = 0; o < O; o++)
+                    FN(ct_cpu_maxpool2x2_plane)(yb + o * ohw, g->out_h, g->out_w,
+                                                (R *)y->data + (b * O + o) * pooled, idx + (b * O + o) * pooled);
         }
     }
 }
 
-/* y: the forward's output after a fused ReLU (g->relu), else NULL. */
+/* y: the forward's output after a fused ReLU (g->relu), else NULL; idx: with a fused pooling
+ * (g->pool2x2) its argmax positions, and y and dy are the pooled output and its gradient. */
 static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight, const void *y,
-                              const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
-                              ct_tensor *ws) {
+                              const int32_t *idx, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                              ct_tensor *dx, ct_tensor *ws) {
     const int64_t B = dy->shape[0], O = g->out_channels, ohw = g->out_h * g->out_w, rows = conv_rows(g);
     const int64_t in_numel = g->in_channels * g->in_h * g->in_w, slot = conv_slot_numel(g);
+    const int64_t pooled = (g->out_h / 2) * (g->out_w / 2);
     const bool direct = conv_is_pointwise(g);
     const R *w = weight->data;
     const int nt = FN(conv_threads)(g, ws, B);
@@ -189,8 +199,19 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
         if (dweight) memset(dw, 0, (size_t)(O * rows) * sizeof(R));
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
-            const R *xb = (const R *)x->data + b * in_numel, *dyb = (const R *)dy->data + b * O * ohw;
-            if (y) {
+            const R *xb = (const R *)x->data + b * in_numel;
+            const R *dyb = idx ? NULL : (const R *)dy->data + b * O * ohw;
+            if (idx) {
+                /* back through the pooling and the ReLU: a window's gradient goes to its argmax when
+                 * the ReLU let that value through (the pooled value is it), the rest of the plane is 0 */
+                const R *yb = (const R *)y + b * O * pooled, *dpb = (const R *)dy->data + b * O * pooled;
+                const int32_t *ib = idx + b * O * pooled;
+                memset(masked, 0, (size_t)(O * ohw) * sizeof(R));
+                for (int64_t o = 0; o < O; o++)
+                    for (int64_t j = 0; j < pooled; j++)
+                        if (yb[o * pooled + j] > 0) masked[o * ohw + ib[o * pooled + j]] = dpb[o * pooled + j];
+                dyb = masked;
+            } else if (y) {
                 /* through the ReLU: where it let the value through (as ct_op_activation_backward) */
                 const R *yb = (const R *)y + b * O * ohw;
                 for (int64_t i = 0; i < O * ohw; i++) masked[i] = yb[i] > 0 ? dyb[i] : 0;

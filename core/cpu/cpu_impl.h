@@ -45,6 +45,11 @@
 #define CT_ON_CUDA_RETURN(t, call) CT_CHECK_CPU(t)
 #endif
 
+/* One plane x[H, W] max-pooled with 2x2 windows, stride 2 (nn.MaxPool2d(2)): y[H/2, W/2] and each
+ * window's argmax position in the plane, with ct_op_maxpool2d_forward's rules (core/cpu/pool.c). */
+void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);
+void ct_cpu_maxpool2x2_plane_f64(const double *x, int64_t H, int64_t W, double *y, int32_t *idx);
+
 /* Sliding windows (convolution, pooling): outputs o in [*lo, *hi) of [0, out) read the input
  * position o*stride + off inside [0, n); the rest fall in the padding. Always 0 <= *lo <= *hi <= out.
  * Computing the span once keeps bounds checks out of the innermost loops. */

@@ -62,6 +62,19 @@ static inline int FN(maxpool_row_2x2)(const R *restrict xp, int32_t W, int32_t o
 #define MAXPOOL_ROW_2X2 FN(maxpool_row_2x2)
 #endif
 
+/* One plane of 2x2 / stride 2 max pooling (no padding): y[H/2, W/2] and its argmax positions in the
+ * H x W plane. Also what the convolution's fused pooling runs on each output plane (cpu_impl.h). */
+void FN(ct_cpu_maxpool2x2_plane)(const R *x, int64_t H, int64_t W, R *y, int32_t *idx) {
+    const ct_pool2d_geom g = {.channels = 1, .in_h = H, .in_w = W, .out_h = H / 2, .out_w = W / 2,
+                              .kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
+    for (int64_t oh = 0; oh < H / 2; oh++) {
+        R *best = y + oh * (W / 2);
+        int32_t *where = idx + oh * (W / 2);
+        if (__builtin_expect(MAXPOOL_ROW_2X2(x, (int32_t)W, (int32_t)oh, (int32_t)(W / 2), best, where), 0))
+            FN(maxpool_row_exact)(&g, x, oh, best, where);
+    }
+}
+
 /* The fast path goes tap by tap over a whole output row, so the innermost loop runs along ow with no
  * bounds checks, and uses selects rather than branches (on real data the comparison is a coin flip
  * a branch predictor loses). Each output still sees its taps in row-major order and only a strictly
@@ -80,14 +93,13 @@ static void FN(maxpool_fwd)(const ct_pool2d_geom *g, const R *x, R *y, int32_t *
 #pragma omp parallel for schedule(static) if (planes * OH * OW * KH * KW > CT_OMP_MIN)
     for (int64_t p = 0; p < planes; p++) {
         const R *xp = x + p * H * W;
+        if (is_2x2) {
+            FN(ct_cpu_maxpool2x2_plane)(xp, H, W, y + p * OH * OW, idx + p * OH * OW);
+            continue;
+        }
         for (int64_t oh = 0; oh < OH; oh++) {
             R *best = y + (p * OH + oh) * OW;
             int32_t *where = idx + (p * OH + oh) * OW;
-            if (is_2x2) {
-                if (__builtin_expect(MAXPOOL_ROW_2X2(xp, (int32_t)W, (int32_t)oh, (int32_t)OW, best, where), 0))
-                    FN(maxpool_row_exact)(g, xp, oh, best, where);
-                continue;
-            }
             for (int64_t ow = 0; ow < OW; ow++) {
                 best[ow] = (R)-INFINITY;
                 where[ow] = -1;
