@@ -100,26 +100,26 @@ ct_status ct_eval_sampler_init(ct_eval_sampler *s, int64_t n, int64_t per_device
     s->per_device_batch = per_device_batch;
     s->rank = rank;
     s->world_size = world_size;
-    s->shard_size = (n + world_size - 1) / world_size;
-    s->shard_begin = (int64_t)rank * s->shard_size < n ? (int64_t)rank * s->shard_size : n;
-    s->shard_end = s->shard_begin + s->shard_size < n ? s->shard_begin + s->shard_size : n;
+    const int64_t batches = (n + per_device_batch - 1) / per_device_batch;
+    s->shard_batches = (batches + world_size - 1) / world_size;
+    const int64_t span = s->shard_batches * per_device_batch;
+    s->shard_begin = (int64_t)rank * span < n ? (int64_t)rank * span : n;
+    s->shard_end = s->shard_begin + span < n ? s->shard_begin + span : n;
     return CT_OK;
 }
 
-int64_t ct_eval_sampler_num_batches(const ct_eval_sampler *s) {
-    return (s->shard_size + s->per_device_batch - 1) / s->per_device_batch;
-}
+int64_t ct_eval_sampler_num_batches(const ct_eval_sampler *s) { return s->shard_batches; }
 
 int64_t ct_eval_sampler_batch(const ct_eval_sampler *s, int64_t b, int64_t *indices, uint8_t *mask) {
     CT_ASSERT(b >= 0 && b < ct_eval_sampler_num_batches(s));
-    int64_t p0 = b * s->per_device_batch;
-    int64_t rows = s->shard_size - p0 < s->per_device_batch ? s->shard_size - p0 : s->per_device_batch;
+    const int64_t B = s->per_device_batch, first = ((int64_t)s->rank * s->shard_batches + b) * B;
+    const int64_t rows = first < s->n && s->n - first < B ? s->n - first : B;
     for (int64_t i = 0; i < rows; i++) {
-        int64_t k = s->shard_begin + p0 + i;
-        /* Only the shards at the end of the dataset run short; their padding wraps around to its
-         * start (as PyTorch's DistributedSampler pads), so it is always a valid index. */
-        bool real = k < s->shard_end;
-        indices[i] = real ? k : k - s->n;
+        const int64_t k = first + i;
+        /* Padding wraps around to the dataset's start (as PyTorch's DistributedSampler pads), so it
+         * is always a valid index. */
+        const bool real = k < s->shard_end;
+        indices[i] = real ? k : k % s->n;
         mask[i] = real;
     }
     return rows;

@@ -7,9 +7,13 @@
  * samples) or, with drop_last, is dropped. So the samples of a global step are the same for any
  * world size with the same G, and a position (epoch, g) means the same thing to every rank.
  *
- * Evaluation (ct_eval_sampler): dataset order, each rank a contiguous shard of ceil(n / W) samples;
- * every rank runs the same number of batches, and rows past the end of a rank's shard are padding:
- * they repeat a valid index but carry mask 0, so metrics never count them. */
+ * Evaluation (ct_eval_sampler): dataset order cut into batches of B (the last may be short), each
+ * rank a contiguous run of ceil(ceil(n / B) / W) of them, as Accelerate shards evaluation batches.
+ * Every rank runs the same number of batches; a rank past the end of the data runs batches of
+ * padding rows, which repeat a valid index but carry mask 0, so metrics never count them. Since
+ * shards start on batch boundaries, sample i is row i mod B of its batch for every world size: BLAS
+ * kernels whose rounding depends on a row's place in the matrix then still give every sample the
+ * same outputs on any number of processes. */
 #ifndef CT_SAMPLER_H
 #define CT_SAMPLER_H
 
@@ -44,15 +48,14 @@ typedef struct ct_eval_sampler {
     int64_t n, per_device_batch;
     int rank, world_size;
     int64_t shard_begin, shard_end; /* this rank's samples [begin, end) */
-    int64_t shard_size;             /* ceil(n / W): the padded shard length of every rank */
+    int64_t shard_batches;          /* ceil(ceil(n / B) / W): the batches every rank runs */
 } ct_eval_sampler;
 
 ct_status ct_eval_sampler_init(ct_eval_sampler *s, int64_t n, int64_t per_device_batch, int rank, int world_size);
 /* Batches per rank (equal on every rank). */
 int64_t ct_eval_sampler_num_batches(const ct_eval_sampler *s);
-/* Writes batch b's indices and validity mask (1 real, 0 padding); returns its row count (B, or fewer
- * for the last batch). A rank whose shard is empty still gets rows, all with mask 0, as long as
- * n > 0. */
+/* Writes batch b's indices and validity mask (1 real, 0 padding); returns its row count: B, fewer
+ * for the batch that ends the data, and B rows all with mask 0 for a batch past it (n > 0). */
 int64_t ct_eval_sampler_batch(const ct_eval_sampler *s, int64_t b, int64_t *indices, uint8_t *mask);
 
 #endif

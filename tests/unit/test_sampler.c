@@ -161,13 +161,16 @@ static void eval_properties(void) {
                 CHECK_OK(ct_eval_sampler_init(&s, n, b, r, w));
                 int64_t nb = ct_eval_sampler_num_batches(&s);
                 if (r == 0) batches0 = nb;
-                CHECK(nb == batches0 && nb == ((n + w - 1) / w + b - 1) / b,
+                CHECK(nb == batches0 && nb == ((n + b - 1) / b + w - 1) / w,
                       "eval n %lld B %lld W %d: rank %d has %lld batches, rank 0 %lld", (long long)n, (long long)b, w,
                       r, (long long)nb, (long long)batches0);
-                int64_t rows_total = 0, prev = -1;
+                int64_t rows_total = 0, prev = -1, own = 0;
+                CHECK(s.shard_begin == (r * nb * b < n ? r * nb * b : n), "eval n %lld B %lld W %d rank %d: shard at %lld",
+                      (long long)n, (long long)b, w, r, (long long)s.shard_begin);
                 for (int64_t k = 0; k < nb; k++) {
                     int64_t rows = ct_eval_sampler_batch(&s, k, idx, mask);
-                    CHECK(rows == (k + 1 < nb ? b : s.shard_size - k * b) && rows > 0,
+                    const int64_t first = (r * nb + k) * b; /* the batch's place in the dataset's batches */
+                    CHECK(rows == (first < n && n - first < b ? n - first : b) && rows > 0,
                           "eval n %lld B %lld W %d rank %d: batch %lld has %lld rows", (long long)n, (long long)b, w,
                           r, (long long)k, (long long)rows);
                     for (int64_t i = 0; i < rows; i++) {
@@ -183,13 +186,17 @@ static void eval_properties(void) {
                             CHECK(idx[i] == prev + 1 || prev == -1, "eval rank %d: index %lld after %lld", r,
                                   (long long)idx[i], (long long)prev);
                             CHECK(rows_total + i == idx[i] - s.shard_begin, "eval rank %d: real row after padding", r);
+                            /* the same row of a batch whatever the number of ranks */
+                            CHECK(i == idx[i] % b, "eval n %lld B %lld W %d: sample %lld in row %lld", (long long)n,
+                                  (long long)b, w, (long long)idx[i], (long long)i);
                             prev = idx[i];
+                            own++;
                         }
                     }
                     rows_total += rows;
                 }
-                CHECK(rows_total == (n + w - 1) / w, "eval n %lld W %d rank %d: %lld rows, expected %lld",
-                      (long long)n, w, r, (long long)rows_total, (long long)((n + w - 1) / w));
+                CHECK(own == s.shard_end - s.shard_begin, "eval n %lld W %d rank %d: %lld real rows, shard of %lld",
+                      (long long)n, w, r, (long long)own, (long long)(s.shard_end - s.shard_begin));
             }
             int64_t once = 0;
             for (int64_t i = 0; i < n; i++) once += seen[i] == 1;
@@ -203,15 +210,17 @@ static void eval_properties(void) {
     }
     /* A rank past the end of a tiny dataset still runs its batch, all padding. */
     ct_eval_sampler s;
-    CHECK_OK(ct_eval_sampler_init(&s, 5, 4, 3, 4)); /* shards of 2: rank 3 starts at 6 > 5 */
+    CHECK_OK(ct_eval_sampler_init(&s, 5, 4, 3, 4)); /* batches [0, 4) and [4, 5): rank 3 starts at 12 > 5 */
     int64_t idx[4];
     uint8_t mask[4];
     CHECK(ct_eval_sampler_num_batches(&s) == 1, "rank past the end has %lld batches",
           (long long)ct_eval_sampler_num_batches(&s));
     int64_t rows = ct_eval_sampler_batch(&s, 0, idx, mask);
-    CHECK(rows == 2 && mask[0] == 0 && mask[1] == 0 && idx[0] >= 0 && idx[0] < 5 && idx[1] >= 0 && idx[1] < 5,
-          "rank past the end: %lld rows, masks %d %d, indices %lld %lld", (long long)rows, mask[0], mask[1],
-          (long long)idx[0], (long long)idx[1]);
+    bool all_padding = rows == 4;
+    for (int i = 0; i < 4 && all_padding; i++) all_padding = mask[i] == 0 && idx[i] >= 0 && idx[i] < 5;
+    CHECK(all_padding, "rank past the end: %lld rows, masks %d %d %d %d, indices %lld %lld %lld %lld", (long long)rows,
+          mask[0], mask[1], mask[2], mask[3], (long long)idx[0], (long long)idx[1], (long long)idx[2],
+          (long long)idx[3]);
 }
 
 static void bad_arguments(void) {
