@@ -25,8 +25,8 @@ static bool conv_is_pointwise(const ct_conv2d_geom *g) {
 
 /* A thread's slot of the workspace, in elements of the compute type, each part starting on a
  * 64-byte line: the float64 partial sums of dbias (2 * out_channels elements, enough for float64
- * in either type), the partial dweight, one sample's column matrix, and with a fused ReLU one
- * sample's output gradient through it. */
+ * in either type), the partial dweight, one sample's column matrix, with a fused ReLU one sample's
+ * output (or output gradient) planes, and for a "same" convolution the taps' masks. */
 static int64_t round_line(int64_t n) { return (n + 15) / 16 * 16; }
 static int64_t conv_dw_offset(const ct_conv2d_geom *g) { return round_line(2 * g->out_channels); }
 static int64_t conv_col_offset(const ct_conv2d_geom *g) {
@@ -35,8 +35,16 @@ static int64_t conv_col_offset(const ct_conv2d_geom *g) {
 static int64_t conv_relu_offset(const ct_conv2d_geom *g) {
     return conv_col_offset(g) + round_line(conv_is_pointwise(g) ? 0 : conv_rows(g) * g->out_h * g->out_w);
 }
-static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+/* Stride 1 and output rows as wide as the input's ("same" convolutions): im2col and col2im go
+ * through the taps' validity masks (conv_tmpl.h's conv_masks). */
+static bool conv_lines_up(const ct_conv2d_geom *g) {
+    return g->stride[0] == 1 && g->stride[1] == 1 && g->out_w == g->in_w && !conv_is_pointwise(g);
+}
+static int64_t conv_mask_offset(const ct_conv2d_geom *g) {
     return conv_relu_offset(g) + (g->relu ? round_line(g->out_channels * g->out_h * g->out_w) : 0);
+}
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+    return conv_mask_offset(g) + (conv_lines_up(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
 }
 
 #define R float

@@ -10,62 +10,69 @@
  * (g->relu) is applied to each sample's output right after its GEMM, and backward masks the
  * sample's output gradient into the slot before the GEMMs read it: no pass over the whole batch.
  *
- * Writing a column row is a row copy per output row with the padded ends zeroed (one block copy for
- * a "same" convolution, see rows_line_up), so no inner loop does bounds checks or index division. A 1x1 convolution with stride 1 and no padding needs no
+ * Writing a column row is a row copy per output row with the padded ends zeroed (one masked select
+ * over the whole row for a "same" convolution, see conv_masks), so no inner loop does bounds checks
+ * or index division. A 1x1 convolution with stride 1 and no padding needs no
  * columns at all: the sample's input planes are its column matrix. */
 #include <stdint.h>
 #include <string.h>
 
-/* Stride 1 with output rows as wide as input rows (a "same" convolution: 3x3 with padding 1, ...):
- * a column row's valid rows are then one run of the input plane shifted by a constant, so im2col
- * and col2im move each as one block instead of an image row at a time. The block's first and last
- * elements may fall before or after the plane; they are padded positions, clipped here to
- * [*lo, *hi) of the run's n elements. */
-static bool FN(rows_line_up)(const ct_conv2d_geom *g) {
-    return g->stride[0] == 1 && g->stride[1] == 1 && g->out_w == g->in_w;
-}
-
-static void FN(clip_run)(int64_t start, int64_t n, int64_t plane, int64_t *lo, int64_t *hi) {
-    *lo = start < 0 ? (-start < n ? -start : n) : 0;
-    *hi = plane - start < n ? plane - start : n;
+/* The "same" convolution case (stride 1, output rows as wide as the input's: 3x3 with padding 1,
+ * ...): the column row of tap (c, ki, kj) is then the input plane shifted by one constant,
+ * col[p] = x[p + shift] where the tap lands inside the plane, else 0. Which positions p those are
+ * depends on the tap alone, so a 0/1 mask per tap (conv_masks, in the thread's slot) turns im2col and
+ * col2im into one flat select loop per column row, which vectorises: no row-by-row copies of 14
+ * elements, no calls. shift is (ki*DH - PH)*W + kj*DW - PW, and p + shift stays inside the plane on
+ * [lo, hi) (clip_run); outside it every position is padding. */
+static void FN(clip_run)(int64_t shift, int64_t n, int64_t plane, int64_t *lo, int64_t *hi) {
+    *lo = shift < 0 ? (-shift < n ? -shift : n) : 0;
+    *hi = plane - shift < n ? plane - shift : n;
     if (*hi < *lo) *hi = *lo;
 }
 
-/* Zeroes the padded columns [0, ow_lo) and [ow_hi, OW) of rows [oh_lo, oh_hi) of a column row. */
-static void FN(zero_pad_columns)(R *row, int64_t OW, int64_t oh_lo, int64_t oh_hi, int64_t ow_lo, int64_t ow_hi) {
-    for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
-        R *d = row + oh * OW;
-        for (int64_t ow = 0; ow < ow_lo; ow++) d[ow] = 0;
-        for (int64_t ow = ow_hi; ow < OW; ow++) d[ow] = 0;
-    }
+/* The taps' masks: masks[(ki*KW + kj)*OH*OW + oh*OW + ow] = 1 where the tap reads a real input. */
+static void FN(conv_masks)(const ct_conv2d_geom *g, R *masks) {
+    const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
+    for (int64_t ki = 0; ki < g->kernel[0]; ki++)
+        for (int64_t kj = 0; kj < g->kernel[1]; kj++) {
+            R *m = masks + (ki * g->kernel[1] + kj) * OH * OW;
+            const int64_t ih_off = ki * g->dilation[0] - g->padding[0], iw_off = kj * g->dilation[1] - g->padding[1];
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t ih = oh + ih_off, iw = ow + iw_off;
+                    m[oh * OW + ow] = ih >= 0 && ih < H && iw >= 0 && iw < W;
+                }
+        }
 }
 
-/* The column matrix of one sample x[C, H, W]. */
-static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
+/* The column matrix of one sample x[C, H, W]; masks from conv_masks where conv_lines_up(g). */
+static void FN(im2col)(const ct_conv2d_geom *g, const R *x, const R *masks, R *col) {
     const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const int64_t KH = g->kernel[0], KW = g->kernel[1], SH = g->stride[0], SW = g->stride[1];
     const int64_t ohw = OH * OW, rows = g->in_channels * KH * KW;
+    const bool lines_up = conv_lines_up(g);
     for (int64_t r = 0; r < rows; r++) {
         const int64_t c = r / (KH * KW), ki = (r / KW) % KH, kj = r % KW;
         const int64_t ih_off = ki * g->dilation[0] - g->padding[0], iw_off = kj * g->dilation[1] - g->padding[1];
+        const R *plane = x + c * H * W;
+        R *restrict dst = col + r * ohw;
+        if (lines_up) {
+            const int64_t shift = ih_off * W + iw_off;
+            const R *restrict m = masks + (ki * KW + kj) * ohw, *restrict src = plane + shift;
+            int64_t lo, hi;
+            FN(clip_run)(shift, ohw, H * W, &lo, &hi);
+            for (int64_t p = 0; p < lo; p++) dst[p] = 0;
+            for (int64_t p = lo; p < hi; p++) {
+                const R v = src[p]; /* read unconditionally, so the select vectorises */
+                dst[p] = m[p] != 0 ? v : 0;
+            }
+            for (int64_t p = hi; p < ohw; p++) dst[p] = 0;
+            continue;
+        }
         int64_t oh_lo, oh_hi, ow_lo, ow_hi;
         ct_cpu_out_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
         ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
-        const R *plane = x + c * H * W;
-        R *dst = col + r * ohw;
         memset(dst, 0, (size_t)(oh_lo * OW) * sizeof(R));
-        if (FN(rows_line_up)(g)) {
-            const int64_t d0 = oh_lo * OW, n = (oh_hi - oh_lo) * OW, s0 = (oh_lo + ih_off) * W + iw_off;
-            int64_t lo, hi;
-            FN(clip_run)(s0, n, H * W, &lo, &hi);
-            memset(dst + d0, 0, (size_t)lo * sizeof(R));
-            memcpy(dst + d0 + lo, plane + s0 + lo, (size_t)(hi - lo) * sizeof(R));
-            memset(dst + d0 + hi, 0, (size_t)(n - hi) * sizeof(R));
-            /* the padded columns picked up the neighbouring rows' ends */
-            FN(zero_pad_columns)(dst, OW, oh_lo, oh_hi, ow_lo, ow_hi);
-            memset(dst + oh_hi * OW, 0, (size_t)((OH - oh_hi) * OW) * sizeof(R));
-            continue;
-        }
         for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
             R *d = dst + oh * OW;
             const R *src = plane + (oh * SH + ih_off) * W + iw_off;
@@ -81,11 +88,12 @@ static void FN(im2col)(const ct_conv2d_geom *g, const R *x, R *col) {
 }
 
 /* dx[C, H, W] of one sample = the sum of col's entries back at the input positions they were copied
- * from (overwrites dx). col is scratch: its padded positions may be zeroed on the way. */
-static void FN(col2im)(const ct_conv2d_geom *g, R *col, R *dx) {
+ * from (overwrites dx); masks as for im2col. */
+static void FN(col2im)(const ct_conv2d_geom *g, const R *col, const R *masks, R *dx) {
     const int64_t C = g->in_channels, H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     const int64_t KH = g->kernel[0], KW = g->kernel[1], SH = g->stride[0], SW = g->stride[1];
     const int64_t ohw = OH * OW;
+    const bool lines_up = conv_lines_up(g);
     memset(dx, 0, (size_t)(C * H * W) * sizeof(R));
     for (int64_t c = 0; c < C; c++) {
         R *plane = dx + c * H * W;
@@ -93,21 +101,19 @@ static void FN(col2im)(const ct_conv2d_geom *g, R *col, R *dx) {
             for (int64_t kj = 0; kj < KW; kj++) {
                 const int64_t ih_off = ki * g->dilation[0] - g->padding[0];
                 const int64_t iw_off = kj * g->dilation[1] - g->padding[1];
+                const R *src = col + ((c * KH + ki) * KW + kj) * ohw;
+                if (lines_up) {
+                    const int64_t shift = ih_off * W + iw_off;
+                    const R *restrict m = masks + (ki * KW + kj) * ohw, *restrict s = src;
+                    R *restrict d = plane + shift;
+                    int64_t lo, hi;
+                    FN(clip_run)(shift, ohw, H * W, &lo, &hi);
+                    for (int64_t p = lo; p < hi; p++) d[p] += m[p] != 0 ? s[p] : 0;
+                    continue;
+                }
                 int64_t oh_lo, oh_hi, ow_lo, ow_hi;
                 ct_cpu_out_span(ih_off, SH, H, OH, &oh_lo, &oh_hi);
                 ct_cpu_out_span(iw_off, SW, W, OW, &ow_lo, &ow_hi);
-                R *src = col + ((c * KH + ki) * KW + kj) * ohw;
-                if (FN(rows_line_up)(g)) {
-                    /* padded columns zeroed, the valid rows are one run added in one loop */
-                    FN(zero_pad_columns)(src, OW, oh_lo, oh_hi, ow_lo, ow_hi);
-                    const int64_t d0 = oh_lo * OW, n = (oh_hi - oh_lo) * OW, s0 = (oh_lo + ih_off) * W + iw_off;
-                    int64_t lo, hi;
-                    FN(clip_run)(s0, n, H * W, &lo, &hi);
-                    R *restrict d = plane + s0;
-                    const R *restrict s = src + d0;
-                    for (int64_t j = lo; j < hi; j++) d[j] += s[j];
-                    continue;
-                }
                 for (int64_t oh = oh_lo; oh < oh_hi; oh++) {
                     R *restrict d = plane + (oh * SH + ih_off) * W + iw_off;
                     const R *restrict s = src + oh * OW;
@@ -156,13 +162,14 @@ static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const 
 #pragma omp parallel num_threads(FN(conv_threads)(g, ws, B))
     {
         R *mine = (R *)ws->data + omp_get_thread_num() * slot;
-        R *col = mine + conv_col_offset(g);
+        R *col = mine + conv_col_offset(g), *masks = mine + conv_mask_offset(g);
+        if (conv_lines_up(g) && !direct) FN(conv_masks)(g, masks);
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             const R *xb = (const R *)x->data + b * in_numel;
             /* with pooling the sample's output planes stay in the slot, and only the pooled ones leave */
             R *yb = idx ? mine + conv_relu_offset(g) : (R *)y->data + b * O * ohw;
-            if (!direct) FN(im2col)(g, xb, col);
+            if (!direct) FN(im2col)(g, xb, masks, col);
             /* the bias is the GEMM's starting value, so the output is written once */
             if (b_)
                 for (int64_t o = 0; o < O; o++)
@@ -195,6 +202,8 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
         R *mine = (R *)ws->data + omp_get_thread_num() * slot;
         double *db = (double *)mine; /* float64 sums: a bias sees every output position of the batch */
         R *dw = mine + conv_dw_offset(g), *col = mine + conv_col_offset(g), *masked = mine + conv_relu_offset(g);
+        R *masks = mine + conv_mask_offset(g);
+        if (conv_lines_up(g) && !direct) FN(conv_masks)(g, masks);
         if (dbias) memset(db, 0, (size_t)O * sizeof(double));
         if (dweight) memset(dw, 0, (size_t)(O * rows) * sizeof(R));
 #pragma omp for schedule(static)
@@ -203,13 +212,24 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
             const R *dyb = idx ? NULL : (const R *)dy->data + b * O * ohw;
             if (idx) {
                 /* back through the pooling and the ReLU: a window's gradient goes to its argmax when
-                 * the ReLU let that value through (the pooled value is it), the rest of the plane is 0 */
+                 * the ReLU let that value through (the pooled value is it), the rest of the plane is 0.
+                 * The gradients are selected in a vectorised pass and then scattered: a branch on the
+                 * ReLU (which the compiler makes of a select next to a scattered store) is a coin flip
+                 * on real data. */
                 const R *yb = (const R *)y + b * O * pooled, *dpb = (const R *)dy->data + b * O * pooled;
                 const int32_t *ib = idx + b * O * pooled;
                 memset(masked, 0, (size_t)(O * ohw) * sizeof(R));
-                for (int64_t o = 0; o < O; o++)
-                    for (int64_t j = 0; j < pooled; j++)
-                        if (yb[o * pooled + j] > 0) masked[o * ohw + ib[o * pooled + j]] = dpb[o * pooled + j];
+                for (int64_t o = 0; o < O; o++) {
+                    R *plane = masked + o * ohw;
+                    for (int64_t j0 = 0; j0 < pooled; j0 += 256) {
+                        const int64_t n = pooled - j0 < 256 ? pooled - j0 : 256;
+                        const R *yo = yb + o * pooled + j0, *dpo = dpb + o * pooled + j0;
+                        const int32_t *io = ib + o * pooled + j0;
+                        R through[256];
+                        for (int64_t j = 0; j < n; j++) through[j] = yo[j] > 0 ? dpo[j] : 0;
+                        for (int64_t j = 0; j < n; j++) plane[io[j]] = through[j];
+                    }
+                }
                 dyb = masked;
             } else if (y) {
                 /* through the ReLU: where it let the value through (as ct_op_activation_backward) */
@@ -221,7 +241,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
                 for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(dyb + o * ohw, ohw);
             if (dweight) {
                 /* dW[O, rows] += dY[O, ohw] @ col[rows, ohw]^T */
-                if (!direct) FN(im2col)(g, xb, col);
+                if (!direct) FN(im2col)(g, xb, masks, col);
                 GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)O, (int)rows, (int)ohw, 1, dyb, (int)ohw,
                      direct ? xb : col, (int)ohw, 1, dw, (int)rows);
             }
@@ -230,7 +250,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
                 R *dxb = (R *)dx->data + b * in_numel;
                 GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)ohw, (int)O, 1, w, (int)rows, dyb,
                      (int)ohw, 0, direct ? dxb : col, (int)ohw);
-                if (!direct) FN(col2im)(g, col, dxb);
+                if (!direct) FN(col2im)(g, col, masks, dxb);
             }
         }
     }
