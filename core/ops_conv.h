@@ -70,7 +70,9 @@ void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, con
 void ct_op_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                     const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws);
 /* Its backward: y and indices from that forward, dy the gradient of y; the rest as
- * ct_op_conv2d_backward. The result equals max-pool backward, then ReLU backward, then conv backward. */
+ * ct_op_conv2d_backward. The result equals max-pool backward, then ReLU backward, then conv backward,
+ * to float rounding (the weight gradient sums only the windows' argmaxes when in_channels is a
+ * multiple of 16). */
 void ct_op_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                      const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
                                      ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);

@@ -26,7 +26,8 @@ static bool conv_is_pointwise(const ct_conv2d_geom *g) {
 /* A thread's slot of the workspace, in elements of the compute type, each part starting on a
  * 64-byte line: the float64 partial sums of dbias (2 * out_channels elements, enough for float64
  * in either type), the partial dweight, one sample's column matrix, with a fused ReLU one sample's
- * output (or output gradient) planes, and for a "same" convolution the taps' masks. */
+ * output (or output gradient) planes, for a "same" convolution the taps' masks, and for the sparse
+ * weight gradient the taps' input positions and the sample's input transposed. */
 static int64_t round_line(int64_t n) { return (n + 15) / 16 * 16; }
 static int64_t conv_dw_offset(const ct_conv2d_geom *g) { return round_line(2 * g->out_channels); }
 static int64_t conv_col_offset(const ct_conv2d_geom *g) {
@@ -43,8 +44,21 @@ static bool conv_lines_up(const ct_conv2d_geom *g) {
 static int64_t conv_mask_offset(const ct_conv2d_geom *g) {
     return conv_relu_offset(g) + (g->relu ? round_line(g->out_channels * g->out_h * g->out_w) : 0);
 }
-static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+/* A fused 2x2 pooling leaves at most one non-zero output gradient in four; with enough input
+ * channels to fill a vector, the weight gradient then sums over those alone (conv_tmpl.h's
+ * sparse_dweight) instead of a dense GEMM over the whole plane. */
+static bool conv_sparse_dweight(const ct_conv2d_geom *g) {
+    return g->pool2x2 && g->in_channels % 16 == 0;
+}
+static int64_t conv_taps_offset(const ct_conv2d_geom *g) {
     return conv_mask_offset(g) + (conv_lines_up(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
+}
+static int64_t conv_xt_offset(const ct_conv2d_geom *g) {
+    /* the taps' input positions are int32, no wider than an element of either type */
+    return conv_taps_offset(g) + (conv_sparse_dweight(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
+}
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
+    return conv_xt_offset(g) + (conv_sparse_dweight(g) ? round_line((g->in_h * g->in_w + 1) * g->in_channels) : 0);
 }
 
 #define R float

@@ -541,6 +541,79 @@ static void maxpool_2x2_forward_values(void) {
     }
 }
 
+/* conv + ReLU + 2x2 max pooling as one op (ct_op_conv2d_relu_pool_*) against the three ops apart:
+ * the forward's pooled output and argmax indices bit for bit, and the gradients (the weight's from
+ * the sparse sum where the input has a multiple of 16 channels, the dense GEMM otherwise) to float
+ * rounding. Odd output sizes leave a row and a column no window covers; strides, padding and
+ * dilation vary the taps; two threads over three samples. */
+static void conv_relu_pool_values(void) {
+    int threads = ct_get_num_threads();
+    ct_set_num_threads(2);
+    const int64_t channels[] = {16, 32, 48, 3};
+    for (int t = 0; t < 8; t++) {
+        const ct_dtype dt = t == 7 ? CT_F32 : CT_F64;
+        ct_conv2d_geom g = {.in_channels = channels[t % 4], .in_h = rnd(6, 11), .in_w = rnd(6, 11),
+                            .out_channels = rnd(2, 5), .kernel = {rnd(1, 3), rnd(2, 3)},
+                            .stride = {t == 5 ? 2 : 1, 1}, .padding = {rnd(0, 1), rnd(0, 1)},
+                            .dilation = {t == 6 ? 2 : 1, 1}, .relu = true};
+        g.out_h = ct_conv_out_size(g.in_h, g.kernel[0], g.stride[0], g.padding[0], g.dilation[0]);
+        g.out_w = ct_conv_out_size(g.in_w, g.kernel[1], g.stride[1], g.padding[1], g.dilation[1]);
+        const int64_t B = 3, C = g.in_channels, O = g.out_channels, OH = g.out_h, OW = g.out_w;
+        ct_conv2d_geom gp = g;
+        gp.pool2x2 = true;
+        ct_pool2d_geom pg = {.channels = O, .in_h = OH, .in_w = OW, .out_h = OH / 2, .out_w = OW / 2,
+                             .kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
+        int64_t xs[4] = {B, C, g.in_h, g.in_w}, ys[4] = {B, O, OH, OW}, ps[4] = {B, O, OH / 2, OW / 2};
+        int64_t wsh[4] = {O, C, g.kernel[0], g.kernel[1]};
+        int64_t n_ws = ct_conv2d_workspace_numel(&g, B), n_wsp = ct_conv2d_workspace_numel(&gp, B);
+        ct_tensor x, w, bias, y, yp, yp2, idx, idx2, dyp, dy, dx, dx2, dw, dw2, db, db2, ws, wsp;
+        ct_tensor_alloc(&x, dt, CT_CPU, 4, xs);
+        ct_tensor_alloc(&w, dt, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&bias, dt, CT_CPU, 1, &O);
+        ct_tensor_alloc(&y, dt, CT_CPU, 4, ys);
+        ct_tensor_alloc(&dy, dt, CT_CPU, 4, ys);
+        ct_tensor_alloc(&yp, dt, CT_CPU, 4, ps);
+        ct_tensor_alloc(&yp2, dt, CT_CPU, 4, ps);
+        ct_tensor_alloc(&dyp, dt, CT_CPU, 4, ps);
+        ct_tensor_alloc(&idx, CT_I32, CT_CPU, 4, ps);
+        ct_tensor_alloc(&idx2, CT_I32, CT_CPU, 4, ps);
+        ct_tensor_alloc(&dx, dt, CT_CPU, 4, xs);
+        ct_tensor_alloc(&dx2, dt, CT_CPU, 4, xs);
+        ct_tensor_alloc(&dw, dt, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&dw2, dt, CT_CPU, 4, wsh);
+        ct_tensor_alloc(&db, dt, CT_CPU, 1, &O);
+        ct_tensor_alloc(&db2, dt, CT_CPU, 1, &O);
+        ct_tensor_alloc(&ws, dt, CT_CPU, 1, &n_ws);
+        ct_tensor_alloc(&wsp, dt, CT_CPU, 1, &n_wsp);
+        fill_random(&x);
+        fill_random(&w);
+        fill_random(&bias);
+        fill_random(&dyp);
+        ct_op_fill(&dw, 0.0);
+        ct_op_fill(&db, 0.0);
+        ct_op_fill(&dw2, 0.0);
+        ct_op_fill(&db2, 0.0);
+        ct_op_conv2d_forward(&g, &x, &w, &bias, &y, &ws);
+        ct_op_maxpool2d_forward(&pg, &y, &yp, &idx);
+        ct_op_maxpool2d_backward(&pg, &dyp, &idx, &dy);
+        ct_op_conv2d_relu_backward(&g, &x, &w, &y, &dy, &dw, &db, &dx, &ws);
+        ct_op_conv2d_relu_pool_forward(&gp, &x, &w, &bias, &yp2, &idx2, &wsp);
+        ct_op_conv2d_relu_pool_backward(&gp, &x, &w, &yp2, &idx2, &dyp, &dw2, &db2, &dx2, &wsp);
+        const bool same = memcmp(yp.data, yp2.data, ct_tensor_nbytes(&yp)) == 0 &&
+                          memcmp(idx.data, idx2.data, ct_tensor_nbytes(&idx)) == 0;
+        const double tol = dt == CT_F32 ? 1e-5 : 1e-12;
+        CHECK(same, "conv+relu+pool forward (C %lld, %lldx%lld out) differs from the three ops", (long long)C,
+              (long long)OH, (long long)OW);
+        CHECK(max_rel_diff(&dw2, &dw) < tol && max_rel_diff(&db2, &db) < tol && max_rel_diff(&dx2, &dx) < tol,
+              "conv+relu+pool backward (%s, C %lld, kernel %lldx%lld, %lldx%lld out): dw %.3g db %.3g dx %.3g",
+              ct_dtype_name(dt), (long long)C, (long long)g.kernel[0], (long long)g.kernel[1], (long long)OH,
+              (long long)OW, max_rel_diff(&dw2, &dw), max_rel_diff(&db2, &db), max_rel_diff(&dx2, &dx));
+        ct_tensor *all[] = {&x, &w, &bias, &y, &yp, &yp2, &idx, &idx2, &dyp, &dy, &dx, &dx2, &dw, &dw2, &db, &db2, &ws, &wsp};
+        for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
+    }
+    ct_set_num_threads(threads);
+}
+
 int main(void) {
     ct_test_begin("test_conv_pool");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER + 1);
@@ -550,6 +623,7 @@ int main(void) {
     conv_op_values();
     pool_op_values();
     maxpool_2x2_forward_values();
+    conv_relu_pool_values();
     maxpool_2x2_backward_values();
     init_bounds();
     json_and_errors();
