@@ -45,21 +45,29 @@ static int64_t conv_mask_offset(const ct_conv2d_geom *g) {
     return conv_relu_offset(g) + (g->relu ? round_line(g->out_channels * g->out_h * g->out_w) : 0);
 }
 /* A fused 2x2 pooling leaves at most one non-zero output gradient in four; with enough input
- * channels to fill a vector, the weight gradient then sums over those alone (conv_tmpl.h's
- * sparse_dweight) instead of a dense GEMM over the whole plane. */
-static bool conv_sparse_dweight(const ct_conv2d_geom *g) {
+ * channels to fill a vector, backward then sums over those alone (conv_tmpl.h's sparse_backward)
+ * instead of dense GEMMs over the whole plane. Its parts of the slot: the taps' input positions
+ * (int32, no wider than an element of either type), the input and its gradient transposed with a
+ * padding row, and the weight tap-major. */
+static bool conv_sparse_backward(const ct_conv2d_geom *g) {
     return g->pool2x2 && g->in_channels % 16 == 0;
 }
 static int64_t conv_taps_offset(const ct_conv2d_geom *g) {
     return conv_mask_offset(g) + (conv_lines_up(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
 }
-static int64_t conv_xt_offset(const ct_conv2d_geom *g) {
-    /* the taps' input positions are int32, no wider than an element of either type */
-    return conv_taps_offset(g) + (conv_sparse_dweight(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
+static int64_t conv_sparse_part(const ct_conv2d_geom *g, int part) {
+    if (!conv_sparse_backward(g)) return 0;
+    const int64_t transposed = round_line((g->in_h * g->in_w + 1) * g->in_channels);
+    const int64_t sizes[4] = {round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w), transposed, transposed,
+                              round_line(g->out_channels * conv_rows(g))};
+    int64_t at = 0;
+    for (int i = 0; i < part; i++) at += sizes[i];
+    return at;
 }
-static int64_t conv_slot_numel(const ct_conv2d_geom *g) {
-    return conv_xt_offset(g) + (conv_sparse_dweight(g) ? round_line((g->in_h * g->in_w + 1) * g->in_channels) : 0);
-}
+static int64_t conv_xt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 1); }
+static int64_t conv_dxt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 2); }
+static int64_t conv_wt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 3); }
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 4); }
 
 #define R float
 #define FN(name) name##_f32

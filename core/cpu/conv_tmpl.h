@@ -10,8 +10,8 @@
  * (g->relu) is applied to each sample's output right after its GEMM, and backward masks the
  * sample's output gradient into the slot before the GEMMs read it: no pass over the whole batch.
  *
- * A fused 2x2 pooling leaves one gradient in four at most: with 16k input channels the weight
- * gradient sums over those alone (sparse_dweight), without im2col or a GEMM.
+ * A fused 2x2 pooling leaves one gradient in four at most: with 16k input channels backward sums
+ * over those alone (sparse_backward), without im2col, col2im or GEMMs.
  *
  * Writing a column row is a row copy per output row with the padded ends zeroed (one masked select
  * over the whole row for a "same" convolution, see conv_masks), so no inner loop does bounds checks
@@ -143,7 +143,7 @@ static double FN(sum_f64)(const R *v, int64_t n) {
 }
 
 /* taps[t * OH*OW + p]: the input position (ih * W + iw) that tap t = ki*KW + kj reads for output p,
- * or H*W where it falls in the padding (a row of zeros in sparse_dweight's transposed input). */
+ * or H*W where it falls in the padding (sparse_backward's padding row). */
 static void FN(conv_taps)(const ct_conv2d_geom *g, int32_t *taps) {
     const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     for (int64_t ki = 0; ki < g->kernel[0]; ki++)
@@ -158,23 +158,29 @@ static void FN(conv_taps)(const ct_conv2d_geom *g, int32_t *taps) {
         }
 }
 
-/* The weight gradient of one sample of a pooled convolution (conv_sparse_dweight), added to
- * dw[O][taps][C] (the slot's partial sum, tap-major; un-permuted when the slots are added up). Only
- * a window's argmax has a gradient, and only where the ReLU let it through, so
- * dW[o, c, t] = sum over o's windows of g * x[c, taps[t][argmax]]: a quarter of the dense GEMM's
- * terms at most. The input is transposed to [H*W + 1][C] (the last row zeros, for taps in the
- * padding) so that each term is a contiguous run of C, summed 16 channels at a time in a register. */
-static void FN(sparse_dweight)(const ct_conv2d_geom *g, const R *xb, const R *yb, const int32_t *ib, const R *dpb,
-                               const int32_t *taps, R *xt, R *dw) {
+/* The gradients of one sample of a pooled convolution (conv_sparse_backward). Only a window's argmax
+ * has an output gradient, and only where the ReLU let it through, so each gradient is a sum over
+ * o's windows j with g_j = dL/dpooled where pooled > 0:
+ *   dbias[o] = sum_j g_j;  dW[o, c, t] = sum_j g_j x[c, taps[t][argmax_j]];
+ *   dx[c, q] = sum over (o, j, t) with taps[t][argmax_j] = q of g_j W[o, c, t],
+ * a quarter of the dense GEMMs' terms at most. The input and its gradient are transposed to
+ * [H*W + 1][C] (the last row the padding: zeros to read, a sink to write) so each term is a
+ * contiguous run of C, 16 channels a vector (32 where C allows); wt is the weight tap-major,
+ * [O][taps][C], and so is dw, the slot's partial sum (un-permuted when the slots are added up). */
+static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *yb, const int32_t *ib, const R *dpb,
+                                const int32_t *taps, const R *wt, R *xt, R *dxt, double *db, R *dw, R *dxb) {
     const int64_t C = g->in_channels, HW = g->in_h * g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
     const int64_t ohw = g->out_h * g->out_w, P = (g->out_h / 2) * (g->out_w / 2);
-    for (int64_t c = 0; c < C; c++)
-        for (int64_t q = 0; q < HW; q++) xt[q * C + c] = xb[c * HW + q];
-    for (int64_t c = 0; c < C; c++) xt[HW * C + c] = 0;
-    /* 16 channels are one vector (a vector type: left to itself the compiler vectorises over the
-     * windows instead, with a gather per channel); two at a time where C allows */
+    /* a vector type, so that the channels are the vector (left to itself the compiler vectorises
+     * over the windows instead, with a gather per channel) */
     typedef R vec16 __attribute__((vector_size(16 * sizeof(R))));
     const int64_t step = C % 32 == 0 ? 32 : 16;
+    if (dw) {
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t q = 0; q < HW; q++) xt[q * C + c] = xb[c * HW + q];
+        for (int64_t c = 0; c < C; c++) xt[HW * C + c] = 0;
+    }
+    if (dxb) memset(dxt, 0, (size_t)((HW + 1) * C) * sizeof(R));
     for (int64_t o = 0; o < O; o++)
         for (int64_t j0 = 0; j0 < P; j0 += 256) {
             const int64_t n = P - j0 < 256 ? P - j0 : 256;
@@ -183,31 +189,48 @@ static void FN(sparse_dweight)(const ct_conv2d_geom *g, const R *xb, const R *yb
             R grad[256];
             int64_t row[256];
             for (int64_t j = 0; j < n; j++) grad[j] = yo[j] > 0 ? dpo[j] : 0;
+            if (db) db[o] += FN(sum_f64)(grad, n);
             for (int64_t t = 0; t < T; t++) {
                 const int32_t *tap = taps + t * ohw;
                 for (int64_t j = 0; j < n; j++) row[j] = (int64_t)tap[io[j]] * C;
-                for (int64_t c0 = 0; c0 < C; c0 += step) {
+                for (int64_t c0 = 0; dw && c0 < C; c0 += step) {
                     vec16 acc0 = {0}, acc1 = {0}, x0, x1;
                     const R *base = xt + c0;
-                    if (step == 32)
-                        for (int64_t j = 0; j < n; j++) {
-                            memcpy(&x0, base + row[j], sizeof x0);
+                    for (int64_t j = 0; j < n; j++) {
+                        memcpy(&x0, base + row[j], sizeof x0);
+                        acc0 += grad[j] * x0;
+                        if (step == 32) {
                             memcpy(&x1, base + row[j] + 16, sizeof x1);
-                            acc0 += grad[j] * x0;
                             acc1 += grad[j] * x1;
                         }
-                    else
-                        for (int64_t j = 0; j < n; j++) {
-                            memcpy(&x0, base + row[j], sizeof x0);
-                            acc0 += grad[j] * x0;
-                        }
+                    }
                     R *d = dw + (o * T + t) * C + c0;
                     for (int k = 0; k < 16; k++) d[k] += acc0[k];
                     if (step == 32)
                         for (int k = 0; k < 16; k++) d[16 + k] += acc1[k];
                 }
+                for (int64_t c0 = 0; dxb && c0 < C; c0 += step) {
+                    vec16 w0, w1, d0, d1;
+                    memcpy(&w0, wt + (o * T + t) * C + c0, sizeof w0);
+                    if (step == 32) memcpy(&w1, wt + (o * T + t) * C + c0 + 16, sizeof w1);
+                    R *base = dxt + c0;
+                    /* the windows do not overlap, so no two rows here are the same (but the padding's) */
+                    for (int64_t j = 0; j < n; j++) {
+                        memcpy(&d0, base + row[j], sizeof d0);
+                        d0 += grad[j] * w0;
+                        memcpy(base + row[j], &d0, sizeof d0);
+                        if (step == 32) {
+                            memcpy(&d1, base + row[j] + 16, sizeof d1);
+                            d1 += grad[j] * w1;
+                            memcpy(base + row[j] + 16, &d1, sizeof d1);
+                        }
+                    }
+                }
             }
         }
+    if (dxb)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t q = 0; q < HW; q++) dxb[c * HW + q] = dxt[q * C + c];
 }
 
 /* The threads of a kernel: no more than the workspace has slots for, and one (whose GEMMs OpenBLAS
@@ -265,7 +288,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
     const int64_t B = dy->shape[0], O = g->out_channels, ohw = g->out_h * g->out_w, rows = conv_rows(g);
     const int64_t in_numel = g->in_channels * g->in_h * g->in_w, slot = conv_slot_numel(g);
     const int64_t pooled = (g->out_h / 2) * (g->out_w / 2);
-    const bool direct = conv_is_pointwise(g), sparse = idx && conv_sparse_dweight(g);
+    const bool direct = conv_is_pointwise(g), sparse = idx && conv_sparse_backward(g);
     const R *w = weight->data;
     const int nt = FN(conv_threads)(g, ws, B);
 #pragma omp parallel num_threads(nt)
@@ -273,15 +296,28 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
         R *mine = (R *)ws->data + omp_get_thread_num() * slot;
         double *db = (double *)mine; /* float64 sums: a bias sees every output position of the batch */
         R *dw = mine + conv_dw_offset(g), *col = mine + conv_col_offset(g), *masked = mine + conv_relu_offset(g);
-        R *masks = mine + conv_mask_offset(g), *xt = mine + conv_xt_offset(g);
+        R *masks = mine + conv_mask_offset(g), *xt = mine + conv_xt_offset(g), *dxt = mine + conv_dxt_offset(g);
+        R *wt = mine + conv_wt_offset(g);
         int32_t *taps = (int32_t *)(mine + conv_taps_offset(g));
-        if (conv_lines_up(g) && !direct) FN(conv_masks)(g, masks);
-        if (sparse) FN(conv_taps)(g, taps);
+        if (conv_lines_up(g) && !direct && !sparse) FN(conv_masks)(g, masks);
+        if (sparse) {
+            FN(conv_taps)(g, taps);
+            const int64_t C = g->in_channels, T = g->kernel[0] * g->kernel[1];
+            for (int64_t o = 0; o < O; o++)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t k = 0; k < T; k++) wt[(o * T + k) * C + c] = w[(o * C + c) * T + k];
+        }
         if (dbias) memset(db, 0, (size_t)O * sizeof(double));
         if (dweight) memset(dw, 0, (size_t)(O * rows) * sizeof(R));
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < B; b++) {
             const R *xb = (const R *)x->data + b * in_numel;
+            if (sparse) {
+                FN(sparse_backward)(g, xb, (const R *)y + b * O * pooled, idx + b * O * pooled,
+                                    (const R *)dy->data + b * O * pooled, taps, wt, xt, dxt, dbias ? db : NULL,
+                                    dweight ? dw : NULL, dx ? (R *)dx->data + b * in_numel : NULL);
+                continue;
+            }
             const R *dyb = idx ? NULL : (const R *)dy->data + b * O * ohw;
             if (idx) {
                 /* back through the pooling and the ReLU: a window's gradient goes to its argmax when
@@ -312,10 +348,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
             }
             if (dbias)
                 for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(dyb + o * ohw, ohw);
-            if (dweight && sparse) {
-                FN(sparse_dweight)(g, xb, (const R *)y + b * O * pooled, idx + b * O * pooled,
-                                   (const R *)dy->data + b * O * pooled, taps, xt, dw);
-            } else if (dweight) {
+            if (dweight) {
                 /* dW[O, rows] += dY[O, ohw] @ col[rows, ohw]^T */
                 if (!direct) FN(im2col)(g, xb, masks, col);
                 GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)O, (int)rows, (int)ohw, 1, dyb, (int)ohw,
@@ -345,7 +378,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
                 for (int64_t i = 0; i < O * rows; i++) out[i] += dw[i];
                 continue;
             }
-            /* sparse_dweight's sums are [O][taps][C]; the weight is [O][C][taps] */
+            /* sparse_backward's sums are [O][taps][C]; the weight is [O][C][taps] */
             const int64_t C = g->in_channels, T = g->kernel[0] * g->kernel[1];
             for (int64_t o = 0; o < O; o++)
                 for (int64_t c = 0; c < C; c++)
