@@ -69,6 +69,16 @@ check_layer("conv2d + relu fused", {"type": "sequential", "layers": [
                   nn.ReLU(), nn.Conv2d(6, 5, 1), nn.ReLU()),
     RNG.normal(size=(7, 3, 12, 10)))
 
+# conv -> ReLU -> 2x2 max pooling, which the CPU kernels fuse; with 16 and 48 input channels backward
+# sums over the windows' argmaxes alone (the sparse path), on odd sizes that leave a row and a column
+# no window covers, and with a stride that makes the taps skip.
+for C, (H, W), stride in ((16, (11, 9), 1), (48, (9, 12), (1, 2))):
+    check_layer(f"conv2d + relu + maxpool fused, {C} channels", {"type": "sequential", "layers": [
+        {"type": "conv2d", "out_channels": 7, "kernel_size": 3, "padding": 1, "stride": stride}, {"type": "relu"},
+        {"type": "maxpool2d", "kernel_size": 2}]},
+        nn.Sequential(nn.Conv2d(C, 7, 3, padding=1, stride=stride), nn.ReLU(), nn.MaxPool2d(2)),
+        RNG.normal(size=(5, C, H, W)))
+
 # The float64 path against PyTorch in float64: rounding only.
 k, d, p = (3, 2), (2, 1), (1, 2)
 H, W = input_size(k, d, p, 5)
