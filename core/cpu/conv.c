@@ -46,28 +46,37 @@ static int64_t conv_mask_offset(const ct_conv2d_geom *g) {
 }
 /* A fused 2x2 pooling leaves at most one non-zero output gradient in four; with enough input
  * channels to fill a vector, backward then sums over those alone (conv_tmpl.h's sparse_backward)
- * instead of dense GEMMs over the whole plane. Its parts of the slot: the taps' input positions
- * (int32, no wider than an element of either type), the input and its gradient transposed with a
- * padding row, and the weight tap-major. */
+ * instead of dense GEMMs over the whole plane. Its parts of the slot (int32 parts are no wider than
+ * an element of either type), in this order: */
+enum {
+    SPARSE_TAPS,    /* int32 [taps][OH*OW]: the input position each tap reads */
+    SPARSE_INV,     /* int32 [taps][H*W]: the output position whose tap reads it, or -1 */
+    SPARSE_XT,      /* [H*W + 1][C]: the sample's input transposed, and a row of zeros */
+    SPARSE_DXT,     /* [H*W][C]: its gradient, transposed */
+    SPARSE_WT,      /* [taps][O][C]: the weight tap-major */
+    SPARSE_GRADS,   /* [O][pooled]: the gradients through the pooling and the ReLU */
+    SPARSE_ENT_O,   /* int32 [O * pooled]: the non-zero ones by output position: channel */
+    SPARSE_ENT_G,   /* [O * pooled]: and gradient */
+    SPARSE_START,   /* int32 [OH*OW + 1]: where each output position's entries end */
+    SPARSE_PARTS
+};
 static bool conv_sparse_backward(const ct_conv2d_geom *g) {
     return g->pool2x2 && g->in_channels % 16 == 0;
 }
 static int64_t conv_taps_offset(const ct_conv2d_geom *g) {
     return conv_mask_offset(g) + (conv_lines_up(g) ? round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w) : 0);
 }
-static int64_t conv_sparse_part(const ct_conv2d_geom *g, int part) {
-    if (!conv_sparse_backward(g)) return 0;
-    const int64_t transposed = round_line((g->in_h * g->in_w + 1) * g->in_channels);
-    const int64_t sizes[4] = {round_line(g->kernel[0] * g->kernel[1] * g->out_h * g->out_w), transposed, transposed,
-                              round_line(g->out_channels * conv_rows(g))};
-    int64_t at = 0;
-    for (int i = 0; i < part; i++) at += sizes[i];
+static int64_t conv_sparse_offset(const ct_conv2d_geom *g, int part) {
+    int64_t at = conv_taps_offset(g);
+    if (!conv_sparse_backward(g)) return at;
+    const int64_t T = g->kernel[0] * g->kernel[1], HW = g->in_h * g->in_w, ohw = g->out_h * g->out_w;
+    const int64_t C = g->in_channels, O = g->out_channels, P = (g->out_h / 2) * (g->out_w / 2);
+    const int64_t sizes[SPARSE_PARTS] = {T * ohw, T * HW, (HW + 1) * C, HW * C, O * conv_rows(g), O * P, O * P, O * P,
+                                         ohw + 1};
+    for (int i = 0; i < part; i++) at += round_line(sizes[i]);
     return at;
 }
-static int64_t conv_xt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 1); }
-static int64_t conv_dxt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 2); }
-static int64_t conv_wt_offset(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 3); }
-static int64_t conv_slot_numel(const ct_conv2d_geom *g) { return conv_taps_offset(g) + conv_sparse_part(g, 4); }
+static int64_t conv_slot_numel(const ct_conv2d_geom *g) { return conv_sparse_offset(g, SPARSE_PARTS); }
 
 #define R float
 #define FN(name) name##_f32

@@ -143,7 +143,7 @@ static double FN(sum_f64)(const R *v, int64_t n) {
 }
 
 /* taps[t * OH*OW + p]: the input position (ih * W + iw) that tap t = ki*KW + kj reads for output p,
- * or H*W where it falls in the padding (sparse_backward's padding row). */
+ * or H*W where it falls in the padding (the row of zeros of sparse_backward's transposed input). */
 static void FN(conv_taps)(const ct_conv2d_geom *g, int32_t *taps) {
     const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
     for (int64_t ki = 0; ki < g->kernel[0]; ki++)
@@ -158,79 +158,175 @@ static void FN(conv_taps)(const ct_conv2d_geom *g, int32_t *taps) {
         }
 }
 
+/* The slot's parts for sparse_backward (conv.c's SPARSE_* list). */
+typedef struct FN(sparse_ws) {
+    const int32_t *taps, *inv;
+    const R *wt;
+    R *xt, *dxt, *grads, *ent_g;
+    int32_t *ent_o, *start;
+} FN(sparse_ws);
+
+static FN(sparse_ws) FN(sparse_parts)(const ct_conv2d_geom *g, R *slot) {
+    return (FN(sparse_ws)){.taps = (const int32_t *)(slot + conv_sparse_offset(g, SPARSE_TAPS)),
+                           .inv = (const int32_t *)(slot + conv_sparse_offset(g, SPARSE_INV)),
+                           .wt = slot + conv_sparse_offset(g, SPARSE_WT),
+                           .xt = slot + conv_sparse_offset(g, SPARSE_XT),
+                           .dxt = slot + conv_sparse_offset(g, SPARSE_DXT),
+                           .grads = slot + conv_sparse_offset(g, SPARSE_GRADS),
+                           .ent_g = slot + conv_sparse_offset(g, SPARSE_ENT_G),
+                           .ent_o = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_ENT_O)),
+                           .start = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_START))};
+}
+
+/* What every sample of a call shares, made once per thread: the taps' input positions, their
+ * inverse, and the weight tap-major ([taps][O][C]). */
+static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
+    const int64_t C = g->in_channels, HW = g->in_h * g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
+    const int64_t ohw = g->out_h * g->out_w;
+    int32_t *taps = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_TAPS));
+    int32_t *inv = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_INV));
+    R *wt = slot + conv_sparse_offset(g, SPARSE_WT);
+    FN(conv_taps)(g, taps);
+    for (int64_t i = 0; i < T * HW; i++) inv[i] = -1;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t p = 0; p < ohw; p++)
+            if (taps[t * ohw + p] < HW) inv[t * HW + taps[t * ohw + p]] = (int32_t)p;
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t c = 0; c < C; c++)
+            for (int64_t t = 0; t < T; t++) wt[(t * O + o) * C + c] = w[(o * C + c) * T + t];
+}
+
 /* The gradients of one sample of a pooled convolution (conv_sparse_backward). Only a window's argmax
- * has an output gradient, and only where the ReLU let it through, so each gradient is a sum over
- * o's windows j with g_j = dL/dpooled where pooled > 0:
- *   dbias[o] = sum_j g_j;  dW[o, c, t] = sum_j g_j x[c, taps[t][argmax_j]];
- *   dx[c, q] = sum over (o, j, t) with taps[t][argmax_j] = q of g_j W[o, c, t],
+ * has an output gradient, and only where the ReLU let it through: with g_j that gradient of o's
+ * window j (0 where the pooled value is not positive) and p_j its argmax,
+ *   dbias[o] = sum_j g_j,   dW[o, c, t] = sum_j g_j x[c, taps[t][p_j]],
+ *   dx[c, q] = sum_t sum over the (o, j) with p_j = inv[t][q] of g_j W[o, c, t],
  * a quarter of the dense GEMMs' terms at most. The input and its gradient are transposed to
- * [H*W + 1][C] (the last row the padding: zeros to read, a sink to write) so each term is a
- * contiguous run of C, 16 channels a vector (32 where C allows); wt is the weight tap-major,
- * [O][taps][C], and so is dw, the slot's partial sum (un-permuted when the slots are added up). */
+ * [H*W][C] so that a term is a contiguous run of C, 16 channels a vector (32 where C allows), and
+ * every sum runs in registers, over two interleaved chains so that one FMA need not wait for the
+ * last: dW over o's windows, dx over the non-zero gradients at an output position, which are
+ * first grouped by position (ent_*, start). dw is the slot's partial sum, [O][taps][C] (un-permuted
+ * when the slots are added up); dx is overwritten. */
 static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *yb, const int32_t *ib, const R *dpb,
-                                const int32_t *taps, const R *wt, R *xt, R *dxt, double *db, R *dw, R *dxb) {
+                                const FN(sparse_ws) *s, double *db, R *dw, R *dxb) {
     const int64_t C = g->in_channels, HW = g->in_h * g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
     const int64_t ohw = g->out_h * g->out_w, P = (g->out_h / 2) * (g->out_w / 2);
     /* a vector type, so that the channels are the vector (left to itself the compiler vectorises
      * over the windows instead, with a gather per channel) */
     typedef R vec16 __attribute__((vector_size(16 * sizeof(R))));
     const int64_t step = C % 32 == 0 ? 32 : 16;
+    R *grads = s->grads;
+    for (int64_t i = 0; i < O * P; i++) grads[i] = yb[i] > 0 ? dpb[i] : 0;
+    if (db)
+        for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(grads + o * P, P);
     if (dw) {
+        R *xt = s->xt;
         for (int64_t c = 0; c < C; c++)
             for (int64_t q = 0; q < HW; q++) xt[q * C + c] = xb[c * HW + q];
-        for (int64_t c = 0; c < C; c++) xt[HW * C + c] = 0;
-    }
-    if (dxb) memset(dxt, 0, (size_t)((HW + 1) * C) * sizeof(R));
-    for (int64_t o = 0; o < O; o++)
-        for (int64_t j0 = 0; j0 < P; j0 += 256) {
-            const int64_t n = P - j0 < 256 ? P - j0 : 256;
-            const R *yo = yb + o * P + j0, *dpo = dpb + o * P + j0;
-            const int32_t *io = ib + o * P + j0;
-            R grad[256];
-            int64_t row[256];
-            for (int64_t j = 0; j < n; j++) grad[j] = yo[j] > 0 ? dpo[j] : 0;
-            if (db) db[o] += FN(sum_f64)(grad, n);
-            for (int64_t t = 0; t < T; t++) {
-                const int32_t *tap = taps + t * ohw;
-                for (int64_t j = 0; j < n; j++) row[j] = (int64_t)tap[io[j]] * C;
-                for (int64_t c0 = 0; dw && c0 < C; c0 += step) {
-                    vec16 acc0 = {0}, acc1 = {0}, x0, x1;
-                    const R *base = xt + c0;
-                    for (int64_t j = 0; j < n; j++) {
-                        memcpy(&x0, base + row[j], sizeof x0);
-                        acc0 += grad[j] * x0;
-                        if (step == 32) {
-                            memcpy(&x1, base + row[j] + 16, sizeof x1);
-                            acc1 += grad[j] * x1;
+        for (int64_t c = 0; c < C; c++) xt[HW * C + c] = 0; /* what taps in the padding read */
+        int64_t row[256];
+        for (int64_t o = 0; o < O; o++)
+            for (int64_t j0 = 0; j0 < P; j0 += 256) {
+                const int64_t n = P - j0 < 256 ? P - j0 : 256;
+                const R *go = grads + o * P + j0;
+                const int32_t *io = ib + o * P + j0;
+                for (int64_t t = 0; t < T; t++) {
+                    const int32_t *tap = s->taps + t * ohw;
+                    for (int64_t j = 0; j < n; j++) row[j] = (int64_t)tap[io[j]] * C;
+                    for (int64_t c0 = 0; c0 < C; c0 += step) {
+                        vec16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, x0, x1;
+                        const R *base = xt + c0;
+                        int64_t j = 0;
+                        for (; j + 2 <= n; j += 2) {
+                            memcpy(&x0, base + row[j], sizeof x0);
+                            a0 += go[j] * x0;
+                            memcpy(&x1, base + row[j + 1], sizeof x1);
+                            b0 += go[j + 1] * x1;
+                            if (step == 32) {
+                                memcpy(&x0, base + row[j] + 16, sizeof x0);
+                                a1 += go[j] * x0;
+                                memcpy(&x1, base + row[j + 1] + 16, sizeof x1);
+                                b1 += go[j + 1] * x1;
+                            }
                         }
-                    }
-                    R *d = dw + (o * T + t) * C + c0;
-                    for (int k = 0; k < 16; k++) d[k] += acc0[k];
-                    if (step == 32)
-                        for (int k = 0; k < 16; k++) d[16 + k] += acc1[k];
-                }
-                for (int64_t c0 = 0; dxb && c0 < C; c0 += step) {
-                    vec16 w0, w1, d0, d1;
-                    memcpy(&w0, wt + (o * T + t) * C + c0, sizeof w0);
-                    if (step == 32) memcpy(&w1, wt + (o * T + t) * C + c0 + 16, sizeof w1);
-                    R *base = dxt + c0;
-                    /* the windows do not overlap, so no two rows here are the same (but the padding's) */
-                    for (int64_t j = 0; j < n; j++) {
-                        memcpy(&d0, base + row[j], sizeof d0);
-                        d0 += grad[j] * w0;
-                        memcpy(base + row[j], &d0, sizeof d0);
-                        if (step == 32) {
-                            memcpy(&d1, base + row[j] + 16, sizeof d1);
-                            d1 += grad[j] * w1;
-                            memcpy(base + row[j] + 16, &d1, sizeof d1);
+                        if (j < n) {
+                            memcpy(&x0, base + row[j], sizeof x0);
+                            a0 += go[j] * x0;
+                            if (step == 32) {
+                                memcpy(&x1, base + row[j] + 16, sizeof x1);
+                                a1 += go[j] * x1;
+                            }
                         }
+                        a0 += b0;
+                        a1 += b1;
+                        R *d = dw + (o * T + t) * C + c0;
+                        for (int k = 0; k < 16; k++) d[k] += a0[k];
+                        if (step == 32)
+                            for (int k = 0; k < 16; k++) d[16 + k] += a1[k];
                     }
                 }
             }
+    }
+    if (!dxb) return;
+    /* The non-zero gradients grouped by the output position of their argmax (a counting sort,
+     * channels ascending within a position): position p's are [p ? start[p-1] : 0, start[p]). */
+    int32_t *start = s->start, *ent_o = s->ent_o;
+    R *ent_g = s->ent_g;
+    memset(start, 0, (size_t)(ohw + 1) * sizeof(int32_t));
+    for (int64_t i = 0; i < O * P; i++) start[ib[i] + 1] += grads[i] != 0;
+    for (int64_t p = 0; p < ohw; p++) start[p + 1] += start[p];
+    for (int64_t o = 0; o < O; o++)
+        for (int64_t j = 0; j < P; j++)
+            if (grads[o * P + j] != 0) {
+                const int32_t at = start[ib[o * P + j]]++;
+                ent_o[at] = (int32_t)o;
+                ent_g[at] = grads[o * P + j];
+            }
+    R *dxt = s->dxt;
+    for (int64_t t = 0; t < T; t++) {
+        const int32_t *inv = s->inv + t * HW;
+        const R *wtt = s->wt + t * O * C;
+        for (int64_t q = 0; q < HW; q++) {
+            const int32_t p = inv[q];
+            const int32_t e0 = p > 0 ? start[p - 1] : 0, e1 = p >= 0 ? start[p] : 0;
+            for (int64_t c0 = 0; c0 < C; c0 += step) {
+                vec16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, w0, w1;
+                if (t > 0) memcpy(&a0, dxt + q * C + c0, sizeof a0);
+                if (t > 0 && step == 32) memcpy(&a1, dxt + q * C + c0 + 16, sizeof a1);
+                int32_t e = e0;
+                for (; e + 2 <= e1; e += 2) {
+                    const R *w_a = wtt + (int64_t)ent_o[e] * C + c0, *w_b = wtt + (int64_t)ent_o[e + 1] * C + c0;
+                    memcpy(&w0, w_a, sizeof w0);
+                    a0 += ent_g[e] * w0;
+                    memcpy(&w1, w_b, sizeof w1);
+                    b0 += ent_g[e + 1] * w1;
+                    if (step == 32) {
+                        memcpy(&w0, w_a + 16, sizeof w0);
+                        a1 += ent_g[e] * w0;
+                        memcpy(&w1, w_b + 16, sizeof w1);
+                        b1 += ent_g[e + 1] * w1;
+                    }
+                }
+                if (e < e1) {
+                    const R *w_a = wtt + (int64_t)ent_o[e] * C + c0;
+                    memcpy(&w0, w_a, sizeof w0);
+                    a0 += ent_g[e] * w0;
+                    if (step == 32) {
+                        memcpy(&w1, w_a + 16, sizeof w1);
+                        a1 += ent_g[e] * w1;
+                    }
+                }
+                a0 += b0;
+                memcpy(dxt + q * C + c0, &a0, sizeof a0);
+                if (step == 32) {
+                    a1 += b1;
+                    memcpy(dxt + q * C + c0 + 16, &a1, sizeof a1);
+                }
+            }
         }
-    if (dxb)
-        for (int64_t c = 0; c < C; c++)
-            for (int64_t q = 0; q < HW; q++) dxb[c * HW + q] = dxt[q * C + c];
+    }
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t q = 0; q < HW; q++) dxb[c * HW + q] = dxt[q * C + c];
 }
 
 /* The threads of a kernel: no more than the workspace has slots for, and one (whose GEMMs OpenBLAS
@@ -296,17 +392,10 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
         R *mine = (R *)ws->data + omp_get_thread_num() * slot;
         double *db = (double *)mine; /* float64 sums: a bias sees every output position of the batch */
         R *dw = mine + conv_dw_offset(g), *col = mine + conv_col_offset(g), *masked = mine + conv_relu_offset(g);
-        R *masks = mine + conv_mask_offset(g), *xt = mine + conv_xt_offset(g), *dxt = mine + conv_dxt_offset(g);
-        R *wt = mine + conv_wt_offset(g);
-        int32_t *taps = (int32_t *)(mine + conv_taps_offset(g));
+        R *masks = mine + conv_mask_offset(g);
         if (conv_lines_up(g) && !direct && !sparse) FN(conv_masks)(g, masks);
-        if (sparse) {
-            FN(conv_taps)(g, taps);
-            const int64_t C = g->in_channels, T = g->kernel[0] * g->kernel[1];
-            for (int64_t o = 0; o < O; o++)
-                for (int64_t c = 0; c < C; c++)
-                    for (int64_t k = 0; k < T; k++) wt[(o * T + k) * C + c] = w[(o * C + c) * T + k];
-        }
+        if (sparse) FN(sparse_prepare)(g, w, mine);
+        const FN(sparse_ws) parts = FN(sparse_parts)(g, mine);
         if (dbias) memset(db, 0, (size_t)O * sizeof(double));
         if (dweight) memset(dw, 0, (size_t)(O * rows) * sizeof(R));
 #pragma omp for schedule(static)
@@ -314,7 +403,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
             const R *xb = (const R *)x->data + b * in_numel;
             if (sparse) {
                 FN(sparse_backward)(g, xb, (const R *)y + b * O * pooled, idx + b * O * pooled,
-                                    (const R *)dy->data + b * O * pooled, taps, wt, xt, dxt, dbias ? db : NULL,
+                                    (const R *)dy->data + b * O * pooled, &parts, dbias ? db : NULL,
                                     dweight ? dw : NULL, dx ? (R *)dx->data + b * in_numel : NULL);
                 continue;
             }
