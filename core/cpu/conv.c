@@ -27,7 +27,7 @@ static bool conv_is_pointwise(const ct_conv2d_geom *g) {
  * 64-byte line: the float64 partial sums of dbias (2 * out_channels elements, enough for float64
  * in either type), the partial dweight, one sample's column matrix, with a fused ReLU one sample's
  * output (or output gradient) planes, for a "same" convolution the taps' masks, and for the sparse
- * weight gradient the taps' input positions and the sample's input transposed. */
+ * backward of a pooled convolution the parts listed at SPARSE_BASE. */
 static int64_t round_line(int64_t n) { return (n + 15) / 16 * 16; }
 static int64_t conv_dw_offset(const ct_conv2d_geom *g) { return round_line(2 * g->out_channels); }
 static int64_t conv_col_offset(const ct_conv2d_geom *g) {
@@ -49,9 +49,9 @@ static int64_t conv_mask_offset(const ct_conv2d_geom *g) {
  * instead of dense GEMMs over the whole plane. Its parts of the slot (int32 parts are no wider than
  * an element of either type), in this order: */
 enum {
-    SPARSE_TAPS,    /* int32 [taps][OH*OW]: the input position each tap reads */
+    SPARSE_BASE,    /* int32 [OH*OW]: where each output's window starts in the padded input */
     SPARSE_INV,     /* int32 [taps][H*W]: the output position whose tap reads it, or -1 */
-    SPARSE_XT,      /* [H*W + 1][C]: the sample's input transposed, and a row of zeros */
+    SPARSE_XT,      /* [(H + 2*PH) * (W + 2*PW)][C]: the sample's input transposed, zero-padded */
     SPARSE_DXT,     /* [H*W][C]: its gradient, transposed */
     SPARSE_WT,      /* [taps][O][C]: the weight tap-major */
     SPARSE_GRADS,   /* [O][pooled]: the gradients through the pooling and the ReLU */
@@ -71,8 +71,8 @@ static int64_t conv_sparse_offset(const ct_conv2d_geom *g, int part) {
     if (!conv_sparse_backward(g)) return at;
     const int64_t T = g->kernel[0] * g->kernel[1], HW = g->in_h * g->in_w, ohw = g->out_h * g->out_w;
     const int64_t C = g->in_channels, O = g->out_channels, P = (g->out_h / 2) * (g->out_w / 2);
-    const int64_t sizes[SPARSE_PARTS] = {T * ohw, T * HW, (HW + 1) * C, HW * C, O * conv_rows(g), O * P, O * P, O * P,
-                                         ohw + 1};
+    const int64_t padded = (g->in_h + 2 * g->padding[0]) * (g->in_w + 2 * g->padding[1]);
+    const int64_t sizes[SPARSE_PARTS] = {ohw, T * HW, padded * C, HW * C, O * conv_rows(g), O * P, O * P, O * P, ohw + 1};
     for (int i = 0; i < part; i++) at += round_line(sizes[i]);
     return at;
 }

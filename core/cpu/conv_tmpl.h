@@ -142,32 +142,16 @@ static double FN(sum_f64)(const R *v, int64_t n) {
     return acc;
 }
 
-/* taps[t * OH*OW + p]: the input position (ih * W + iw) that tap t = ki*KW + kj reads for output p,
- * or H*W where it falls in the padding (the row of zeros of sparse_backward's transposed input). */
-static void FN(conv_taps)(const ct_conv2d_geom *g, int32_t *taps) {
-    const int64_t H = g->in_h, W = g->in_w, OH = g->out_h, OW = g->out_w;
-    for (int64_t ki = 0; ki < g->kernel[0]; ki++)
-        for (int64_t kj = 0; kj < g->kernel[1]; kj++) {
-            int32_t *t = taps + (ki * g->kernel[1] + kj) * OH * OW;
-            for (int64_t oh = 0; oh < OH; oh++)
-                for (int64_t ow = 0; ow < OW; ow++) {
-                    const int64_t ih = oh * g->stride[0] - g->padding[0] + ki * g->dilation[0];
-                    const int64_t iw = ow * g->stride[1] - g->padding[1] + kj * g->dilation[1];
-                    t[oh * OW + ow] = (int32_t)(ih >= 0 && ih < H && iw >= 0 && iw < W ? ih * W + iw : H * W);
-                }
-        }
-}
-
 /* The slot's parts for sparse_backward (conv.c's SPARSE_* list). */
 typedef struct FN(sparse_ws) {
-    const int32_t *taps, *inv;
+    const int32_t *base, *inv;
     const R *wt;
     R *xt, *dxt, *grads, *ent_g;
     int32_t *ent_o, *start;
 } FN(sparse_ws);
 
 static FN(sparse_ws) FN(sparse_parts)(const ct_conv2d_geom *g, R *slot) {
-    return (FN(sparse_ws)){.taps = (const int32_t *)(slot + conv_sparse_offset(g, SPARSE_TAPS)),
+    return (FN(sparse_ws)){.base = (const int32_t *)(slot + conv_sparse_offset(g, SPARSE_BASE)),
                            .inv = (const int32_t *)(slot + conv_sparse_offset(g, SPARSE_INV)),
                            .wt = slot + conv_sparse_offset(g, SPARSE_WT),
                            .xt = slot + conv_sparse_offset(g, SPARSE_XT),
@@ -178,19 +162,28 @@ static FN(sparse_ws) FN(sparse_parts)(const ct_conv2d_geom *g, R *slot) {
                            .start = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_START))};
 }
 
-/* What every sample of a call shares, made once per thread: the taps' input positions, their
- * inverse, and the weight tap-major ([taps][O][C]). */
+/* What every sample of a call shares, made once per thread: where each output's window starts in
+ * the zero-padded input (tap t then reads base[p] + (ki*DH)*Wp + kj*DW, no table and no bounds
+ * check), which output each tap's read of an input position belongs to (inv, -1: none), and the
+ * weight tap-major ([taps][O][C]). */
 static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
-    const int64_t C = g->in_channels, HW = g->in_h * g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
-    const int64_t ohw = g->out_h * g->out_w;
-    int32_t *taps = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_TAPS));
+    const int64_t C = g->in_channels, H = g->in_h, W = g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
+    const int64_t OH = g->out_h, OW = g->out_w, Wp = W + 2 * g->padding[1];
+    int32_t *base = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_BASE));
     int32_t *inv = (int32_t *)(slot + conv_sparse_offset(g, SPARSE_INV));
     R *wt = slot + conv_sparse_offset(g, SPARSE_WT);
-    FN(conv_taps)(g, taps);
-    for (int64_t i = 0; i < T * HW; i++) inv[i] = -1;
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t p = 0; p < ohw; p++)
-            if (taps[t * ohw + p] < HW) inv[t * HW + taps[t * ohw + p]] = (int32_t)p;
+    for (int64_t oh = 0; oh < OH; oh++)
+        for (int64_t ow = 0; ow < OW; ow++) base[oh * OW + ow] = (int32_t)(oh * g->stride[0] * Wp + ow * g->stride[1]);
+    for (int64_t i = 0; i < T * H * W; i++) inv[i] = -1;
+    for (int64_t ki = 0; ki < g->kernel[0]; ki++)
+        for (int64_t kj = 0; kj < g->kernel[1]; kj++)
+            for (int64_t oh = 0; oh < OH; oh++)
+                for (int64_t ow = 0; ow < OW; ow++) {
+                    const int64_t ih = oh * g->stride[0] - g->padding[0] + ki * g->dilation[0];
+                    const int64_t iw = ow * g->stride[1] - g->padding[1] + kj * g->dilation[1];
+                    if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+                        inv[(ki * g->kernel[1] + kj) * H * W + ih * W + iw] = (int32_t)(oh * OW + ow);
+                }
     for (int64_t o = 0; o < O; o++)
         for (int64_t c = 0; c < C; c++)
             for (int64_t t = 0; t < T; t++) wt[(t * O + o) * C + c] = w[(o * C + c) * T + t];
@@ -199,10 +192,10 @@ static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
 /* The gradients of one sample of a pooled convolution (conv_sparse_backward). Only a window's argmax
  * has an output gradient, and only where the ReLU let it through: with g_j that gradient of o's
  * window j (0 where the pooled value is not positive) and p_j its argmax,
- *   dbias[o] = sum_j g_j,   dW[o, c, t] = sum_j g_j x[c, taps[t][p_j]],
+ *   dbias[o] = sum_j g_j,   dW[o, c, t] = sum_j g_j x[c, tap t of p_j],
  *   dx[c, q] = sum_t sum over the (o, j) with p_j = inv[t][q] of g_j W[o, c, t],
- * a quarter of the dense GEMMs' terms at most. The input and its gradient are transposed to
- * [H*W][C] so that a term is a contiguous run of C, 16 channels a vector (32 where C allows), and
+ * a quarter of the dense GEMMs' terms at most. The input (zero-padded) and its gradient are
+ * transposed to [positions][C] so that a term is a contiguous run of C, 16 channels a vector (32 where C allows), and
  * every sum runs in registers, over two interleaved chains so that one FMA need not wait for the
  * last: dW over o's windows, dx over the non-zero gradients at an output position, which are
  * first grouped by position (ent_*, start). dw is the slot's partial sum, [O][taps][C] (un-permuted
@@ -220,22 +213,27 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
     if (db)
         for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(grads + o * P, P);
     if (dw) {
+        const int64_t PH = g->padding[0], PW = g->padding[1], Wp = g->in_w + 2 * PW;
+        const int64_t padded = (g->in_h + 2 * PH) * Wp;
         R *xt = s->xt;
+        memset(xt, 0, (size_t)(padded * C) * sizeof(R));
         for (int64_t c = 0; c < C; c++)
-            for (int64_t q = 0; q < HW; q++) xt[q * C + c] = xb[c * HW + q];
-        for (int64_t c = 0; c < C; c++) xt[HW * C + c] = 0; /* what taps in the padding read */
+            for (int64_t ih = 0; ih < g->in_h; ih++)
+                for (int64_t iw = 0; iw < g->in_w; iw++)
+                    xt[((ih + PH) * Wp + iw + PW) * C + c] = xb[c * HW + ih * g->in_w + iw];
         int64_t row[256];
         for (int64_t o = 0; o < O; o++)
             for (int64_t j0 = 0; j0 < P; j0 += 256) {
                 const int64_t n = P - j0 < 256 ? P - j0 : 256;
                 const R *go = grads + o * P + j0;
                 const int32_t *io = ib + o * P + j0;
+                for (int64_t j = 0; j < n; j++) row[j] = (int64_t)s->base[io[j]] * C;
                 for (int64_t t = 0; t < T; t++) {
-                    const int32_t *tap = s->taps + t * ohw;
-                    for (int64_t j = 0; j < n; j++) row[j] = (int64_t)tap[io[j]] * C;
+                    const int64_t ki = t / g->kernel[1], kj = t % g->kernel[1];
+                    const int64_t tap = (ki * g->dilation[0] * Wp + kj * g->dilation[1]) * C;
                     for (int64_t c0 = 0; c0 < C; c0 += step) {
                         vec16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, x0, x1;
-                        const R *base = xt + c0;
+                        const R *base = xt + tap + c0;
                         int64_t j = 0;
                         for (; j + 2 <= n; j += 2) {
                             memcpy(&x0, base + row[j], sizeof x0);
