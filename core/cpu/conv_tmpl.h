@@ -10,13 +10,15 @@
  * (g->relu) is applied to each sample's output right after its GEMM, and backward masks the
  * sample's output gradient into the slot before the GEMMs read it: no pass over the whole batch.
  *
- * A fused 2x2 pooling leaves one gradient in four at most: with 16k input channels backward sums
- * over those alone (sparse_backward), without im2col, col2im or GEMMs.
+ * A fused 2x2 max pooling (g->pool2x2) pools each output plane while it is in the slot, so only
+ * the pooled planes and their argmax indices leave it. Its output gradient is then one in four at
+ * most: with a multiple of 16 input channels backward sums over those alone (sparse_backward),
+ * without im2col, col2im or GEMMs.
  *
  * Writing a column row is a row copy per output row with the padded ends zeroed (one masked select
  * over the whole row for a "same" convolution, see conv_masks), so no inner loop does bounds checks
- * or index division. A 1x1 convolution with stride 1 and no padding needs no
- * columns at all: the sample's input planes are its column matrix. */
+ * or index division. A 1x1 convolution with stride 1 and no padding needs no columns at all: the
+ * sample's input planes are its column matrix. */
 #include <stdint.h>
 #include <string.h>
 

@@ -167,6 +167,10 @@ def compare_training(run, ref):
 
     if check([e["step"] for e in evals] == [e["step"] for e in revals] == list(range(EVAL_STEPS, MAX_STEPS + 1, EVAL_STEPS)),
              f"{lab}: evaluations at steps {[e['step'] for e in evals]}, reference {[e['step'] for e in revals]}"):
+        worst = {k: max(abs(e[k] - r[k]) for e, r in zip(evals, revals))
+                 for k in ("eval_accuracy", "eval_f1_macro", "eval_auroc")}
+        print(f"  {lab}: evaluations during training differ by at most " +
+              ", ".join(f"{k} {v:.2e}" for k, v in worst.items()))
         for e, r in zip(evals, revals):
             check(rel(e["eval_loss"], r["eval_loss"]) <= 1e-5,
                   f"{lab}: eval_loss at step {e['step']} {e['eval_loss']!r} vs {r['eval_loss']!r}")
