@@ -138,10 +138,10 @@ void ct_op_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x,
                                     const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
     CT_CHECK_CPU(x);
     check_pooled(g, x, y, indices);
-    ct_conv2d_geom unpooled = *g; /* the shapes check_conv knows, with a y of the un-pooled shape */
+    /* the convolution's own checks, against its un-pooled output shape */
     int64_t yshape[4] = {x->shape[0], g->out_channels, g->out_h, g->out_w};
     ct_tensor yfull = ct_tensor_view(NULL, y->dtype, y->device, 4, yshape);
-    check_conv(&unpooled, x, weight, &yfull, ws);
+    check_conv(g, x, weight, &yfull, ws);
     CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, indices->data, ws);

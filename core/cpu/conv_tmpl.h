@@ -197,9 +197,9 @@ static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
  *   dbias[o] = sum_j g_j,   dW[o, c, t] = sum_j g_j x[c, tap t of p_j],
  *   dx[c, q] = sum_t sum over the (o, j) with p_j = inv[t][q] of g_j W[o, c, t],
  * a quarter of the dense GEMMs' terms at most. The input (zero-padded) and its gradient are
- * transposed to [positions][C] so that a term is a contiguous run of C, 16 channels a vector (32 where C allows), and
- * every sum runs in registers, over two interleaved chains so that one FMA need not wait for the
- * last: dW over o's windows, dx over the non-zero gradients at an output position, which are
+ * transposed to [positions][C] so that a term is a contiguous run of C, 16 channels a vector (32
+ * where C allows), and every sum runs in registers, over two interleaved chains so that one FMA
+ * need not wait for the last: dW over o's windows, dx over the non-zero gradients at an output position, which are
  * first grouped by position (ent_*, start). dw is the slot's partial sum, [O][taps][C] (un-permuted
  * when the slots are added up); dx is overwritten. */
 static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *yb, const int32_t *ib, const R *dpb,

@@ -42,7 +42,7 @@ static void FN(maxpool_row_exact)(const ct_pool2d_geom *g, const R *xp, int64_t 
  * all-ones/zero masks and the loop has no branch, so the compiler vectorises it (a branch or an
  * `x ? y : z` on indices kept it scalar: a sixth of a CNN step). */
 static inline int FN(maxpool_row_2x2)(const R *restrict xp, int32_t W, int32_t oh, int32_t OW, R *restrict best,
-                               int32_t *restrict where) {
+                                      int32_t *restrict where) {
     const R *restrict r0 = xp + 2 * oh * W, *restrict r1 = r0 + W;
     const int32_t at0 = 2 * oh * W;
     int32_t nan = 0;
