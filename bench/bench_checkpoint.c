@@ -1,6 +1,6 @@
 /* Checkpoint save and load: time and size of a training state (a model's weights and its AdamW
- * state after one step) written and read the way the Trainer does it (trainer/model_io.h,
- * trainer/checkpoint_io.h). bench/checkpoint.py runs it next to torch.save / torch.load of the same
+ * state after one step) written and read the way the Trainer does it (model/model_io.h,
+ * checkpoint/checkpoint_io.h). bench/checkpoint.py runs it next to torch.save / torch.load of the same
  * state and prints both.
  *
  * Four figures, each the median of REPEAT runs (the files stay in the page cache, as they do for a
@@ -22,12 +22,12 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint/checkpoint_io.h"
 #include "core/rng.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/model_io.h"
 #include "optim/optimizer.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/model_io.h"
 
 #define MAX_REPEAT 1000
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 static double now(void) {
     struct timespec ts;

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Checkpoint save and load time and size: ctrainer (bench/bench_checkpoint: model.h5 + optimizer.h5
-through trainer/model_io.h and trainer/checkpoint_io.h) against torch.save / torch.load of the same
+through model/model_io.h and checkpoint/checkpoint_io.h) against torch.save / torch.load of the same
 training state (model.state_dict() + optimizer.state_dict() of AdamW after one step) in the same
 run, for the Fashion-MNIST MLP (784-256-128-10, examples/configs/fashion_mnist_mlp.json) and CNN
 (examples/configs/fashion_mnist_cnn.json). Each figure is the median of --repeat runs, files in the

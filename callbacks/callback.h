@@ -7,7 +7,7 @@
  * flags. Hugging Face's TrainerCallback and CallbackHandler are the model; the event names and the
  * order they fire in are theirs.
  *
- * ct_callbacks_fire is the dispatcher: it applies the control reset rules (trainer/state.h) before
+ * ct_callbacks_fire is the dispatcher: it applies the control reset rules (callbacks/state.h) before
  * calling the callbacks in the order they were added, and stops at the first error, naming the
  * callback and the event. Callbacks that carry state across a resume (early stopping's patience
  * counter) implement save_state/load_state; the Trainer keeps what they return in
@@ -20,9 +20,9 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "callbacks/state.h"
+#include "config/args.h"
 #include "core/status.h"
-#include "trainer/args.h"
-#include "trainer/state.h"
 
 typedef struct ct_trainer ct_trainer;
 typedef struct ct_callback ct_callback;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "trainer/args.h"
+#include "config/args.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer config --defaults | --markdown\n"

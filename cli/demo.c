@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "cli/cli.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "model/layers.h"

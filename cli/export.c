@@ -1,11 +1,11 @@
 /* `ctrainer export --model DIR [--format safetensors] [--output OUT_DIR] [--dtype D] [CONFIG]`: a
- * saved model as model.safetensors and config.json for PyTorch (trainer/export.h). */
+ * saved model as model.safetensors and config.json for PyTorch (model/export.h). */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "trainer/export.h"
-#include "trainer/run_config.h"
+#include "config/run_config.h"
+#include "model/export.h"
 
 static void usage(FILE *f) {
     fprintf(f,

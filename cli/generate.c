@@ -12,12 +12,12 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "config/run_config.h"
 #include "core/json.h"
 #include "data/tokenizer.h"
+#include "generate/generate.h"
 #include "model/layers.h"
-#include "trainer/generate.h"
-#include "trainer/model_io.h"
-#include "trainer/run_config.h"
+#include "model/model_io.h"
 
 #define MAX_PROMPTS 256
 #define MAX_SETS 64

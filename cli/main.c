@@ -5,7 +5,7 @@
 #include "callbacks/tensorboard.h"
 #include "cli/cli.h"
 #include "core/device.h"
-#include "trainer/plot.h"
+#include "report/plot.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"

@@ -1,6 +1,6 @@
 /* `ctrainer plot OUTPUT_DIR`: the run's curves (loss, evaluation metrics with their intervals,
  * learning rate, gradient norm) from OUTPUT_DIR/trainer_state.json, as PNG and SVG. The drawing is
- * the library's (trainer/plot.h); this file only reads the command line. */
+ * the library's (report/plot.h); this file only reads the command line. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,8 +9,8 @@
 
 #include "cli/cli.h"
 #include "core/fs.h"
-#include "trainer/log_history.h"
-#include "trainer/plot.h"
+#include "report/log_history.h"
+#include "report/plot.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer plot OUTPUT_DIR [--output FILE_PREFIX] [--format png|svg|both] [--title TEXT]\n"

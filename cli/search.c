@@ -1,5 +1,5 @@
 /* `ctrainer search CONFIG --space SPACE.json --n_trials N --direction maximize|minimize [options]`:
- * hyperparameter search over a run config (trainer/hp_search.h does the sampling, scoring and
+ * hyperparameter search over a run config (search/hp_search.h does the sampling, scoring and
  * results; this file runs the trials).
  *
  * Every trial is a `ctrainer train CONFIG --set ... ` subprocess of this same program
@@ -31,7 +31,7 @@
 
 #include "cli/cli.h"
 #include "core/fs.h"
-#include "trainer/hp_search.h"
+#include "search/hp_search.h"
 #include "trainer/run.h"
 
 #define MAX_SETS 256

@@ -3,7 +3,7 @@
  *   train     trains, saves the final model and trainer_state.json in output_dir, then evaluates
  *             the eval sets and predicts the test set when the config has them (Hugging Face's
  *             run_*.py scripts with do_train, do_eval and do_predict), and writes the model card
- *             (README.md and training_curves.png, trainer/model_card.h).
+ *             (README.md and training_curves.png, report/model_card.h).
  *   evaluate  loads --model DIR's weights and evaluates the eval sets (or the test set).
  *   predict   loads --model DIR's weights and writes the test set's logits, predicted classes and
  *             labels to --output FILE.h5, in dataset order.
@@ -20,10 +20,10 @@
 
 #include "cli/cli.h"
 #include "core/log.h"
-#include "core/ops.h"
-#include "trainer/model_card.h"
-#include "trainer/plot.h"
-#include "trainer/model_io.h"
+#include "core/ops/ops.h"
+#include "model/model_io.h"
+#include "report/model_card.h"
+#include "report/plot.h"
 #include "trainer/run.h"
 
 #define MAX_OPTIONS 256
@@ -190,7 +190,7 @@ static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
     CT_TRY(ct_trainer_save_state(t));
     json_t *eval_m = NULL, *test_m = NULL;
     ct_status s = evaluate_and_predict(r, t, &eval_m, &test_m);
-    /* output_dir/README.md with the curves, as Hugging Face's create_model_card (trainer/model_card.h) */
+    /* output_dir/README.md with the curves, as Hugging Face's create_model_card (report/model_card.h) */
     if (s == CT_OK) s = ct_trainer_create_model_card(t, eval_m, test_m);
     ct_plot_release_fonts(); /* nothing draws after the card */
     json_decref(eval_m);

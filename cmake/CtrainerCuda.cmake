@@ -19,7 +19,8 @@ endif()
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
   set(CMAKE_CUDA_ARCHITECTURES 90)  # H100/H200; CUDA 13 supports sm_75 and newer only
 endif()
-enable_language(CUDA)
+# The language itself is enabled by backends/cuda/CMakeLists.txt, the one folder with CUDA sources;
+# the toolkit's libraries are found here, for every target that links them.
 find_package(CUDAToolkit REQUIRED)
 get_filename_component(_ct_cuda_root "${CUDAToolkit_LIBRARY_DIR}/.." ABSOLUTE)
 # cuDNN and NCCL: where CTRAINER_CUDNN_ROOT / CTRAINER_NCCL_ROOT point (a folder with include/ and

@@ -20,7 +20,7 @@
 # its dependencies themselves, read from ctrainer_objects here at the end of the configuration — also
 # what cmake/CtrainerTensorboard.cmake, cmake/CtrainerPlot.cmake (or anything else) link to it, so a
 # build without TensorBoard or curves neither requires nor names protobuf-c or cairo. Their headers
-# (callbacks/tensorboard.h, trainer/plot.h) are installed either way: they include neither library,
+# (callbacks/tensorboard.h, report/plot.h) are installed either way: they include neither library,
 # and without it their functions answer CT_ERR_UNSUPPORTED. The
 # ones whose headers the public headers include (CT_INTERFACE_DEPS) are PUBLIC, every other one is
 # needed only to link the static library. For each, ctrainerConfig.cmake finds the package again
@@ -37,7 +37,7 @@ set(CTRAINER_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ctrainer CACHE STRIN
 set(CTRAINER_INSTALL_PKGCONFIGDIR ${CMAKE_INSTALL_LIBDIR}/pkgconfig CACHE STRING
     "Where cmake --install puts ctrainer.pc (relative to the prefix)")
 set(CT_INTERFACE_DEPS jansson::jansson HDF5::HDF5) # json_t and hid_t appear in public headers
-set(CT_PRIVATE_HEADERS callbacks/pyrepr.h data/hdf5_util.h trainer/h5_image.h)
+set(CT_PRIVATE_HEADERS callbacks/pyrepr.h data/hdf5_util.h core/format/h5_image.h)
 
 # --- the version header (ctrainer.h includes it) -------------------------------------------------------
 configure_file(${PROJECT_SOURCE_DIR}/cmake/ctrainer_version.h.in
@@ -378,7 +378,7 @@ set(_ct_include ${CMAKE_INSTALL_INCLUDEDIR}/ctrainer)
 install(FILES ${PROJECT_SOURCE_DIR}/include/ctrainer/ctrainer.h
               ${PROJECT_BINARY_DIR}/include/ctrainer/ctrainer_version.h
         DESTINATION ${_ct_include} COMPONENT devel)
-foreach(_area core model optim data dist eval trainer callbacks)
+foreach(_area ${CT_AREAS})
   file(GLOB _headers CONFIGURE_DEPENDS RELATIVE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/${_area}/*.h)
   list(FILTER _headers EXCLUDE REGEX "_(impl|tmpl)\\.h$")
   if(_headers)

@@ -1,14 +1,14 @@
-# Optional training curves for `ctrainer plot` and the model card (trainer/plot*.c,
-# trainer/model_card.c): CTRAINER_PLOT=AUTO draws them with cairo (its PNG and SVG surfaces) and
+# Optional training curves for `ctrainer plot` and the model card (report/plot*.c,
+# report/model_card.c): CTRAINER_PLOT=AUTO draws them with cairo (its PNG and SVG surfaces) and
 # fontconfig where pkg-config finds both, ON requires them, OFF leaves them out.
 #
-# Without them, trainer/plot_off.c replaces trainer/plot.c (the drawing; the figure's data and axes,
-# trainer/plot_series.c and plot_axis.c, need no cairo and stay): ct_plot_training_curves answers
+# Without them, report/cairo/plot_off.c replaces report/cairo/plot.c (the drawing; the figure's data and axes,
+# report/plot_series.c and plot_axis.c, need no cairo and stay): ct_plot_training_curves answers
 # CT_ERR_UNSUPPORTED and ct_plot_cairo_version NULL, so `ctrainer plot` exits 1 with a message and the
-# model card is written without its figure, saying why; unit.test_plot is not built and
-# oracle.test_plot skips. Defines CTRAINER_PLOT_ENABLED and, when ON, CT_HAVE_PLOT=1 for
+# model card is written without its figure, saying why; unit.test_plot and
+# oracle.test_plot skip. Defines CTRAINER_PLOT_ENABLED and, when ON, CT_HAVE_PLOT=1 for
 # ctrainer_objects and everything built on it. Included by the top-level CMakeLists.txt right after
-# ctrainer_objects is defined (it picks one of the two sources from the objects' globbed ones).
+# ctrainer_objects is defined (it adds one of the two sources to the objects).
 
 set(CTRAINER_PLOT_ENABLED OFF)
 if(NOT CTRAINER_PLOT MATCHES "^(AUTO|ON|OFF)$")
@@ -16,19 +16,13 @@ if(NOT CTRAINER_PLOT MATCHES "^(AUTO|ON|OFF)$")
 endif()
 
 # Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
-function(_ct_plot_drop_source file)
-  get_target_property(sources ctrainer_objects SOURCES)
-  list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${file})
-  set_property(TARGET ctrainer_objects PROPERTY SOURCES ${sources})
-endfunction()
-
 # The model card names the ctrainer version that trained the model.
-set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/trainer/model_card.c APPEND PROPERTY
+set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/report/model_card.c APPEND PROPERTY
              COMPILE_DEFINITIONS CT_VERSION="${PROJECT_VERSION}")
 
 if(CTRAINER_PLOT STREQUAL "OFF")
   message(STATUS "ctrainer: training curves disabled (CTRAINER_PLOT=OFF): no `ctrainer plot`, model cards without figures")
-  _ct_plot_drop_source(trainer/plot.c)
+  target_sources(ctrainer_objects PRIVATE report/cairo/plot_off.c)
   return()
 endif()
 
@@ -47,10 +41,10 @@ if(NOT CT_CAIRO_FOUND OR NOT CT_FONTCONFIG_FOUND)
   endif()
   message(STATUS "ctrainer: cairo or fontconfig not found (pkg-config cairo fontconfig), building without training curves "
                  "(no `ctrainer plot`, model cards without figures; -DCTRAINER_PLOT=ON requires them)")
-  _ct_plot_drop_source(trainer/plot.c)
+  target_sources(ctrainer_objects PRIVATE report/cairo/plot_off.c)
   return()
 endif()
-_ct_plot_drop_source(trainer/plot_off.c)
+target_sources(ctrainer_objects PRIVATE report/cairo/plot.c)
 set(CTRAINER_PLOT_ENABLED ON)
 message(STATUS "ctrainer: training curves (PNG, SVG) with cairo ${CT_CAIRO_VERSION}")
 target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_PLOT=1)

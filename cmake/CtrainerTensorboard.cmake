@@ -5,13 +5,13 @@
 # callbacks/tensorboard_hparams.proto (the HParams plugin's) are compiled by protoc-c at build time
 # into <build>/generated/callbacks/*.pb-c.{c,h}, which become part of ctrainer_objects; the sources
 # include them as "callbacks/tensorboard.pb-c.h". Debian: libprotobuf-c-dev protobuf-c-compiler
-# (scripts/setup.sh installs both). Without it, callbacks/tensorboard_off.c replaces
-# callbacks/tensorboard.c: the same API (callbacks/tensorboard.h), whose writer and callback answer
+# (scripts/setup.sh installs both). Without it, callbacks/tensorboard/tensorboard_off.c replaces
+# callbacks/tensorboard/tensorboard.c: the same API (callbacks/tensorboard.h), whose writer and callback answer
 # CT_ERR_UNSUPPORTED, so report_to "tensorboard" fails at Trainer init with a message saying how to
-# build it in; unit.test_tensorboard is not built and oracle.test_tensorboard skips.
+# build it in; unit.test_tensorboard and oracle.test_tensorboard skip.
 # Defines CTRAINER_TENSORBOARD_ENABLED and, when ON, CT_HAVE_TENSORBOARD=1 for ctrainer_objects and
 # everything built on it. Included by the top-level CMakeLists.txt right after ctrainer_objects is
-# defined (it picks one of the two sources from the objects' globbed ones).
+# defined (it adds one of the two sources to the objects).
 
 set(CTRAINER_TENSORBOARD_ENABLED OFF)
 if(NOT CTRAINER_TENSORBOARD MATCHES "^(AUTO|ON|OFF)$")
@@ -19,15 +19,9 @@ if(NOT CTRAINER_TENSORBOARD MATCHES "^(AUTO|ON|OFF)$")
 endif()
 
 # Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
-function(_ct_tb_drop_source file)
-  get_target_property(sources ctrainer_objects SOURCES)
-  list(REMOVE_ITEM sources ${CMAKE_CURRENT_SOURCE_DIR}/${file})
-  set_property(TARGET ctrainer_objects PROPERTY SOURCES ${sources})
-endfunction()
-
 if(CTRAINER_TENSORBOARD STREQUAL "OFF")
   message(STATUS "ctrainer: TensorBoard disabled (CTRAINER_TENSORBOARD=OFF): report_to \"tensorboard\" is refused")
-  _ct_tb_drop_source(callbacks/tensorboard.c)
+  target_sources(ctrainer_objects PRIVATE callbacks/tensorboard/tensorboard_off.c)
   return()
 endif()
 
@@ -51,10 +45,10 @@ if(NOT EXISTS "${PROTOBUF_C_INCLUDE_DIR}/protobuf-c/protobuf-c.h" OR NOT EXISTS 
   endif()
   message(STATUS "ctrainer: protobuf-c (libprotobuf-c-dev, protoc-c) not found, building without TensorBoard "
                  "(report_to \"tensorboard\" is refused; -DCTRAINER_TENSORBOARD=ON requires it)")
-  _ct_tb_drop_source(callbacks/tensorboard.c)
+  target_sources(ctrainer_objects PRIVATE callbacks/tensorboard/tensorboard_off.c)
   return()
 endif()
-_ct_tb_drop_source(callbacks/tensorboard_off.c)
+target_sources(ctrainer_objects PRIVATE callbacks/tensorboard/tensorboard.c)
 set(CTRAINER_TENSORBOARD_ENABLED ON)
 if(NOT TARGET ct::protobuf_c)
   add_library(ct::protobuf_c UNKNOWN IMPORTED)

@@ -8,7 +8,7 @@
 
 #include "core/tensor.h"
 #ifdef CT_HAVE_CUDA
-#include "core/cuda/cuda_rt.h"
+#include "backends/cuda/cuda_rt.h"
 #endif
 
 ct_status ct_device_parse(const char *text, ct_device *out) {

@@ -1,12 +1,19 @@
-/* File-system helpers (see fs.h). */
+/* File-system helpers (see fs.h): directories, the one durable atomic write, tree removal. */
+#define _GNU_SOURCE /* nftw */
+#include "core/fs.h"
+
 #include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
-#include <stdlib.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
-#include "core/fs.h"
+#include "core/io_fault.h"
 
 ct_status ct_make_dirs(const char *dir) {
     char path[4096];
@@ -35,4 +42,147 @@ void ct_path_base_name(const char *path, char *buf, size_t cap) {
     char resolved[PATH_MAX];
     if ((strcmp(buf, ".") == 0 || strcmp(buf, "..") == 0) && realpath(path, resolved) && strcmp(resolved, "/") != 0)
         snprintf(buf, cap, "%s", strrchr(resolved, '/') + 1);
+}
+
+void ct_path_parent(const char *path, char *out, size_t cap) {
+    snprintf(out, cap, "%s", path);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == out)
+        out[1] = '\0';
+    else
+        *slash = '\0';
+}
+
+ct_status ct_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ct_error(CT_ERR_IO, "cannot open '%s' to sync it: %s", path, strerror(errno));
+    /* EINVAL: a file system that cannot sync this kind of file (some do not for directories); there
+     * is nothing more we could do for it. */
+    int rc = fsync(fd);
+    int err = errno;
+    close(fd);
+    if (rc != 0 && err != EINVAL) return ct_error(CT_ERR_IO, "cannot sync '%s': %s", path, strerror(err));
+    return CT_OK;
+}
+
+/* --- the atomic write --------------------------------------------------------------------------- */
+
+ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
+    a->fd = -1;
+    a->stream = NULL;
+    a->tmp[0] = '\0';
+    if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
+        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
+    char host[256] = "host";
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == '.') *p = '_';
+    /* beside the target (rename within one directory is atomic), unique per host and process;
+     * O_EXCL: never reuse a file somebody else is writing */
+    if (snprintf(a->tmp, sizeof a->tmp, "%s.tmp-%s-%ld", path, host, (long)getpid()) >= (int)sizeof a->tmp)
+        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
+    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (a->fd < 0 && errno == EEXIST) { /* left by a crash of an earlier process with this pid */
+        unlink(a->tmp);
+        a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    }
+    if (a->fd < 0) {
+        int err = errno;
+        a->tmp[0] = '\0';
+        return ct_error(CT_ERR_IO, "cannot create a temporary file beside '%s': %s", path, strerror(err));
+    }
+    return CT_OK;
+}
+
+ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n) {
+    if (a->fd < 0) return ct_error(CT_ERR_STATE, "'%s': the temporary file is not open", a->path);
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = ct_io_write(a->fd, p, n); /* write(), or a test's fault */
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(errno));
+        p += w;
+        n -= (size_t)w;
+    }
+    return CT_OK;
+}
+
+FILE *ct_atomic_file_stream(ct_atomic_file *a) {
+    if (!a->stream && a->fd >= 0) {
+        a->stream = fdopen(a->fd, "wb");
+        if (!a->stream) ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(errno));
+    }
+    return a->stream;
+}
+
+/* Flushes the stream (if any), syncs when asked, and closes the descriptor; 0 or an errno. */
+static int close_tmp(ct_atomic_file *a, bool sync) {
+    int err = 0;
+    if (a->stream && fflush(a->stream) != 0) err = errno;
+    if (!err && sync && a->fd >= 0 && fsync(a->fd) != 0 && errno != EINVAL) err = errno;
+    if (a->stream) {
+        if (fclose(a->stream) != 0 && !err) err = errno;
+    } else if (a->fd >= 0 && close(a->fd) != 0 && !err) {
+        err = errno;
+    }
+    a->stream = NULL;
+    a->fd = -1;
+    return err;
+}
+
+ct_status ct_atomic_file_close_fd(ct_atomic_file *a) {
+    int err = close_tmp(a, false);
+    return err ? ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(err)) : CT_OK;
+}
+
+ct_status ct_atomic_file_commit(ct_atomic_file *a) {
+    if (!a->tmp[0]) return ct_error(CT_ERR_STATE, "'%s': nothing to commit", a->path);
+    bool had_fd = a->fd >= 0;
+    int err = close_tmp(a, true);
+    if (err) return ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(err));
+    if (!had_fd) CT_TRY(ct_fsync_path(a->tmp)); /* written by name by another library */
+    if (rename(a->tmp, a->path) != 0)
+        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", a->tmp, a->path, strerror(errno));
+    a->tmp[0] = '\0';
+    char dir[4096];
+    ct_path_parent(a->path, dir, sizeof dir);
+    return ct_fsync_path(dir);
+}
+
+void ct_atomic_file_discard(ct_atomic_file *a) {
+    (void)close_tmp(a, false);
+    if (a->tmp[0]) unlink(a->tmp); /* no partial file is left to be mistaken for a whole one */
+    a->tmp[0] = '\0';
+}
+
+ct_status ct_write_file_atomic(const char *path, const void *data, size_t n) {
+    ct_atomic_file a;
+    CT_TRY(ct_atomic_file_open(&a, path));
+    ct_status s = ct_atomic_file_write(&a, data, n);
+    if (s == CT_OK) s = ct_atomic_file_commit(&a);
+    if (s != CT_OK) ct_atomic_file_discard(&a);
+    return s;
+}
+
+/* --- removal ------------------------------------------------------------------------------------ */
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+ct_status ct_remove_tree(const char *path) {
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return CT_OK;
+        return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
+    }
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+        return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
+    return CT_OK;
 }

@@ -1,10 +1,23 @@
-/* Small file-system helpers shared by the areas that write files (checkpoints, logs, results). */
+/* File-system helpers shared by every area that writes files (checkpoints, models, logs, results,
+ * data caches, plots): directory creation, THE durable atomic file write, and removal of a tree.
+ *
+ * Atomic write: the bytes go to a temporary file beside the target (same directory, so the rename
+ * is atomic), named after the host and process so that writers on several nodes of a shared file
+ * system never collide; it is fsync'd, renamed over the target, and the directory is fsync'd, so
+ * after a crash or power loss the target is either the old file or the whole new one. On any
+ * failure the temporary is removed and the target left as it was. Bytes written through
+ * ct_atomic_file_write pass ct_io_write (core/io_fault.h), so tests can make the disk "fill up". */
 #ifndef CT_FS_H
 #define CT_FS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* mkdir -p: creates dir and its missing parents; CT_ERR_IO naming the part that failed. */
 ct_status ct_make_dirs(const char *dir);
@@ -12,5 +25,44 @@ ct_status ct_make_dirs(const char *dir);
 /* The last component of a path into buf, trailing slashes ignored; "." and ".." become the name of
  * the directory they stand for (what a person calls a run's output_dir). */
 void ct_path_base_name(const char *path, char *buf, size_t cap);
+/* The directory holding path ("." for a bare name), trailing slashes ignored. */
+void ct_path_parent(const char *path, char *out, size_t cap);
+
+/* fsync of a file or a directory by path (a file system that cannot sync directories is no error). */
+ct_status ct_fsync_path(const char *path);
+
+/* One atomic replacement of `path` in progress. Open it, then either write bytes through it
+ * (ct_atomic_file_write, or the stdio stream of ct_atomic_file_stream), or let a library that writes
+ * by file name (HDF5, cairo) write the file named `tmp` (after ct_atomic_file_close_fd); then commit
+ * or discard. Discard after a failed commit is harmless, so `commit, on error discard` and
+ * `discard on every early exit` both work. */
+typedef struct ct_atomic_file {
+    int fd;       /* open on tmp until commit or close_fd; -1 after */
+    FILE *stream; /* the fd as stdio, once asked for */
+    char path[4096];
+    char tmp[4352];
+} ct_atomic_file;
+
+ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path);
+ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n);
+/* The temporary as a stdio stream (owned by a: do not fclose it); NULL with the error set. */
+FILE *ct_atomic_file_stream(ct_atomic_file *a);
+/* Closes the descriptor (and stream) so that another library can open a->tmp by name. */
+ct_status ct_atomic_file_close_fd(ct_atomic_file *a);
+/* Flushes, fsyncs and closes the temporary, renames it to path and fsyncs the directory. */
+ct_status ct_atomic_file_commit(ct_atomic_file *a);
+/* Closes and removes the temporary; path is untouched. */
+void ct_atomic_file_discard(ct_atomic_file *a);
+
+/* The whole of data as the new content of path, atomically and durably (the above in one call). */
+ct_status ct_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* rm -rf path without following symbolic links; a path that does not exist is no error. Callers
+ * decide what they own: this never looks at what it deletes. */
+ct_status ct_remove_tree(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

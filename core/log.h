@@ -2,7 +2,7 @@
  * as transformers uses it.
  *
  * Levels are Python's numbers (debug 10 < info 20 < warning 30 < error 40 < critical 50; the values
- * of ct_log_level in trainer/args.h). A message prints when its level is at least the threshold,
+ * of ct_log_level in config/args.h). A message prints when its level is at least the threshold,
  * which starts at warning, as transformers' logging does; so a library user sees warnings and errors
  * and nothing else until the Trainer (log_level / log_level_replica) or the program says otherwise.
  * Each call writes one line to stderr with a single fwrite, so lines from threads do not interleave:

@@ -3,7 +3,7 @@
  * the CUDA dropout kernels run the very same instructions and produce the same bits. Constants are
  * the Random123 reference's; tests/unit/test_rng.c checks its published known-answer vectors.
  *
- * Also here: the counter layout of dropout masks (core/ops_misc.h), for the same reason: a mask is
+ * Also here: the counter layout of dropout masks (core/ops/ops_misc.h), for the same reason: a mask is
  * a function of (key, step, sample, element block) and both backends must agree on it bit for bit. */
 #ifndef CT_RNG_PHILOX_H
 #define CT_RNG_PHILOX_H

@@ -88,6 +88,18 @@ void ct_tensor_copy_to_f64(const ct_tensor *t, double *dst);
 double ct_tensor_get(const ct_tensor *t, int64_t i);
 void ct_tensor_set(ct_tensor *t, int64_t i, double v);
 
+/* A per-sample shape: the tensor shape without its leading batch dimension. */
+typedef struct ct_shape {
+    int ndim;
+    int64_t dims[CT_MAX_DIMS - 1];
+} ct_shape;
+
+/* Per-sample shape helpers. */
+int64_t ct_shape_numel(const ct_shape *s);
+const char *ct_sample_shape_str(const ct_shape *s, char *buf, size_t cap);
+/* The full tensor shape [batch, dims...]. */
+void ct_shape_with_batch(const ct_shape *s, int64_t batch, int *ndim, int64_t *shape);
+
 #ifdef __cplusplus
 }
 #endif

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/tensor.h"
 #include "data/hdf5_util.h"
 #include "data/idx.h"

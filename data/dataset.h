@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "core/tensor.h"
-#include "model/module.h" /* ct_shape */
 
 typedef struct ct_dataset ct_dataset;
 

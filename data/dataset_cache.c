@@ -16,9 +16,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/format/h5io.h"
 #include "core/fs.h"
 #include "core/log.h"
-#include "core/h5io.h"
 #include "data/convert.h"
 
 /* Bumped when the layout or the record's meaning changes, so older caches are rebuilt. */

@@ -21,7 +21,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "data/dataset.h"
 #include "data/hdf5_util.h"
 

@@ -82,9 +82,9 @@ ct_status ct_comm_single_create(ct_comm **out);
 /* MPI_COMM_WORLD (initialising MPI with MPI_THREAD_FUNNELED if needed; finalised by destroy of the
  * last MPI communicator, after which MPI cannot be initialised again in this process: keep one
  * communicator for the whole run). Create and use it on one thread, the one that initialised MPI.
- * CT_ERR_UNSUPPORTED in builds without MPI (CTRAINER_MPI=OFF, dist/comm_no_mpi.c). */
+ * CT_ERR_UNSUPPORTED in builds without MPI (CTRAINER_MPI=OFF, dist/mpi/comm_mpi_off.c). */
 ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out);
-/* NCCL for CUDA tensors, one process per GPU under mpirun (dist/comm_nccl.c): bootstrapped through an
+/* NCCL for CUDA tensors, one process per GPU under mpirun (dist/nccl/comm_nccl.c): bootstrapped through an
  * MPI communicator of its own, which also carries every collective on CPU tensors. device: this
  * rank's GPU, or -1 for the one of its local rank. CUDA tensors must live on that GPU; blocking
  * collectives return when done, all_reduce_start/wait order the caller's stream after the

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/log.h"
 
 #ifdef _OPENMP

@@ -1,4 +1,4 @@
-/* Fuzz target: resuming from a checkpoint (ct_trainer_resume, trainer/checkpoint.h), which reads
+/* Fuzz target: resuming from a checkpoint (ct_trainer_resume, checkpoint/checkpoint.h), which reads
  * every file of a checkpoint directory: manifest.json (sizes and CRCs), rng_state_<rank>.json (the
  * loop's position), trainer_state.json (with the callbacks' and TrainerControl's saved state),
  * model.h5, optimizer.h5 and scheduler.json.
@@ -26,11 +26,11 @@
 #include <unistd.h>
 
 #include "callbacks/callback.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_io.h"
 #include "common.h"
 #include "h5gen.h"
 #include "model/layers.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_io.h"
 #include "trainer/trainer.h"
 
 enum { P_MODEL, P_OPTIMIZER, P_STATE, P_SCHEDULER, P_RNG, P_MANIFEST, P_DROP, P_NAME, N_PARTS };

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #include "common.h"
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "data/convert.h"
 #include "data/dataset.h"
 #include "data/dataset_cache.h"

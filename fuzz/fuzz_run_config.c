@@ -1,7 +1,7 @@
-/* Fuzz target: run configs (trainer/run_config.h, trainer/run.h) and everything that reads their
+/* Fuzz target: run configs (config/run_config.h, trainer/run.h) and everything that reads their
  * sections, as `ctrainer train|evaluate|search` do before any step is trained.
  *
- * Input: the run config's text; optionally, after a NUL byte, a search space (trainer/hp_space.h,
+ * Input: the run config's text; optionally, after a NUL byte, a search space (search/hp_space.h,
  * the JSON of `ctrainer search --space`), and after a second NUL, command-line overrides separated
  * by NULs: "key.path=JSON" is a --set, "--name=value" a training-argument override.
  *
@@ -31,16 +31,16 @@
 #include "data/dataset_json.h"
 #include "data/transform.h"
 #include "eval/metric.h"
+#include "generate/generate.h"
 #include "model/layers.h"
 #include "model/loss.h"
 #include "model/model.h"
+#include "model/model_safetensors.h"
 #include "model/params.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
-#include "trainer/generate.h"
-#include "trainer/hp_search.h"
-#include "trainer/hp_space.h"
-#include "trainer/model_safetensors.h"
+#include "search/hp_search.h"
+#include "search/hp_space.h"
 #include "trainer/run.h"
 
 #define MAX_TEXT ((size_t)1 << 16)

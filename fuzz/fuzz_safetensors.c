@@ -1,5 +1,5 @@
-/* Fuzz target: the safetensors reader (core/safetensors.h) and the strict state-dict loader on top
- * of it (trainer/model_safetensors.h, a run config's "init_from").
+/* Fuzz target: the safetensors reader (core/format/safetensors.h) and the strict state-dict loader on top
+ * of it (model/model_safetensors.h, a run config's "init_from").
  *
  * The whole input is a safetensors file image. It is opened in memory (ct_st_open_memory) and every
  * tensor it lists is read raw and, for the float dtypes, converted to f32 and f64; then it is
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/safetensors.h"
 #include "common.h"
+#include "core/format/safetensors.h"
 #include "model/layers.h"
-#include "trainer/model_safetensors.h"
+#include "model/model_safetensors.h"
 
 /* Bytes of tensor data read per tensor at most (inputs are far smaller; this bounds conversion). */
 #define MAX_READ ((uint64_t)1 << 20)

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 
 /* Names picked by a u8 in [224, 240), for every target. */
 static const char *const generic_names[] = {"features", "labels", "x",      "y",  "g/features", "data",

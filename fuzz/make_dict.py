@@ -7,7 +7,7 @@
                 target's directory, JSON punctuation
   checkpoint    every key of the JSON files in fuzz/corpus/checkpoint/ (the template's trainer state,
                 scheduler, progress and manifest) and the file names a manifest lists
-  safetensors   the format's keys and dtype names (core/safetensors.c)
+  safetensors   the format's keys and dtype names (core/format/safetensors.c)
 
 Usage: fuzz/make_dict.py [CTRAINER]   (CTRAINER: a built ctrainer program, default build/ctrainer)
 """
@@ -58,7 +58,7 @@ def run_config(ctrainer):
     sources = []
     for area in ("model", "data", "eval", "callbacks", "optim"):
         sources += glob.glob(area + "/*.c")
-    sources += ["trainer/generate.c", "trainer/run.c", "trainer/run_config.c", "trainer/hp_space.c"]
+    sources += ["generate/generate.c", "trainer/run.c", "config/run_config.c", "search/hp_space.c"]
     for path in sources:
         text = open(path).read()
         for m in re.finditer(r"keys\[\]\s*=\s*\{([^}]*)\}", text):
@@ -111,7 +111,7 @@ def checkpoint():
 
 
 def safetensors():
-    text = open("core/safetensors.c").read()
+    text = open("core/format/safetensors.c").read()
     m = re.search(r"\{\s*([^;]*?)\};", text[text.find("static const struct"):])
     dtypes = set(re.findall(r'"([A-Z0-9_]+)"', m.group(1))) if m else set()
     words = dtypes | {"dtype", "shape", "data_offsets", "__metadata__", "format", "pt"}

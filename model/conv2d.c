@@ -1,7 +1,7 @@
 /* Conv2d: nn.Conv2d with groups=1 and zero padding over NCHW input; weight [out, in, kh, kw].
  *
  * The layer checks shapes and hyperparameters (so users get messages naming the layer) and leaves
- * the arithmetic to ct_op_conv2d_* (im2col + GEMM, core/cpu/conv.c). Its workspace (a column matrix
+ * the arithmetic to ct_op_conv2d_* (im2col + GEMM, backends/cpu/conv.c). Its workspace (a column matrix
  * and partial gradient sums per thread) is reserved with the activations; forward and backward
  * allocate nothing. On the CPU a ReLU that follows it in a Sequential is applied here, per sample
  * while the output is in cache (fuse_activation), and so is a 2x2 max pooling after that ReLU
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/layers.h"
 #include "model/params.h"

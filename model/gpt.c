@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/gpt_impl.h"
 #include "model/params.h"

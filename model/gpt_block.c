@@ -6,7 +6,7 @@
  *   P = causal_softmax(q k^T / sqrt(D)) [H, T, T]; y = attn_dropout(P) v, heads merged back to
  *   [T, C]; out = resid_dropout(c_proj(y)).
  * The scores go through one ct_op_gemm per (sample, head) on contiguous [T, D] blocks, which is
- * plain and exact; the causal softmax (core/ops_attn.h) ignores the masked scores and writes zeros
+ * plain and exact; the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
  * there, so the GEMM's values above the diagonal never matter. The backward is the exact chain
  * rule of the same steps, with P (the softmax output) and the dropped P' kept from the forward:
  *   dP' = dy v^T, dv = P'^T dy, dP = attn_dropout'(dP'), dS = softmax'(P, dP),
@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
-#include "core/ops_attn.h"
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
 #include "core/util.h"
 #include "model/gpt_impl.h"
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/layers.h"
 #include "model/params.h"

@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "model/module.h"
 
 /* --- containers -------------------------------------------------------------------------------- */

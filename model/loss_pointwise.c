@@ -1,11 +1,11 @@
-/* Elementwise losses: mse, l1, huber and bce_with_logits, with PyTorch's formulas (core/cpu/loss.c).
+/* Elementwise losses: mse, l1, huber and bce_with_logits, with PyTorch's formulas (backends/cpu/loss.c).
  * The target is a float tensor of the prediction's shape and dtype; count = number of elements. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/loss_impl.h"
 

@@ -1,5 +1,5 @@
 /* Softmax cross-entropy with PyTorch's class weights, label smoothing and ignore_index (see loss.h
- * for the count). The kernels are core/cpu/loss.c; this file validates shapes and dtypes and turns
+ * for the count). The kernels are backends/cpu/loss.c; this file validates shapes and dtypes and turns
  * an out-of-range target into an error naming its value and position. */
 #include <math.h>
 #include <stdio.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/loss_impl.h"
 

@@ -40,29 +40,6 @@ static ct_status named(const ct_module *m, ct_status s) {
     return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
 }
 
-int64_t ct_shape_numel(const ct_shape *s) {
-    int64_t n = 1;
-    for (int i = 0; i < s->ndim; i++) n *= s->dims[i];
-    return n;
-}
-
-const char *ct_sample_shape_str(const ct_shape *s, char *buf, size_t cap) {
-    char inner[96];
-    ct_shape_str(s->ndim, s->dims, inner, sizeof inner);
-    /* "[N, 784]": the batch dimension is free. */
-    if (s->ndim == 0)
-        snprintf(buf, cap, "[N]");
-    else
-        snprintf(buf, cap, "[N, %s", inner + 1);
-    return buf;
-}
-
-void ct_shape_with_batch(const ct_shape *s, int64_t batch, int *ndim, int64_t *shape) {
-    shape[0] = batch;
-    for (int i = 0; i < s->ndim; i++) shape[i + 1] = s->dims[i];
-    *ndim = s->ndim + 1;
-}
-
 ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                                 ct_tensor *out) {
     int ndim;

@@ -24,14 +24,8 @@
 #include "core/tensor.h"
 
 typedef struct ct_module ct_module;
-struct ct_pool2d_geom; /* core/ops_conv.h */
+struct ct_pool2d_geom; /* core/ops/ops_conv.h */
 typedef struct ct_param_store ct_param_store;
-
-/* A per-sample shape: the tensor shape without its leading batch dimension. */
-typedef struct ct_shape {
-    int ndim;
-    int64_t dims[CT_MAX_DIMS - 1];
-} ct_shape;
 
 /* Called after the backward of a module that has parameters (m->grad_lo, m->grad_hi give where
  * its subtree's gradients lie in the flat buffer); a non-OK status stops the backward pass. */
@@ -125,12 +119,6 @@ void ct_module_train(ct_module *m, bool training);
 void ct_module_configure(ct_module *m, ct_dtype dt, ct_device dev, const ct_step_ctx *ctx);
 /* Assigns dotted names from local names, starting at m (whose full name is prefix). */
 void ct_module_assign_names(ct_module *m, const char *prefix);
-
-/* Shape helpers. */
-int64_t ct_shape_numel(const ct_shape *s);
-const char *ct_sample_shape_str(const ct_shape *s, char *buf, size_t cap);
-/* The full tensor shape [batch, dims...]. */
-void ct_shape_with_batch(const ct_shape *s, int64_t batch, int *ndim, int64_t *shape);
 
 /* Reserves an activation tensor of [max_batch, shape...] from the arena. */
 ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 void ct_params_init(ct_param_store *ps, ct_dtype dt, ct_device dev) {
     memset(ps, 0, sizeof *ps);

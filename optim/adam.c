@@ -4,7 +4,7 @@
  * "max_exp_avg_sq". One step count serves every parameter: all are stepped together. */
 #include <stdlib.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "optim/optimizer.h"
 

@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 static ct_status check_grads(const ct_tensor *grads) {
     if (grads->dtype != CT_F32 && grads->dtype != CT_F64)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 
 /* --- configuration ------------------------------------------------------------------------------ */
 

@@ -15,7 +15,7 @@
  * The learning rate is an argument of every step, so a scheduler (or the caller) decides it per step;
  * config.learning_rate is the base rate schedulers start from.
  *
- * A shard optimizer (ct_optimizer_create_shard; ZeRO-1, optim/zero.h) is the same thing over one
+ * A shard optimizer (ct_optimizer_create_shard; ZeRO-1, dist/zero.h) is the same thing over one
  * contiguous range of the flat buffers: its params and grads are views of the range, its groups the
  * parameters' ranges within it, its state tensors the range's size (shard_offset, full_numel).
  *
@@ -82,7 +82,7 @@ ct_status ct_optimizer_create(const ct_optim_config *cfg, ct_param_store *ps, ct
 ct_status ct_optimizer_from_json(const json_t *obj, const char *path, ct_param_store *ps, ct_optimizer **out);
 
 /* Like ct_optimizer_create, over the elements [offset, offset + count) of the store's flat buffers
- * only (a ZeRO shard, see optim/zero.h for the partition): the groups are the parameters' ranges
+ * only (a ZeRO shard, see dist/zero.h for the partition): the groups are the parameters' ranges
  * intersected with the shard, the state tensors have `count` elements (element i belongs to flat
  * element offset + i), and a step reads and writes nothing outside the shard. The range may cut
  * through parameters and padding, and may be empty. offset == 0 and count == numel(ps->values) give
@@ -142,12 +142,12 @@ struct ct_optimizer {
     double last_lr; /* the rate of the last step */
     ct_optim_state state[CT_OPTIM_MAX_STATE];
     int n_state;
-    /* Sharding (ZeRO-1, optim/zero.h). params, grads and every state tensor cover the elements
+    /* Sharding (ZeRO-1, dist/zero.h). params, grads and every state tensor cover the elements
      * [shard_offset, shard_offset + numel(params)) of the store's flat buffers, which hold full_numel
      * elements; group ranges are offsets into params (so into the shard). An ordinary optimizer has
      * shard_offset 0 and full_numel == numel(params). */
     int64_t shard_offset, full_numel;
-    /* Working memory of sharded steps (optim/zero.c's staging for the collectives), allocated once,
+    /* Working memory of sharded steps (dist/zero.c's staging for the collectives), allocated once,
      * owned and freed with the base; data is NULL when there is none. */
     ct_tensor scratch;
 };

@@ -3,7 +3,7 @@
  * (ct_op_sgd_step); state "momentum_buffer" exists only when momentum != 0, as in PyTorch. */
 #include <stdlib.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "optim/optimizer.h"
 

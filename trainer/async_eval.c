@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "callbacks/state.h"
+#include "checkpoint/checkpoint_io.h"
 #include "core/log.h"
-#include "core/ops.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/state.h"
+#include "core/ops/ops.h"
 #include "trainer/trainer_impl.h"
 
 typedef struct snapshot {

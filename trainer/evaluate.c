@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 

@@ -20,7 +20,7 @@
  * counterpart is malloc_trim(0): glibc keeps freed heap pages resident for reuse, and returning them
  * makes alloc_delta what the stage kept rather than what the allocator cached.
  *
- * The GPU: the CUDA runtime (core/cuda/cuda_rt.h) counts the bytes allocated through it and their peak.
+ * The GPU: the CUDA runtime (backends/cuda/cuda_rt.h) counts the bytes allocated through it and their peak.
  * Resetting the peak makes it the current count, which is how the current count is read: at the
  * start (HF's reset_peak_memory_stats, then memory_allocated) and after reading the peak at the end. */
 #define _GNU_SOURCE
@@ -42,7 +42,7 @@
 
 #include "core/log.h"
 #ifdef CT_HAVE_CUDA
-#include "core/cuda/cuda_rt.h"
+#include "backends/cuda/cuda_rt.h"
 #endif
 
 /* VmHWM after a reset may exceed the RSS read next to it by what other threads fault in meanwhile

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/fs.h"
-#include "trainer/model_io.h"
+#include "model/model_io.h"
 #include "trainer/trainer_impl.h"
 
 /* Writes a JSON value to `file` through a temporary name, indented as Hugging Face's files. */

@@ -7,9 +7,9 @@
 
 #include "core/json.h"
 #include "data/dataset_json.h"
+#include "generate/generate.h"
 #include "model/layers.h"
-#include "trainer/generate.h"
-#include "trainer/model_safetensors.h"
+#include "model/model_safetensors.h"
 #include "trainer/run.h"
 
 static const char *const SECTIONS_OF_DATA[] = {"train", "eval", "test", NULL};
@@ -114,7 +114,7 @@ static ct_status build_model(ct_run *r) {
                             : r->args.per_device_eval_batch_size;
     CT_TRY(model_from_config(r, max_batch, CT_CPU, &r->model));
     r->model_built = true;
-    /* "init_from": weights from a safetensors file over the initialisation (trainer/model_safetensors.h). */
+    /* "init_from": weights from a safetensors file over the initialisation (model/model_safetensors.h). */
     const json_t *init = ct_run_config_section(&r->config, "init_from");
     if (init) CT_TRY(ct_run_config_annotate(&r->config, ct_model_init_from_json(&r->model, init, r->config.base_dir)));
     return CT_OK;

@@ -1,6 +1,6 @@
 /* A run: everything a run config describes, built and ready to hand to a Trainer.
  *
- * ct_run_prepare turns a loaded run config (trainer/run_config.h) into training arguments (defaults,
+ * ct_run_prepare turns a loaded run config (config/run_config.h) into training arguments (defaults,
  * then the config's "training_args", then command-line overrides), datasets, a model built for the
  * largest batch, a loss and the callbacks the config lists; every config error on the way points at
  * its file:line:column. ct_run_setup then gives the ct_trainer_setup for ct_trainer_init. The CLI is
@@ -9,7 +9,7 @@
 #ifndef CT_RUN_H
 #define CT_RUN_H
 
-#include "trainer/run_config.h"
+#include "config/run_config.h"
 #include "trainer/trainer.h"
 
 /* A command-line override of one training argument: --name value. */

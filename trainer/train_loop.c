@@ -27,13 +27,13 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_async.h"
 #include "core/log.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
+#include "dist/zero.h"
 #include "optim/clip.h"
-#include "optim/zero.h"
 #include "trainer/async_eval.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_async.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 

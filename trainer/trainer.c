@@ -11,10 +11,10 @@
 #include <unistd.h>
 
 #include "callbacks/tensorboard.h"
+#include "checkpoint/checkpoint_async.h"
 #include "core/log.h"
-#include "core/ops.h"
-#include "optim/zero.h"
-#include "trainer/checkpoint_async.h"
+#include "core/ops/ops.h"
+#include "dist/zero.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 

@@ -32,6 +32,8 @@
 #include <stdint.h>
 
 #include "callbacks/callback.h"
+#include "callbacks/state.h"
+#include "config/args.h"
 #include "core/status.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -41,8 +43,6 @@
 #include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
-#include "trainer/args.h"
-#include "trainer/state.h"
 
 #define CT_TRAINER_MAX_EVAL_SETS 8
 
@@ -181,7 +181,7 @@ struct ct_trainer {
     bool saved_epoch_done;      /* and its progress.epoch_done */
     struct ct_ddp *ddp;         /* internal: gradient buckets while a data-parallel run trains */
     struct ct_async_saver *saver; /* internal: save_async's writer thread and the save in flight
-                                   * (trainer/checkpoint_async.h); created by the first save */
+                                   * (checkpoint/checkpoint_async.h); created by the first save */
     /* internal: asynchronous evaluation (eval_async; trainer/async_eval.h) */
     ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
     void *make_model_ctx;
@@ -245,7 +245,7 @@ ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs);
 double ct_trainer_default_floating_point_ops(ct_trainer *t, const ct_batch *b);
 
 /* Outputs, as Hugging Face writes them. */
-/* Writes the model to dir/model.h5 (trainer/model_io.h) and the arguments to dir/training_args.json. */
+/* Writes the model to dir/model.h5 (model/model_io.h) and the arguments to dir/training_args.json. */
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir);
 /* Writes output_dir/trainer_state.json. */
 ct_status ct_trainer_save_state(ct_trainer *t);

@@ -25,7 +25,7 @@ int ct_ddp_num_buckets(const ct_ddp *d);
 void ct_ddp_begin_step(ct_ddp *d);
 ct_status ct_ddp_finish_step(ct_ddp *d, bool start_rest);
 
-/* optimizer_sharding is "zero1": the optimizer is a shard optimizer (optim/zero.h). */
+/* optimizer_sharding is "zero1": the optimizer is a shard optimizer (dist/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);
 
 /* Evaluation pieces the asynchronous evaluator (trainer/async_eval.c) runs apart (evaluate.c):

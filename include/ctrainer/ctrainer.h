@@ -8,12 +8,12 @@
  * against the second directory, or next to this file, so this header also compiles alone with only
  * -I<prefix>/include/ctrainer. In the build tree the source root plays that role.
  *
- * Left out here (include them yourself when needed): core/h5io.h (tensors in HDF5 files; it needs
- * HDF5's headers), core/rng_philox.h (the generator's kernel, for CUDA code), core/crc32c.h, and
- * the Trainer's machinery that its tests reach into (trainer/checkpoint_io.h, checkpoint_async.h,
+ * Left out here (include them yourself when needed): core/format/h5io.h (tensors in HDF5 files; it needs
+ * HDF5's headers), core/rng_philox.h (the generator's kernel, for CUDA code), core/format/crc32c.h, and
+ * the Trainer's machinery that its tests reach into (checkpoint/checkpoint_io.h, checkpoint_async.h,
  * checkpoint_zero.h, async_eval.h). Never installed: *_impl.h, *_tmpl.h, core/cpu/ and core/cuda/
- * (kernels), callbacks/pyrepr.h, data/hdf5_util.h and trainer/h5_image.h (internal helpers).
- * callbacks/tensorboard.h and trainer/plot.h are here in every build; in one without TensorBoard or
+ * (kernels), callbacks/pyrepr.h, data/hdf5_util.h and core/format/h5_image.h (internal helpers).
+ * callbacks/tensorboard.h and report/plot.h are here in every build; in one without TensorBoard or
  * training curves (ctrainer_TENSORBOARD / ctrainer_PLOT in the CMake package, the tensorboard / plot
  * variables of ctrainer.pc) their functions answer CT_ERR_UNSUPPORTED. */
 #ifndef CTRAINER_CTRAINER_H
@@ -24,13 +24,13 @@
 /* core: status codes and errors, tensors, devices, randomness, JSON helpers, logging, ops */
 #include "core/arena.h"
 #include "core/device.h"
+#include "core/format/safetensors.h"
 #include "core/fs.h"
 #include "core/json.h"
 #include "core/log.h"
-#include "core/ops.h"
-#include "core/ops_attn.h"
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
 #include "core/rng.h"
-#include "core/safetensors.h"
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/util.h"
@@ -43,10 +43,10 @@
 #include "model/params.h"
 
 /* optimizers, schedules, clipping, ZeRO-1 */
+#include "dist/zero.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
-#include "optim/zero.h"
 
 /* data: datasets, loaders, samplers, transforms, tokenizer, converters */
 #include "data/convert.h"
@@ -69,24 +69,24 @@
 
 /* the Trainer, its callbacks, run configs, saved models and checkpoints */
 #include "callbacks/callback.h"
+#include "callbacks/state.h"
 #include "callbacks/tensorboard.h"
-#include "trainer/args.h"
-#include "trainer/checkpoint.h"
+#include "checkpoint/checkpoint.h"
+#include "config/args.h"
+#include "config/run_config.h"
+#include "model/model_io.h"
 #include "trainer/memory.h"
-#include "trainer/model_io.h"
 #include "trainer/run.h"
-#include "trainer/run_config.h"
-#include "trainer/state.h"
 #include "trainer/trainer.h"
 
 /* around a run: generation, export to PyTorch, curves, model cards, hyperparameter search */
-#include "trainer/export.h"
-#include "trainer/generate.h"
-#include "trainer/hp_search.h"
-#include "trainer/hp_space.h"
-#include "trainer/log_history.h"
-#include "trainer/model_card.h"
-#include "trainer/model_safetensors.h"
-#include "trainer/plot.h"
+#include "generate/generate.h"
+#include "model/export.h"
+#include "model/model_safetensors.h"
+#include "report/log_history.h"
+#include "report/model_card.h"
+#include "report/plot.h"
+#include "search/hp_search.h"
+#include "search/hp_space.h"
 
 #endif

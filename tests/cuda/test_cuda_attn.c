@@ -1,12 +1,12 @@
-/* The attention ops (core/ops_attn.h) on CUDA against the CPU backend, on fresh random inputs each
+/* The attention ops (core/ops/ops_attn.h) on CUDA against the CPU backend, on fresh random inputs each
  * run: head split and merge (copies: bit-identical, merge leaving the other columns alone), the
  * causal softmax forward (square and with more keys than queries, in place too) and backward (dx
  * aliasing dy too), f32 and f64, rows from 1 to 300 keys (one and several passes of a block). */
 #include <math.h>
 #include <stdio.h>
 
-#include "core/ops.h"
-#include "core/ops_attn.h"
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
 #include "cuda_testlib.h"
 
 static ct_rng rng;

@@ -13,10 +13,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "cuda_testlib.h"
 #ifdef CT_HAVE_CUDA
-#include "core/cuda/ops_cuda.h"
+#include "backends/cuda/ops_cuda.h"
 #endif
 
 static ct_rng rng;

@@ -16,10 +16,10 @@
 #include <pthread.h>
 #include <stdlib.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "cuda_testlib.h"
 #ifdef CT_HAVE_CUDA
-#include "core/cuda/ops_cuda.h"
+#include "backends/cuda/ops_cuda.h"
 #endif
 
 #ifdef CT_HAVE_CUDA

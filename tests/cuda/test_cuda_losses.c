@@ -1,5 +1,5 @@
 /* The loss ops on CUDA against the CPU backend, on the same fresh random inputs each run, through the
- * public ct_op_* entry points (so the CT_ON_CUDA dispatch of core/cpu/loss.c is covered too).
+ * public ct_op_* entry points (so the CT_ON_CUDA dispatch of backends/cpu/loss.c is covered too).
  *
  * Cross-entropy: logits [N, C] and [N, T, C] in f32 and f64, i64 and i32 targets, class counts from
  * 1 to 2000 (below, at and far above a warp's 32 lanes), with and without class weights, label
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "cuda_testlib.h"
 
 static ct_rng rng;

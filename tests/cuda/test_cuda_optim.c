@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "cuda_testlib.h"
 
 #ifdef CT_HAVE_CUDA

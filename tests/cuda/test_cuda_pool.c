@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "cuda_testlib.h"
 
 static ct_rng rng;

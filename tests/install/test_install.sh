@@ -75,7 +75,7 @@ for h in ctrainer.h ctrainer_version.h core/tensor.h core/status.h model/layers.
          data/dataset.h eval/metric.h callbacks/callback.h dist/comm.h optim/optimizer.h; do
     [ -f "$INC/$h" ] || fail "header $h not installed"
 done
-private=$(cd "$INC" && find . -name '*_impl.h' -o -name '*_tmpl.h' -o -path './core/cpu*' -o -path './core/cuda*' \
+private=$(cd "$INC" && find . -name '*_impl.h' -o -name '*_tmpl.h' -o -path './backends*' \
           -o -name pyrepr.h -o -name hdf5_util.h -o -name h5_image.h)
 [ -z "$private" ] || fail "private headers installed: $private"
 for f in ctrainerConfig.cmake ctrainerConfigVersion.cmake ctrainerTargets.cmake modules/FindOpenBLAS.cmake; do

@@ -28,14 +28,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "dist/comm.h"
 #include "testlib.h"
 
 #ifdef CT_HAVE_CUDA /* the whole test; without CUDA, main only says it is skipped */
 #include <cuda_runtime_api.h>
 
-#include "core/cuda/cuda_rt.h"
+#include "backends/cuda/cuda_rt.h"
 
 static ct_comm *comm;
 static int R, W;        /* this rank, world size */

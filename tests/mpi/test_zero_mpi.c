@@ -1,5 +1,5 @@
 /* ZeRO-1 under `mpirun -np N` with the MPI communicator: on every rank, a plain DDP run (full
- * gradients all-reduced, scaled, clipped, one full optimizer) and a ZeRO-1 run (optim/zero.h) side
+ * gradients all-reduced, scaled, clipped, one full optimizer) and a ZeRO-1 run (dist/zero.h) side
  * by side over 50 steps of random per-rank gradients, for SGD with momentum, Adam and AdamW with
  * AMSGrad, in f32 and f64, with small staging (many chunks a step) and the default:
  *   - the ZeRO-1 parameters within 1e-6 of the DDP ones, relative to the largest magnitude (MPI's
@@ -19,16 +19,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
-#include "core/ops.h"
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/checkpoint_zero.h"
+#include "core/format/h5io.h"
+#include "core/ops/ops.h"
 #include "dist/comm.h"
+#include "dist/zero.h"
 #include "model/params.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
-#include "optim/zero.h"
 #include "testlib.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/checkpoint_zero.h"
 
 #define MAX_TENSORS 8
 #define STEPS 50

@@ -1,4 +1,4 @@
-"""Generation (trainer/generate.h, `ctrainer generate`, predict_with_generate) against references
+"""Generation (generate/generate.h, `ctrainer generate`, predict_with_generate) against references
 nobody here wrote, on fresh random inputs each run:
 
 1. The sampling distribution of one step against Hugging Face's own logits warpers

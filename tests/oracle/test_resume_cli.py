@@ -64,7 +64,7 @@ CONFIG = {
         "save_steps": 3,
     },
 }
-# Files every checkpoint holds (trainer/checkpoint_io.h); rng_state_<rank>.json per rank.
+# Files every checkpoint holds (checkpoint/checkpoint_io.h); rng_state_<rank>.json per rank.
 CHECKPOINT_FILES = {"model.h5", "optimizer.h5", "scheduler.json", "trainer_state.json", "rng_state_0.json",
                     "training_args.json", "run_config.json", "manifest.json"}
 # Files of a checkpoint that must be the same in any run reaching its step. The others name the

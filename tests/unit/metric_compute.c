@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/util.h"
 
 static ct_dtype dtype_named(const char *name, ct_dtype def) {

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config/args.h"
 #include "core/rng.h"
-#include "trainer/args.h"
 #include "testlib.h"
 
 static ct_rng rng;
@@ -814,7 +814,7 @@ static void test_docs(void) {
         text[len] = '\0';
         CHECK(
             strcmp(text, md) == 0,
-            "%s differs from the schema in trainer/args.c; regenerate it with `test_args --markdown > docs/config.md`",
+            "%s differs from the schema in config/args.c; regenerate it with `test_args --markdown > docs/config.md`",
             path);
         free(text);
     }

@@ -1,10 +1,10 @@
-/* Asynchronous checkpoint saving (save_async, trainer/checkpoint_async.h), one process.
+/* Asynchronous checkpoint saving (save_async, checkpoint/checkpoint_async.h), one process.
  *
  *  - The same run with save_async and with synchronous saves writes the same checkpoints, file for
  *    file: every step saved, every 3 steps with accumulation and rotation, evaluation with the best
  *    model kept and loaded at the end (save_total_limit 1), save_only_model. Byte for byte, except
  *    what differs by nature: training_args.json says save_async, the evaluation timings in
- *    trainer_state.json's log history, and — while core/h5io.c lets HDF5 record object times (a
+ *    trainer_state.json's log history, and — while core/format/h5io.c lets HDF5 record object times (a
  *    probe at start tells) — the HDF5 files, which are then compared dataset by dataset and
  *    attribute by attribute. The training itself (logs, final weights) is bit-identical.
  *  - Resume: a run that fails at step 7 or 8 and is resumed from its latest checkpoint ends with
@@ -31,14 +31,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_io.h"
+#include "core/format/h5io.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "model/layers.h"
+#include "model/model_io.h"
 #include "testlib.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/model_io.h"
 #include "trainer/trainer.h"
 
 static char root[256];

@@ -1,4 +1,4 @@
-/* The attention ops (core/ops_attn.h) against plain reference loops, on random shapes: head split
+/* The attention ops (core/ops/ops_attn.h) against plain reference loops, on random shapes: head split
  * and merge (each other's inverse, untouched columns left alone), the causal softmax forward
  * (square and with more keys than queries, in place, f32 and f64) and its backward against
  * central finite differences in float64. */
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
-#include "core/ops_attn.h"
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
 #include "testlib.h"
 
 static ct_rng rng;

@@ -22,11 +22,11 @@
 
 #include "callbacks/callback.h"
 #include "callbacks/pyrepr.h"
+#include "callbacks/state.h"
 #include "core/json.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "testlib.h"
-#include "trainer/state.h"
 
 static ct_rng rng;
 

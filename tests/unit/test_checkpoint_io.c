@@ -1,4 +1,4 @@
-/* Checkpoint files and directories (trainer/checkpoint_io.h): optimizer state through HDF5 bit for bit
+/* Checkpoint files and directories (checkpoint/checkpoint_io.h): optimizer state through HDF5 bit for bit
  * (SGD with momentum, Adam, AdamW, AMSGrad, in f32 and f64) with the continued run equal to the
  * uninterrupted one; mismatches (another optimizer, other betas, another parameter count, a foreign
  * or damaged file) named and leaving the optimizer as it was; scheduler state through JSON; the
@@ -19,12 +19,13 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/h5io.h"
+#include "checkpoint/checkpoint_io.h"
+#include "core/format/h5io.h"
+#include "core/fs.h"
 #include "model/params.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 #include "testlib.h"
-#include "trainer/checkpoint_io.h"
 
 static ct_rng rng;
 static char root_dir[] = "/tmp/ct_test_ckpt_XXXXXX";

@@ -22,8 +22,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/format/h5io.h"
 #include "core/log.h"
-#include "core/h5io.h"
 #include "core/rng.h"
 #include "data/convert.h"
 #include "data/dataset_cache.h"

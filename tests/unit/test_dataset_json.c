@@ -11,7 +11,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/rng.h"
 #include "data/dataset_json.h"
 #include "testlib.h"

@@ -2,7 +2,7 @@
  * init bounds, and the errors bad inputs get. */
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "testlib.h"

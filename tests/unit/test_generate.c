@@ -1,4 +1,4 @@
-/* Generation (trainer/generate.h).
+/* Generation (generate/generate.h).
  *
  * Without arguments: settings from JSON and their errors; the processed distribution's properties
  * (a distribution; top-k keeps exactly the k largest and their ties; top-p keeps the smallest most
@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "generate/generate.h"
 #include "model/layers.h"
 #include "testlib.h"
-#include "trainer/generate.h"
 
 static ct_rng rng;
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "testlib.h"

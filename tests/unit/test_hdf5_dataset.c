@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/rng.h"
 #include "data/convert.h"
 #include "data/dataset.h"

@@ -1,4 +1,4 @@
-/* Hyperparameter search (trainer/hp_space.h, trainer/hp_search.h):
+/* Hyperparameter search (search/hp_space.h, search/hp_search.h):
  *  - spaces: every distribution read back as written, keys in the file's order; bad spaces get
  *    messages naming the file, the key and the problem;
  *  - the random sampler: every draw inside its bounds and of its type; uniform and log-uniform pass
@@ -26,7 +26,7 @@
 
 #include "core/rng.h"
 #include "model/layers.h"
-#include "trainer/hp_search.h"
+#include "search/hp_search.h"
 #include "testlib.h"
 
 static char tmpdir[256];

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/loss.h"
 #include "testlib.h"

@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "eval/metric.h"

@@ -23,12 +23,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint_io.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "model/layers.h"
+#include "model/model_io.h"
 #include "testlib.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/model_io.h"
 #include "trainer/trainer.h"
 
 static char tmp_root[256];

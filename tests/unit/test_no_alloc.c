@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "data/loader.h"
 #include "model/layers.h"

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "model/layers.h"
 #include "model/model.h"
 #include "model/params.h"

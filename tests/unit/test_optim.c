@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
-#include "core/ops.h"
+#include "core/format/h5io.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/params.h"
 #include "optim/clip.h"

@@ -1,5 +1,5 @@
-/* Training curves and the log history they read (trainer/plot.h, trainer/plot_impl.h,
- * trainer/log_history.h), with fresh random ranges and histories each run:
+/* Training curves and the log history they read (report/plot.h, report/plot_impl.h,
+ * report/log_history.h), with fresh random ranges and histories each run:
  *   - nice tick steps are 1, 2 or 5 x 10^k, the smallest such that leaves at most `target` intervals;
  *   - linear axes contain their data, ticks are evenly spaced inside, labels read back as the tick
  *     values and are all different; step axes tick at whole steps; log axes tick at 1, 2, 5 x 10^k;
@@ -16,10 +16,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "report/log_history.h"
+#include "report/plot.h"
+#include "report/plot_impl.h"
 #include "testlib.h"
-#include "trainer/log_history.h"
-#include "trainer/plot.h"
-#include "trainer/plot_impl.h"
 
 static ct_rng rng;
 static char tmpdir[256];

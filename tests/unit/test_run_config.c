@@ -13,9 +13,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "config/args.h"
+#include "config/run_config.h"
 #include "core/rng.h"
-#include "trainer/args.h"
-#include "trainer/run_config.h"
 #include "testlib.h"
 
 static ct_rng rng;

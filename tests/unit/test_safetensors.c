@@ -1,5 +1,5 @@
-/* The safetensors reader and writer (core/safetensors.h) and models as PyTorch state_dicts in it
- * (trainer/model_safetensors.h):
+/* The safetensors reader and writer (core/format/safetensors.h) and models as PyTorch state_dicts in it
+ * (model/model_safetensors.h):
  *   - round trips of random tensors of every dtype (scalars and empty tensors included), in memory
  *     and through a file, and the reference writer's exact bytes for its own test vectors;
  *   - every validation error with its message naming the file and the tensor;
@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/safetensors.h"
+#include "core/format/safetensors.h"
 #include "model/layers.h"
 #include "model/model.h"
+#include "model/model_safetensors.h"
 #include "testlib.h"
-#include "trainer/model_safetensors.h"
 
 static ct_rng rng;
 

@@ -33,14 +33,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_async.h"
+#include "checkpoint/checkpoint_io.h"
 #include "core/io_fault.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
-#include "trainer/checkpoint.h"
-#include "trainer/checkpoint_async.h"
-#include "trainer/checkpoint_io.h"
 #include "trainer/trainer.h"
 
 static char tmp_root[256];

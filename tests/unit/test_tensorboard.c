@@ -1,4 +1,4 @@
-/* TensorBoard event files (callbacks/tensorboard.h, core/crc32c.h):
+/* TensorBoard event files (callbacks/tensorboard.h, core/format/crc32c.h):
  *  - CRC-32C against published vectors (RFC 3720 B.4, the "123456789" check value) and a bitwise
  *    reference on random data, split anywhere (extend);
  *  - the writer's files read back here, independently of the writer: the name, every record's
@@ -22,7 +22,7 @@
 #include "callbacks/tensorboard.h"
 #include "callbacks/tensorboard.pb-c.h"
 #include "callbacks/tensorboard_hparams.pb-c.h"
-#include "core/crc32c.h"
+#include "core/format/crc32c.h"
 #include "testlib.h"
 
 /* --- CRC-32C -------------------------------------------------------------------------------------- */

@@ -3,7 +3,7 @@
 #include <float.h>
 #include <omp.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "testlib.h"
 
 /* Multiplies a denormal by one in every thread of the team; counts the threads that kept it. */

@@ -1,4 +1,4 @@
-/* ZeRO-1 (optim/zero.h, trainer/checkpoint_zero.h) without MPI: the partition; shard optimizers
+/* ZeRO-1 (dist/zero.h, checkpoint/checkpoint_zero.h) without MPI: the partition; shard optimizers
  * (groups intersected with the shard, state of the shard's size); with the single communicator, a
  * ZeRO-1 step bit-identical to the plain scale-clip-step; and several ranks simulated by threads of
  * one process over a communicator written here (each rank its own parameter store; the collectives
@@ -16,16 +16,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/h5io.h"
-#include "core/ops.h"
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/checkpoint_zero.h"
+#include "core/format/h5io.h"
+#include "core/ops/ops.h"
 #include "dist/comm.h"
+#include "dist/zero.h"
 #include "model/params.h"
 #include "optim/clip.h"
 #include "optim/optimizer.h"
-#include "optim/zero.h"
 #include "testlib.h"
-#include "trainer/checkpoint_io.h"
-#include "trainer/checkpoint_zero.h"
 
 #define MAX_WORLD 8
 #define MAX_TENSORS 16

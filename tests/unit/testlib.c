@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/ops.h"
+#include "core/ops/ops.h"
 #include "model/model.h"
 
 int ct_test_passed, ct_test_failed;

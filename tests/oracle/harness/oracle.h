@@ -7,7 +7,7 @@
 #include <hdf5.h>
 #include <jansson.h>
 
-#include "core/h5io.h"
+#include "core/format/h5io.h"
 #include "core/status.h"
 
 typedef struct oracle_io {

@@ -1,0 +1,246 @@
+/* The CUDA runtime glue of cuda_rt.h and cuda_handles.h: memory, copies, per-thread streams and
+ * library handles. A device's default compute stream is one non-blocking stream per process and
+ * device (never the legacy NULL stream, which would serialise against every other stream). */
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "backends/cuda/cuda_handles.h"
+
+#define MAX_DEVICES 64
+
+namespace {
+
+std::mutex mu; /* guards everything below */
+cudaStream_t compute_stream[MAX_DEVICES];
+size_t allocated[MAX_DEVICES], peak[MAX_DEVICES];
+std::unordered_map<void *, size_t> *sizes; /* live device allocations (cudaFree does not tell sizes) */
+
+struct thread_state {
+    cudaStream_t current[MAX_DEVICES]; /* NULL: the device's compute stream */
+    cublasHandle_t blas[MAX_DEVICES];
+    cublasLtHandle_t blaslt[MAX_DEVICES];
+    cudnnHandle_t dnn[MAX_DEVICES];
+    void *ws[MAX_DEVICES];
+    size_t ws_bytes[MAX_DEVICES];
+};
+thread_local thread_state ts;
+
+int device_now() {
+    int d = 0;
+    CT_CUDA_CHECK(cudaGetDevice(&d));
+    if (d < 0 || d >= MAX_DEVICES) ct_abort_at(__FILE__, __LINE__, "CUDA device %d beyond %d", d, MAX_DEVICES);
+    return d;
+}
+
+cudaStream_t default_stream(int d) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!compute_stream[d]) CT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream[d], cudaStreamNonBlocking));
+    return compute_stream[d];
+}
+
+/* Runs f with `device` current, restoring the caller's device after. */
+template <typename F> auto on_device(int device, F f) -> decltype(f()) {
+    int prev = device_now();
+    if (prev != device) CT_CUDA_CHECK(cudaSetDevice(device));
+    auto r = f();
+    if (prev != device) CT_CUDA_CHECK(cudaSetDevice(prev));
+    return r;
+}
+
+}  // namespace
+
+extern "C" void ct_cuda_check_at(int err, const char *what, const char *file, int line) {
+    if (err == cudaSuccess) return;
+    int d = -1;
+    cudaGetDevice(&d);
+    ct_abort_at(file, line, "CUDA error on cuda:%d in %s: %s (%s)", d, what, cudaGetErrorString((cudaError_t)err),
+                cudaGetErrorName((cudaError_t)err));
+}
+
+void ct_cublas_check_at(cublasStatus_t s, const char *what, const char *file, int line) {
+    if (s == CUBLAS_STATUS_SUCCESS) return;
+    ct_abort_at(file, line, "cuBLAS error in %s: %s", what, cublasGetStatusString(s));
+}
+
+void ct_cudnn_check_at(cudnnStatus_t s, const char *what, const char *file, int line) {
+    if (s == CUDNN_STATUS_SUCCESS) return;
+    ct_abort_at(file, line, "cuDNN error in %s: %s", what, cudnnGetErrorString(s));
+}
+
+extern "C" ct_status ct_cuda_set_device(int index) {
+    cudaError_t e = cudaSetDevice(index);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ct_error(CT_ERR_DEVICE, "cuda:%d: cannot select the device: %s", index, cudaGetErrorString(e));
+    }
+    return CT_OK;
+}
+
+extern "C" int ct_cuda_current_device(void) { return device_now(); }
+
+extern "C" ct_status ct_cuda_malloc(int device, size_t bytes, void **out) {
+    *out = NULL;
+    if (device < 0 || device >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", device);
+    void *p = NULL;
+    /* Zeroed like host tensors, on the compute stream (ordered before any op that uses it). */
+    cudaError_t e = on_device(device, [&] {
+        cudaError_t r = cudaMalloc(&p, bytes ? bytes : 1);
+        if (r == cudaSuccess) r = cudaMemsetAsync(p, 0, bytes ? bytes : 1, default_stream(device));
+        return r;
+    });
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        if (p) cudaFree(p);
+        size_t free_b = 0, total_b = 0;
+        on_device(device, [&] { return cudaMemGetInfo(&free_b, &total_b); });
+        return ct_error(CT_ERR_NOMEM, "cuda:%d: cannot allocate %zu bytes (%zu of %zu bytes free): %s", device, bytes,
+                        free_b, total_b, cudaGetErrorString(e));
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (!sizes) sizes = new std::unordered_map<void *, size_t>();
+    (*sizes)[p] = bytes;
+    allocated[device] += bytes;
+    if (allocated[device] > peak[device]) peak[device] = allocated[device];
+    *out = p;
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_free(int device, void *p) {
+    if (!p) return;
+    /* Whatever a stream still does with the memory finishes first (cudaFree synchronises). */
+    on_device(device, [&] { return (CT_CUDA_CHECK(cudaFree(p)), 0); });
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = sizes ? sizes->find(p) : decltype(sizes->end()){};
+    if (sizes && it != sizes->end()) {
+        allocated[device] -= it->second;
+        sizes->erase(it);
+    }
+}
+
+extern "C" ct_status ct_cuda_host_alloc(size_t bytes, void **out) {
+    cudaError_t e = cudaHostAlloc(out, bytes ? bytes : 1, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return ct_error(CT_ERR_NOMEM, "cannot allocate %zu bytes of pinned host memory: %s", bytes,
+                        cudaGetErrorString(e));
+    }
+    memset(*out, 0, bytes);
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_host_free(void *p) {
+    if (p) CT_CUDA_CHECK(cudaFreeHost(p));
+}
+
+cudaStream_t ct_cuda_stream_t(void) {
+    int d = device_now();
+    return ts.current[d] ? ts.current[d] : default_stream(d);
+}
+
+extern "C" void *ct_cuda_stream(void) { return (void *)ct_cuda_stream_t(); }
+
+extern "C" void ct_cuda_use_stream(void *stream) { ts.current[device_now()] = (cudaStream_t)stream; }
+
+extern "C" ct_status ct_cuda_stream_create(void **out) {
+    cudaStream_t s;
+    cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ct_error(CT_ERR_DEVICE, "cannot create a CUDA stream: %s", cudaGetErrorString(e));
+    }
+    *out = (void *)s;
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_stream_destroy(void *stream) {
+    if (stream) CT_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
+}
+
+extern "C" ct_status ct_cuda_stream_synchronize(void) {
+    cudaError_t e = cudaStreamSynchronize(ct_cuda_stream_t());
+    if (e != cudaSuccess) ct_cuda_check_at((int)e, "cudaStreamSynchronize", __FILE__, __LINE__);
+    return CT_OK;
+}
+
+static cudaMemcpyKind kind_of(ct_device dd, ct_device sd) {
+    bool d_gpu = dd.kind == CT_DEVICE_CUDA, s_gpu = sd.kind == CT_DEVICE_CUDA;
+    return d_gpu && s_gpu ? cudaMemcpyDeviceToDevice
+           : d_gpu        ? cudaMemcpyHostToDevice
+           : s_gpu        ? cudaMemcpyDeviceToHost
+                          : cudaMemcpyHostToHost;
+}
+
+extern "C" ct_status ct_cuda_memcpy_async(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
+    if (!bytes) return CT_OK;
+    cudaMemcpyKind k = kind_of(dd, sd);
+    if (k == cudaMemcpyHostToHost) {
+        memcpy(dst, src, bytes);
+        return CT_OK;
+    }
+    CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, ct_cuda_stream_t()));
+    return CT_OK;
+}
+
+extern "C" ct_status ct_cuda_memcpy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
+    CT_TRY(ct_cuda_memcpy_async(dst, dd, src, sd, bytes));
+    /* The host reads (or may overwrite) its side right after: wait for the copy. */
+    if (bytes && kind_of(dd, sd) != cudaMemcpyDeviceToDevice && kind_of(dd, sd) != cudaMemcpyHostToHost)
+        return ct_cuda_stream_synchronize();
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_memset_zero(int device, void *dst, size_t bytes) {
+    (void)device;
+    if (bytes) CT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ct_cuda_stream_t()));
+}
+
+extern "C" size_t ct_cuda_peak_allocated(int device) {
+    std::lock_guard<std::mutex> lock(mu);
+    return device >= 0 && device < MAX_DEVICES ? peak[device] : 0;
+}
+
+extern "C" void ct_cuda_reset_peak(int device) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (device >= 0 && device < MAX_DEVICES) peak[device] = allocated[device];
+}
+
+cublasHandle_t ct_cublas_handle(void) {
+    int d = device_now();
+    if (!ts.blas[d]) {
+        CT_CUBLAS_CHECK(cublasCreate(&ts.blas[d]));
+        /* Deterministic results: no atomics-based reductions inside cuBLAS. */
+        CT_CUBLAS_CHECK(cublasSetAtomicsMode(ts.blas[d], CUBLAS_ATOMICS_NOT_ALLOWED));
+    }
+    CT_CUBLAS_CHECK(cublasSetStream(ts.blas[d], ct_cuda_stream_t()));
+    return ts.blas[d];
+}
+
+cublasLtHandle_t ct_cublaslt_handle(void) {
+    int d = device_now();
+    if (!ts.blaslt[d]) CT_CUBLAS_CHECK(cublasLtCreate(&ts.blaslt[d]));
+    return ts.blaslt[d];
+}
+
+cudnnHandle_t ct_cudnn_handle(void) {
+    int d = device_now();
+    if (!ts.dnn[d]) CT_CUDNN_CHECK(cudnnCreate(&ts.dnn[d]));
+    CT_CUDNN_CHECK(cudnnSetStream(ts.dnn[d], ct_cuda_stream_t()));
+    return ts.dnn[d];
+}
+
+void *ct_cuda_workspace(size_t bytes) {
+    int d = device_now();
+    if (ts.ws_bytes[d] < bytes) {
+        if (ts.ws[d]) ct_cuda_free(d, ts.ws[d]);
+        ts.ws[d] = NULL;
+        ts.ws_bytes[d] = 0;
+        if (ct_cuda_malloc(d, bytes, &ts.ws[d]) != CT_OK)
+            ct_abort_at(__FILE__, __LINE__, "cuda:%d: no memory for a %zu-byte library workspace", d, bytes);
+        ts.ws_bytes[d] = bytes;
+    }
+    return ts.ws[d];
+}

@@ -1,0 +1,404 @@
+/* Loss ops on CUDA (the twins of backends/cpu/loss.c; the contract is core/ops/ops_loss.h).
+ *
+ * Everything a loss computes is computed in double, as on the CPU, and only gradients are stored in
+ * the tensor's type. Softmax cross-entropy gives each row to one warp: the lanes stride over the
+ * classes and combine their max and sums with xor-butterfly shuffles (a fixed order, broadcast from
+ * lane 0 afterwards so every lane uses the same bits). Per-row losses and weights go to the library
+ * workspace and are then summed by a fixed two-stage reduction (at most SUM_BLOCKS block partials,
+ * each a fixed tree, then one block over the partials): the shape of the reduction depends only on
+ * the number of values, so a loss is bit-identical from run to run. The first invalid target is an
+ * atomicMin over row indices, which is order-independent.
+ *
+ * Ops that return a value to the host (the sums, the first invalid target) copy a small header
+ * back with ct_cuda_memcpy, which synchronises the current stream; the backward of cross-entropy
+ * does so too, because its contract returns the first invalid row. */
+#include <cmath>
+#include <cstdint>
+
+#include "backends/cuda/cuda_handles.h"
+#include "backends/cuda/ops_cuda.h"
+
+namespace {
+
+constexpr int WARP = 32;
+constexpr int SUM_BLOCKS = 256; /* most block partials of a sum */
+constexpr unsigned long long NO_ROW = ~0ull;
+
+/* What the host reads back: the first invalid row (NO_ROW: none), then up to two sums. */
+struct header {
+    unsigned long long bad;
+    double sum, count, pad;
+};
+
+/* Sum over the 32 lanes of a warp, the same bits in every lane. */
+__device__ inline double warp_sum(double v) {
+    for (int off = WARP / 2; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return __shfl_sync(0xffffffffu, v, 0);
+}
+
+/* Max over the lanes as the CPU takes it (`>` comparisons, which skip NaNs unless one comes first;
+ * NaNs reach the result through the exp below either way), lane 0's value in every lane. */
+__device__ inline double warp_max(double m) {
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+        double o = __shfl_xor_sync(0xffffffffu, m, off);
+        m = o > m ? o : m;
+    }
+    return __shfl_sync(0xffffffffu, m, 0);
+}
+
+/* log-sum-exp of one row of c values, every lane of the warp taking part. A NaN anywhere makes it
+ * NaN (exp(NaN - m) is NaN), as on the CPU. */
+template <typename R> __device__ double row_lse(const R *zr, int64_t c, int lane) {
+    double m = lane < c ? (double)zr[lane] : -INFINITY;
+    for (int64_t j = lane + WARP; j < c; j += WARP)
+        if ((double)zr[j] > m) m = zr[j];
+    m = warp_max(m);
+    double se = 0.0;
+    for (int64_t j = lane; j < c; j += WARP) se += exp((double)zr[j] - m);
+    return m + log(warp_sum(se));
+}
+
+/* Block-wide sum of one double per thread (blockDim.x == CT_CUDA_THREADS), a fixed tree. */
+__device__ double block_sum(double v) {
+    __shared__ double s[CT_CUDA_THREADS];
+    s[threadIdx.x] = v;
+    __syncthreads();
+    for (int w = CT_CUDA_THREADS / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w) s[threadIdx.x] += s[threadIdx.x + w];
+        __syncthreads();
+    }
+    return s[0];
+}
+
+/* Stage 1 of a sum of f(0..n): each block's grid-stride share, one partial per block. */
+template <typename F> __global__ void sum_partials(int64_t n, F f, double *part) {
+    double acc = 0.0;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) acc += f(i);
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+/* Stage 2: one block adds the partials. */
+__global__ void sum_final(const double *part, int nparts, double *out) {
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += part[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) *out = acc;
+}
+
+int sum_blocks(int64_t n) {
+    int64_t b = (n + CT_CUDA_THREADS - 1) / CT_CUDA_THREADS;
+    return (int)(b < 1 ? 1 : b > SUM_BLOCKS ? SUM_BLOCKS : b);
+}
+
+/* *out = sum of f(i) for i in [0, n), on the current stream; part holds SUM_BLOCKS doubles. */
+template <typename F> void device_sum(int64_t n, F f, double *part, double *out, cudaStream_t st) {
+    int nb = sum_blocks(n);
+    sum_partials<<<nb, CT_CUDA_THREADS, 0, st>>>(n, f, part);
+    CT_CUDA_LAUNCHED();
+    sum_final<<<1, CT_CUDA_THREADS, 0, st>>>(part, nb, out);
+    CT_CUDA_LAUNCHED();
+}
+
+struct array_value {
+    const double *v;
+    __device__ double operator()(int64_t i) const { return v[i]; }
+};
+
+/* --- softmax cross-entropy ---------------------------------------------------------------------- */
+
+/* One warp per row: loss[r] and cnt[r] (0 for ignored and invalid rows); invalid rows lower *bad. */
+template <typename R, typename T>
+__global__ void xent_fwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c, const double *w, double eps,
+                              int64_t ignore, double *loss, double *cnt, unsigned long long *bad) {
+    int lane = threadIdx.x % WARP;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
+    for (int64_t r = warp; r < rows; r += nwarps) { /* r is the same in every lane: no divergence */
+        int64_t y = (int64_t)tgt[r];
+        double l = 0.0, n = 0.0;
+        if (y != ignore) {
+            if (y < 0 || y >= c) {
+                if (lane == 0) atomicMin(bad, (unsigned long long)r);
+            } else {
+                const R *zr = z + r * c;
+                double lse = row_lse(zr, c, lane);
+                double wy = w ? w[y] : 1.0;
+                l = (1.0 - eps) * wy * (lse - (double)zr[y]);
+                if (eps != 0.0) {
+                    /* sum_c w_c (lse - z_c), the smoothing term over all classes */
+                    double s = 0.0;
+                    for (int64_t j = lane; j < c; j += WARP) s += (w ? w[j] : 1.0) * (lse - (double)zr[j]);
+                    l += eps / (double)c * warp_sum(s);
+                }
+                n = wy;
+            }
+        }
+        if (lane == 0) {
+            loss[r] = l;
+            cnt[r] = n;
+        }
+    }
+}
+
+/* One warp per row; see loss_tmpl.h for the formula: dz_j = a p_j - b w_j - [j == y] scale (1-eps) w_y
+ * with a = scale ((1-eps) w_y + eps/C W), b = scale eps/C, W = sum_c w_c. Every element is read and
+ * written by the same lane, and all reads of a row (inside row_lse) end before its writes, so dz
+ * may alias z as on the CPU. */
+template <typename R, typename T>
+__global__ void xent_bwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c, const double *w, double eps,
+                              int64_t ignore, double scale, R *dz, unsigned long long *bad) {
+    int lane = threadIdx.x % WARP;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
+    double es = eps / (double)c;
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        int64_t y = (int64_t)tgt[r];
+        const R *zr = z + r * c;
+        R *dr = dz + r * c;
+        if (y == ignore || y < 0 || y >= c) {
+            if (y != ignore && lane == 0) atomicMin(bad, (unsigned long long)r);
+            for (int64_t j = lane; j < c; j += WARP) dr[j] = (R)0;
+            continue;
+        }
+        double wsum = (double)c;
+        if (w && eps != 0.0) { /* only the smoothing term needs W */
+            double s = 0.0;
+            for (int64_t j = lane; j < c; j += WARP) s += w[j];
+            wsum = warp_sum(s);
+        }
+        double lse = row_lse(zr, c, lane);
+        double wy = w ? w[y] : 1.0;
+        double a = scale * ((1.0 - eps) * wy + es * wsum);
+        double b = scale * es;
+        for (int64_t j = lane; j < c; j += WARP) {
+            double v = a * exp((double)zr[j] - lse) - b * (w ? w[j] : 1.0);
+            if (j == y) v -= scale * (1.0 - eps) * wy; /* the target's own term */
+            dr[j] = (R)v;
+        }
+    }
+}
+
+/* All tensors of an op on one CUDA device (caller bugs abort, as CT_ASSERT on the CPU). */
+void same_device(const ct_tensor *a, const ct_tensor *b) {
+    CT_ASSERT(a->device.kind == CT_DEVICE_CUDA && b->device.kind == CT_DEVICE_CUDA);
+    CT_ASSERT(a->device.index == b->device.index);
+}
+
+void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, int64_t *rows, int64_t *c) {
+    same_device(logits, target);
+    CT_ASSERT(logits->ndim >= 1 && (target->dtype == CT_I64 || target->dtype == CT_I32));
+    CT_ASSERT(logits->dtype == CT_F32 || logits->dtype == CT_F64);
+    *c = logits->shape[logits->ndim - 1];
+    CT_ASSERT(*c > 0);
+    *rows = ct_tensor_numel(logits) / *c;
+    CT_ASSERT(ct_tensor_numel(target) == *rows);
+    if (o->weight) {
+        same_device(logits, o->weight);
+        CT_ASSERT(o->weight->dtype == CT_F64 && ct_tensor_numel(o->weight) == *c);
+    }
+}
+
+unsigned warp_blocks(int64_t rows) { return ct_cuda_blocks(rows * WARP); }
+
+template <typename R, typename T>
+void xent_fwd_launch(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, int64_t rows, int64_t c,
+                     double *loss, double *cnt, unsigned long long *bad, cudaStream_t st) {
+    xent_fwd_rows<R, T><<<warp_blocks(rows), CT_CUDA_THREADS, 0, st>>>(
+        (const R *)logits->data, (const T *)target->data, rows, c,
+        o->weight ? (const double *)o->weight->data : nullptr, o->label_smoothing, o->ignore_index, loss, cnt, bad);
+    CT_CUDA_LAUNCHED();
+}
+
+template <typename R, typename T>
+void xent_bwd_launch(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, int64_t rows, int64_t c,
+                     double scale, ct_tensor *dlogits, unsigned long long *bad, cudaStream_t st) {
+    xent_bwd_rows<R, T><<<warp_blocks(rows), CT_CUDA_THREADS, 0, st>>>(
+        (const R *)logits->data, (const T *)target->data, rows, c,
+        o->weight ? (const double *)o->weight->data : nullptr, o->label_smoothing, o->ignore_index, scale,
+        (R *)dlogits->data, bad);
+    CT_CUDA_LAUNCHED();
+}
+
+/* Copies the header back (synchronising the stream). */
+header read_header(const header *dev, int device) {
+    header h;
+    const ct_device host{CT_DEVICE_CPU, 0}, gpu{CT_DEVICE_CUDA, device};
+    ct_status s = ct_cuda_memcpy(&h, host, dev, gpu, sizeof h);
+    if (s != CT_OK) ct_abort_at(__FILE__, __LINE__, "loss: cannot read the result back: %s", ct_last_error());
+    return h;
+}
+
+/* --- elementwise losses -------------------------------------------------------------------------- */
+
+/* The elementwise loss of element i, in double (formulas of loss_tmpl.h). */
+template <typename R> struct pointwise_value {
+    ct_pointwise_loss kind;
+    double delta;
+    const double *pw;
+    int64_t npw;
+    const R *x, *y;
+    __device__ double operator()(int64_t i) const {
+        double d = (double)x[i] - (double)y[i];
+        switch (kind) {
+        case CT_LOSS_MSE: return d * d;
+        case CT_LOSS_L1: return fabs(d);
+        case CT_LOSS_HUBER: {
+            double ad = fabs(d);
+            return ad <= delta ? 0.5 * d * d : delta * (ad - 0.5 * delta);
+        }
+        case CT_LOSS_BCE_LOGITS: {
+            double v = x[i], t = y[i];
+            double lw = pw ? 1.0 + (pw[i % npw] - 1.0) * t : 1.0;
+            /* softplus(-v) = log(1 + exp(-v)) without overflow for either sign of v */
+            double sp = fmax(-v, 0.0) + log1p(exp(-fabs(v)));
+            return (1.0 - t) * v + lw * sp;
+        }
+        }
+        return 0.0;
+    }
+};
+
+template <typename R>
+__global__ void pointwise_bwd(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
+                              const R *y, int64_t n, double scale, R *dx) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        double d = (double)x[i] - (double)y[i], g = 0.0;
+        switch (kind) {
+        case CT_LOSS_MSE: g = 2.0 * scale * d; break;
+        /* torch.sign: 0 at 0, NaN for NaN */
+        case CT_LOSS_L1: g = scale * (d > 0 ? 1.0 : d < 0 ? -1.0 : d == 0 ? 0.0 : d); break;
+        case CT_LOSS_HUBER: g = scale * (d < -delta ? -delta : d > delta ? delta : d); break;
+        case CT_LOSS_BCE_LOGITS: {
+            double v = x[i], t = y[i];
+            double lw = pw ? 1.0 + (pw[i % npw] - 1.0) * t : 1.0;
+            /* sigmoid(-v), split by sign so exp never overflows */
+            double e = exp(-fabs(v));
+            double sig_neg = v >= 0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
+            g = scale * ((1.0 - t) - lw * sig_neg);
+            break;
+        }
+        }
+        dx[i] = (R)g;
+    }
+}
+
+/* pos_weight as (device data, length): 1 or the last dimension of pred, on pred's device. */
+const double *pos_weight(const ct_pointwise_opts *o, const ct_tensor *pred, int64_t *npw) {
+    *npw = 1;
+    if (!o || !o->pos_weight) return nullptr;
+    same_device(pred, o->pos_weight);
+    CT_ASSERT(o->pos_weight->dtype == CT_F64);
+    *npw = ct_tensor_numel(o->pos_weight);
+    CT_ASSERT(*npw == 1 || (pred->ndim >= 1 && *npw == pred->shape[pred->ndim - 1]));
+    return (const double *)o->pos_weight->data;
+}
+
+template <typename R>
+double pointwise_fwd_run(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const ct_tensor *pred,
+                         const ct_tensor *target, int64_t n) {
+    cudaStream_t st = ct_cuda_stream_t();
+    header *h = (header *)ct_cuda_workspace(sizeof(header) + SUM_BLOCKS * sizeof(double));
+    double *part = (double *)(h + 1);
+    pointwise_value<R> f{kind, delta, pw, npw, (const R *)pred->data, (const R *)target->data};
+    device_sum(n, f, part, &h->sum, st);
+    return read_header(h, pred->device.index).sum;
+}
+
+}  // namespace
+
+extern "C" int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target,
+                                                    const ct_xent_opts *o, double *sum, double *count) {
+    int64_t rows, c;
+    xent_dims(logits, target, o, &rows, &c);
+    if (rows == 0) {
+        *sum = 0.0;
+        *count = 0.0;
+        return -1;
+    }
+    cudaStream_t st = ct_cuda_stream_t();
+    /* header | loss[rows] | cnt[rows] | partials */
+    size_t bytes = sizeof(header) + (2 * (size_t)rows + SUM_BLOCKS) * sizeof(double);
+    header *h = (header *)ct_cuda_workspace(bytes);
+    double *loss = (double *)(h + 1), *cnt = loss + rows, *part = cnt + rows;
+    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
+    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
+    if (f32 && t64)
+        xent_fwd_launch<float, int64_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
+    else if (f32)
+        xent_fwd_launch<float, int32_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
+    else if (t64)
+        xent_fwd_launch<double, int64_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
+    else
+        xent_fwd_launch<double, int32_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
+    device_sum(rows, array_value{loss}, part, &h->sum, st);
+    device_sum(rows, array_value{cnt}, part, &h->count, st);
+    header back = read_header(h, logits->device.index);
+    if (back.bad != NO_ROW) return (int64_t)back.bad;
+    *sum = back.sum;
+    *count = back.count;
+    return -1;
+}
+
+extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target,
+                                                     const ct_xent_opts *o, double scale, ct_tensor *dlogits) {
+    int64_t rows, c;
+    xent_dims(logits, target, o, &rows, &c);
+    same_device(logits, dlogits);
+    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == rows * c);
+    if (rows == 0) return -1;
+    cudaStream_t st = ct_cuda_stream_t();
+    header *h = (header *)ct_cuda_workspace(sizeof(header));
+    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
+    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
+    if (f32 && t64)
+        xent_bwd_launch<float, int64_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    else if (f32)
+        xent_bwd_launch<float, int32_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    else if (t64)
+        xent_bwd_launch<double, int64_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    else
+        xent_bwd_launch<double, int32_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    header back = read_header(h, logits->device.index);
+    return back.bad == NO_ROW ? -1 : (int64_t)back.bad;
+}
+
+extern "C" double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o,
+                                                    const ct_tensor *pred, const ct_tensor *target) {
+    same_device(pred, target);
+    int64_t n = ct_tensor_numel(pred), npw;
+    CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
+    const double *pw = pos_weight(o, pred, &npw);
+    double delta = o ? o->delta : 1.0;
+    if (n == 0) return 0.0;
+    if (pred->dtype == CT_F32) return pointwise_fwd_run<float>(kind, delta, pw, npw, pred, target, n);
+    CT_ASSERT(pred->dtype == CT_F64);
+    return pointwise_fwd_run<double>(kind, delta, pw, npw, pred, target, n);
+}
+
+extern "C" void ct_cuda_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o,
+                                                   const ct_tensor *pred, const ct_tensor *target, double scale,
+                                                   ct_tensor *dpred) {
+    same_device(pred, target);
+    same_device(pred, dpred);
+    int64_t n = ct_tensor_numel(pred), npw;
+    CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
+    CT_ASSERT(ct_tensor_numel(dpred) == n && dpred->dtype == pred->dtype);
+    const double *pw = pos_weight(o, pred, &npw);
+    double delta = o ? o->delta : 1.0;
+    if (n == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    if (pred->dtype == CT_F32) {
+        pointwise_bwd<float><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, st>>>(
+            kind, delta, pw, npw, (const float *)pred->data, (const float *)target->data, n, scale,
+            (float *)dpred->data);
+    } else {
+        CT_ASSERT(pred->dtype == CT_F64);
+        pointwise_bwd<double><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, st>>>(
+            kind, delta, pw, npw, (const double *)pred->data, (const double *)target->data, n, scale,
+            (double *)dpred->data);
+    }
+    CT_CUDA_LAUNCHED();
+}

@@ -1,0 +1,103 @@
+/* The CUDA backend of the op library: one function per op of core/ops*.h, same arguments, same
+ * contract (accumulate into parameter gradients, overwrite input gradients, never allocate beyond
+ * the library workspace, enqueue on the calling thread's current stream). The CPU entry points
+ * forward here when their tensors live on a CUDA device (CT_ON_CUDA in backends/cpu/cpu_impl.h), so
+ * layers, losses and optimizers never see the backend. Ops that return a value to the host (loss
+ * sums, norms, all_finite) synchronise the stream for it; everything else is asynchronous.
+ *
+ * Precision: float32 throughout with float32 (or float64 where the CPU uses it: loss sums, norms)
+ * accumulation; ct_cuda_set_math_mode chooses what GEMMs and convolutions may use internally. */
+#ifndef CT_OPS_CUDA_H
+#define CT_OPS_CUDA_H
+
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
+#include "core/ops/ops_conv.h"
+#include "core/ops/ops_loss.h"
+#include "core/ops/ops_misc.h"
+#include "core/ops/ops_norm.h"
+#include "core/ops/ops_optim.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What float32 GEMMs and convolutions may compute with inside (their inputs and outputs stay
+ * float32): exact float32, TF32 tensor cores, or bf16 / fp16 tensor cores with float32 accumulation
+ * (mixed precision: "bf16": true / "fp16": true). Per thread; default CT_MATH_F32. */
+typedef enum ct_math_mode { CT_MATH_F32 = 0, CT_MATH_TF32, CT_MATH_BF16, CT_MATH_FP16 } ct_math_mode;
+void ct_cuda_set_math_mode(ct_math_mode m);
+ct_math_mode ct_cuda_math_mode(void);
+
+/* dense */
+void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
+                     ct_tensor *c);
+/* elementwise */
+void ct_cuda_op_fill(ct_tensor *t, double value);
+void ct_cuda_op_copy(ct_tensor *dst, const ct_tensor *src);
+void ct_cuda_op_add(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);
+void ct_cuda_op_axpy(double alpha, const ct_tensor *x, ct_tensor *y);
+void ct_cuda_op_scale(ct_tensor *t, double s);
+bool ct_cuda_op_all_finite(const ct_tensor *t);
+void ct_cuda_op_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner);
+void ct_cuda_op_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner);
+void ct_cuda_op_activation_forward(ct_activation act, const ct_tensor *x, ct_tensor *y);
+void ct_cuda_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
+                                    ct_tensor *dx);
+/* convolution and pooling */
+void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                               const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);
+void ct_cuda_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
+                                ct_tensor *ws);
+void ct_cuda_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices);
+void ct_cuda_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
+                                   ct_tensor *dx);
+void ct_cuda_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
+void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
+/* losses */
+int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                         double *sum, double *count);
+int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                          double scale, ct_tensor *dlogits);
+double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                         const ct_tensor *target);
+void ct_cuda_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                        const ct_tensor *target, double scale, ct_tensor *dpred);
+/* dropout and embedding */
+void ct_cuda_op_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask,
+                                ct_tensor *y);
+void ct_cuda_op_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx);
+int64_t ct_cuda_op_embedding_find_invalid(const ct_tensor *ids, int64_t num_embeddings);
+void ct_cuda_op_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y);
+void ct_cuda_op_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx,
+                                   ct_tensor *dweight);
+/* attention (core/ops/ops_attn.h) */
+void ct_cuda_op_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cuda_op_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cuda_op_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
+void ct_cuda_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+/* normalisation */
+void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
+                                  ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
+                                  double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+void ct_cuda_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training,
+                                   ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias);
+void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
+                                  ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
+                                   ct_tensor *dweight, ct_tensor *dbias);
+/* optimizers and norms */
+void ct_cuda_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+void ct_cuda_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                          ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
+double ct_cuda_op_sum_squares_det(const ct_tensor *t);
+double ct_cuda_op_l2_norm(const ct_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

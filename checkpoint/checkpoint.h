@@ -1,0 +1,39 @@
+/* Checkpoints: output_dir/checkpoint-<global_step>/ directories, their rotation, and loading the best.
+ *
+ * A checkpoint holds everything a run needs to continue exactly (checkpoint/checkpoint_io.h lists the
+ * files): the model, optimizer and scheduler state, trainer_state.json, the loop's progress and the
+ * arguments. It is written into a temporary directory with a manifest of sizes and checksums, fsync'd
+ * and renamed when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
+ * Face's _rotate_checkpoints: with save_total_limit N the oldest checkpoints go, but never the best
+ * one (it is moved to the end of the deletion order), and with a limit of 1 the best and the last
+ * both stay. The synchronous and the asynchronous save (save_async) share every writer: see
+ * checkpoint/checkpoint_async.h. */
+#ifndef CT_CHECKPOINT_H
+#define CT_CHECKPOINT_H
+
+#include "trainer/trainer.h"
+
+/* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. A save still in flight
+ * (save_async) completes first; with save_async this one is then written by the writer thread and
+ * committed later (checkpoint/checkpoint_async.h). Collective with several processes. A save that fails
+ * leaves nothing of itself on disk and earlier checkpoints untouched; on_save_error "stop" returns
+ * its error, "continue" a warning and CT_OK with t->saved_step no longer this step (how the caller
+ * tells that nothing was saved). */
+ct_status ct_trainer_save_checkpoint(ct_trainer *t);
+/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
+ * Like ct_trainer_load_best_model, first waits until every save in flight is committed. */
+ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+/* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
+ct_status ct_trainer_rotate_checkpoints(ct_trainer *t);
+/* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
+ * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
+ * after the optimizer and scheduler exist. Nothing of the trainer's own state changes on failure. */
+ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
+/* Loads the weights of state.best_model_checkpoint into the model. */
+ct_status ct_trainer_load_best_model(ct_trainer *t);
+/* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
+ * with ct_checkpoint_list_free). */
+ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);
+void ct_checkpoint_list_free(char **list, int n);
+
+#endif

@@ -1,0 +1,29 @@
+/* HDF5 files built in memory and written to disk with plain write(): how model.h5 and optimizer.h5
+ * are written.
+ *
+ * Two reasons. A failing disk (full, a file size limit, an I/O error) is reported by write() with
+ * its errno ("No space left on device"), whereas HDF5's sec2 driver, once a flush inside H5Fclose
+ * failed, keeps the file half-open and crashes at the library's exit handler. And the process-wide
+ * HDF5 lock (core/format/h5io.h) is held only while the file is serialised in memory, not while it goes to
+ * a slow disk, so the loader's workers reading an HDF5 dataset are not held up by a checkpoint being
+ * written beside training (save_async). The bytes are those the sec2 driver writes. The price is a
+ * transient copy of the file in memory. */
+#ifndef CT_H5_IMAGE_H
+#define CT_H5_IMAGE_H
+
+#include <hdf5.h>
+#include <stddef.h>
+
+#include "core/status.h"
+
+/* Under ct_h5_lock: a new empty file in memory; size_hint (bytes, may be 0) sizes its growth. */
+ct_status ct_h5_image_create(size_t size_hint, hid_t *out);
+/* Under ct_h5_lock: flushes f, copies its bytes into *image (malloc'd; the caller frees it) and
+ * closes f, also on failure. */
+ct_status ct_h5_image_finish(hid_t f, void **image, size_t *size);
+/* Without the lock: writes size bytes to path (created or truncated); CT_ERR_IO with errno's text
+ * ("cannot write 'PATH': No space left on device"). A partly written file is removed. Not synced.
+ * The bytes go through ct_io_write (core/io_fault.h), where tests inject write failures. */
+ct_status ct_write_bytes(const char *path, const void *data, size_t size);
+
+#endif

@@ -1,0 +1,85 @@
+/* The op library: the numeric kernels layers, losses and optimizers are made of.
+ *
+ * Ops take tensors and dispatch on their device (today the CPU backend in core/cpu/, later CUDA in
+ * core/cuda/) and dtype (f32 for training, f64 for the reference path used by gradient checks).
+ * Ops trust their callers: layers validate shapes, dtypes and devices once, in ct_module_forward,
+ * and give the user a message naming the layer; an op handed inconsistent tensors is a programmer
+ * error and aborts with file:line (CT_ASSERT). Ops never allocate: scratch space is passed in.
+ *
+ * Backward ops ACCUMULATE into parameter gradients (+=), as PyTorch does, so gradient accumulation
+ * over micro-batches needs no extra buffer; input gradients (dx) are overwritten. */
+#ifndef CT_OPS_H
+#define CT_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- threading --------------------------------------------------------------------------------- */
+
+/* Number of threads used by OpenMP loops and OpenBLAS (0 = leave as the environment set it). */
+void ct_set_num_threads(int n);
+int ct_get_num_threads(void);
+
+/* Flushes denormal floats to zero in this thread and every OpenMP worker (torch.set_flush_denormal).
+ * Training wants it: optimizer moments of rarely-active units decay into the denormal range, where
+ * every operation on them costs a hundred cycles and slows the update several-fold. Returns false
+ * where the CPU has no such mode (nothing changes then). Call after ct_set_num_threads. */
+bool ct_set_flush_denormal(bool on);
+
+/* --- dense linear algebra ---------------------------------------------------------------------- */
+
+/* C = alpha * op(A) @ op(B) + beta * C on 2-D row-major tensors; op transposes when asked. */
+void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
+                ct_tensor *c);
+
+/* --- elementwise and reductions ---------------------------------------------------------------- */
+
+void ct_op_fill(ct_tensor *t, double value);
+void ct_op_copy(ct_tensor *dst, const ct_tensor *src);
+/* out = a + b (out may alias a or b). */
+void ct_op_add(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);
+/* y += alpha * x */
+void ct_op_axpy(double alpha, const ct_tensor *x, ct_tensor *y);
+void ct_op_scale(ct_tensor *t, double s);
+/* CT_OK-free check: true when every element is finite. */
+bool ct_op_all_finite(const ct_tensor *t);
+
+/* y[n, c, s] += bias[c] for y viewed as [rows, C, inner] where C = bias length. */
+void ct_op_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner);
+/* dbias[c] += sum over n and s of dy[n, c, s]. */
+void ct_op_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner);
+
+typedef enum ct_activation {
+    CT_ACT_NONE = 0,
+    CT_ACT_RELU,
+    CT_ACT_GELU,      /* exact: x * Phi(x) */
+    CT_ACT_GELU_TANH, /* tanh approximation, PyTorch's approximate="tanh" */
+    CT_ACT_TANH,
+    CT_ACT_SIGMOID,
+} ct_activation;
+
+const char *ct_activation_name(ct_activation a);
+/* y = act(x); y may alias x. */
+void ct_op_activation_forward(ct_activation act, const ct_tensor *x, ct_tensor *y);
+/* dx = dy * act'(x); uses x (gelu) or y (relu, tanh, sigmoid), whichever the formula needs. */
+void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
+                               ct_tensor *dx);
+
+#ifdef __cplusplus
+}
+#endif
+
+/* The other op families have headers of their own. */
+#include "core/ops/ops_conv.h"
+#include "core/ops/ops_loss.h"
+#include "core/ops/ops_misc.h"
+#include "core/ops/ops_norm.h"
+#include "core/ops/ops_optim.h"
+
+#endif

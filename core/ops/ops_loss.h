@@ -1,0 +1,67 @@
+/* Ops: loss family (declarations; CPU kernels in backends/cpu/loss.c). Included by core/ops/ops.h.
+ *
+ * Loss ops return the SUM of per-element (or per-row) losses, accumulated in float64, and the COUNT
+ * that sum is over; model/loss.h turns them into ct_loss objects. Sums are reduced over a fixed number
+ * of row chunks and the partial sums added in order, so the result does not depend on the number of
+ * threads (the CPU determinism promise). Backward ops OVERWRITE dpred with scale * d(sum)/d(pred).
+ *
+ * Validation is the caller's job (model/loss.c names the loss and the shapes), with one exception:
+ * class targets are data, so the cross-entropy ops report the first target outside [0, C) that is not
+ * ignore_index instead of trusting it. */
+#ifndef CT_OPS_LOSS_H
+#define CT_OPS_LOSS_H
+
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Options of softmax cross-entropy, with PyTorch's meaning. */
+typedef struct ct_xent_opts {
+    const ct_tensor *weight; /* [C] float64 class weights on the logits' device, or NULL */
+    double label_smoothing;  /* epsilon in [0, 1] */
+    int64_t ignore_index;    /* rows with this target contribute nothing (PyTorch default -100) */
+} ct_xent_opts;
+
+/* Softmax cross-entropy over logits viewed as [rows, C] (C = last dimension) with one integer target
+ * per row (I64 or I32, `rows` elements). Per row, with p = softmax(z), w = weight (1 when NULL),
+ * eps = label_smoothing:
+ *   loss = (1 - eps) * w[y] * (-log p[y]) + eps / C * sum_c w[c] * (-log p[c]),
+ * which is PyTorch's cross_entropy with reduction='sum'; *count = sum of w[y] over non-ignored rows,
+ * the denominator of its reduction='mean'. Returns -1, or the row index of the first invalid target
+ * (then *sum and *count are meaningless). */
+int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                    double *sum, double *count);
+/* dlogits = scale * d(sum)/d(logits); ignored rows get zeros. Recomputes the softmax row by row, so it
+ * needs no scratch and no state from the forward. Returns -1 or the first invalid target's row. */
+int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                     double scale, ct_tensor *dlogits);
+
+/* Elementwise losses between a prediction and a float target of the same shape and dtype. */
+typedef enum ct_pointwise_loss {
+    CT_LOSS_MSE = 0,     /* (x - y)^2 */
+    CT_LOSS_L1,          /* |x - y| (gradient 0 at x == y, as torch.sign) */
+    CT_LOSS_HUBER,       /* 0.5 d^2 if |d| <= delta else delta * (|d| - 0.5 delta), d = x - y */
+    CT_LOSS_BCE_LOGITS,  /* (1 - y) x + (1 + (pw - 1) y) * log(1 + exp(-x)), computed stably */
+} ct_pointwise_loss;
+
+typedef struct ct_pointwise_opts {
+    double delta;                /* huber */
+    const ct_tensor *pos_weight; /* bce: float64 [1] or [last dim of pred], or NULL (all ones) */
+} ct_pointwise_opts;
+
+/* Sum over all elements of the elementwise loss (the count is the number of elements). */
+double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                    const ct_tensor *target);
+/* dpred = scale * d(sum)/d(pred). */
+void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                   const ct_tensor *target, double scale, ct_tensor *dpred);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

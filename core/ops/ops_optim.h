@@ -1,0 +1,64 @@
+/* Ops: optimizer updates and the gradient norm (CPU kernels in backends/cpu/optim.c). Included by core/ops/ops.h.
+ *
+ * Each update is fused: one pass over a contiguous range of the flat parameter buffer reads the
+ * gradient and the optimizer's state and writes the parameter and the state, in the order of
+ * operations of PyTorch 1.13's single-tensor optimizers (torch.optim.SGD, Adam, AdamW). Callers pass
+ * views of the same range of the flat parameter, gradient and state buffers; the ops never allocate.
+ * f32 kernels compute in float with the scalar coefficients rounded once, as PyTorch does. */
+#ifndef CT_OPS_OPTIM_H
+#define CT_OPS_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* torch.optim.SGD for one range:
+ *   d = g + weight_decay * p
+ *   buf = first ? d : momentum * buf + (1 - dampening) * d     (only when momentum != 0)
+ *   d = nesterov ? d + momentum * buf : buf
+ *   p -= lr * d */
+typedef struct ct_sgd_args {
+    double lr, weight_decay, momentum, dampening;
+    bool nesterov;
+    bool first_step; /* the momentum buffer starts as a copy of d, as PyTorch's does */
+} ct_sgd_args;
+
+/* momentum_buffer: NULL when momentum == 0 (PyTorch keeps none either). */
+void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+
+/* torch.optim.Adam (L2 decay: g += weight_decay * p) or AdamW (decoupled: p *= 1 - lr * weight_decay,
+ * before the moments), for one range:
+ *   m = beta1 * m + (1 - beta1) * g;   v = beta2 * v + (1 - beta2) * g * g
+ *   vmax = max(vmax, v)                                           (amsgrad)
+ *   p -= lr / (1 - beta1^step) * m / (sqrt(amsgrad ? vmax : v) / sqrt(1 - beta2^step) + eps) */
+typedef struct ct_adam_args {
+    double lr, weight_decay, beta1, beta2, eps;
+    bool decoupled_decay; /* AdamW */
+    bool amsgrad;
+    int64_t step; /* 1 for the first step: the bias corrections use it */
+} ct_adam_args;
+
+/* max_exp_avg_sq: NULL unless amsgrad. */
+void ct_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                     ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
+
+/* Sum of squares of a float tensor, accumulated in float64 in an order that depends only on the
+ * element count (fixed blocks summed in sequence), so the result is bit-identical for any number of
+ * threads. inf when an element is infinite, NaN when one is NaN. */
+double ct_op_sum_squares_det(const ct_tensor *t);
+
+/* The L2 norm from ct_op_sum_squares_det; when squares overflow float64 although every element is
+ * finite (f64 values near 1e154 and beyond), the norm is recomputed scaled by the largest magnitude,
+ * so it is finite whenever it is representable. */
+double ct_op_l2_norm(const ct_tensor *t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

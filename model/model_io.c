@@ -1,0 +1,123 @@
+/* Model weights to and from HDF5 (see model_io.h for the format). */
+#include <hdf5.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/format/h5_image.h"
+#include "core/format/h5io.h"
+#include "model/model_io.h"
+
+/* values / buffers NULL: the model's own; else flat copies laid out like the model's buffers. */
+static ct_status write_all(hid_t f, const ct_model *m, const ct_tensor *values, const ct_tensor *buffers,
+                           const json_t *spec) {
+    for (int i = 0; i < m->params.count; i++) {
+        const ct_param *p = &m->params.items[i];
+        const ct_tensor *flat = p->flags & CT_PARAM_BUFFER ? buffers : values;
+        /* A copy is described by the store's metadata only (name, shape, offset: fixed once the
+         * store is finalized) and the copy's own dtype and device: a writer thread then reads
+         * nothing the training thread writes. */
+        ct_tensor v = flat ? ct_tensor_view((char *)flat->data + (size_t)p->offset * ct_dtype_size(flat->dtype),
+                                            flat->dtype, flat->device, p->ndim, p->shape)
+                           : *p->value;
+        CT_TRY(ct_h5_write_tensor(f, p->name, &v));
+    }
+    if (spec) {
+        char *text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
+        if (!text) return ct_error(CT_ERR_NOMEM, "out of memory");
+        ct_status s = ct_h5_write_string_attr(f, "config", text);
+        free(text);
+        CT_TRY(s);
+    }
+    return CT_OK;
+}
+
+ct_status ct_model_save_h5(const ct_model *m, const json_t *spec, const char *file) {
+    return ct_model_save_h5_values(m, NULL, NULL, spec, file);
+}
+
+ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, const ct_tensor *buffers,
+                                  const json_t *spec, const char *file) {
+    if ((values && ct_tensor_numel(values) != ct_tensor_numel(&m->params.values)) ||
+        (buffers && ct_tensor_numel(buffers) != ct_tensor_numel(&m->params.buffers)))
+        return ct_error(CT_ERR_SHAPE, "save model '%s': the weights given are not laid out like the model's", file);
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
+        return ct_error(CT_ERR_INVALID_ARG, "save model: path too long: %s", file);
+    /* built in memory, written without the HDF5 lock (core/format/h5_image.h) */
+    void *image = NULL;
+    size_t size = 0;
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f;
+    ct_status s = ct_h5_image_create(ct_tensor_nbytes(&m->params.values) + ct_tensor_nbytes(&m->params.buffers), &f);
+    if (s == CT_OK) {
+        s = write_all(f, m, values, buffers, spec);
+        if (s == CT_OK)
+            s = ct_h5_image_finish(f, &image, &size);
+        else
+            H5Fclose(f);
+    }
+    ct_h5_unlock();
+    if (s == CT_OK) s = ct_write_bytes(tmp, image, size);
+    free(image);
+    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
+    if (s != CT_OK) {
+        unlink(tmp);
+        return ct_error_prefix(s, "save model '%s': ", file);
+    }
+    return CT_OK;
+}
+
+/* Counts the root's datasets, to find tensors the model does not have. */
+static herr_t count_link(hid_t g, const char *name, const H5L_info_t *info, void *data) {
+    (void)g, (void)name, (void)info;
+    (*(int *)data)++;
+    return 0;
+}
+
+/* The first root link that is not a tensor of m, or NULL. */
+typedef struct extra_search {
+    const ct_model *m;
+    char name[256];
+} extra_search;
+
+static herr_t find_extra(hid_t g, const char *name, const H5L_info_t *info, void *data) {
+    (void)g, (void)info;
+    extra_search *e = data;
+    if (ct_params_find(&e->m->params, name)) return 0;
+    snprintf(e->name, sizeof e->name, "%s", name);
+    return 1;
+}
+
+static ct_status read_all(hid_t f, ct_model *m) {
+    for (int i = 0; i < m->params.count; i++) {
+        ct_param *p = &m->params.items[i];
+        if (!ct_h5_exists(f, p->name))
+            return ct_error(CT_ERR_FORMAT, "the model's tensor '%s' is missing from the file", p->name);
+        ct_status s = ct_h5_read_into(f, p->name, p->value);
+        if (s != CT_OK) return ct_error_prefix(s, "tensor '%s': ", p->name);
+    }
+    int links = 0;
+    H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, count_link, &links);
+    if (links != m->params.count) {
+        extra_search e = {.m = m};
+        H5Literate(f, H5_INDEX_NAME, H5_ITER_NATIVE, NULL, find_extra, &e);
+        return ct_error(CT_ERR_FORMAT, "the file has a tensor '%s' the model does not have (a different model?)",
+                        e.name[0] ? e.name : "?");
+    }
+    return CT_OK;
+}
+
+ct_status ct_model_load_h5(ct_model *m, const char *file) {
+    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "load model: cannot read '%s'", file);
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ct_status s = f < 0 ? ct_error(CT_ERR_FORMAT, "not an HDF5 file (or corrupt)") : read_all(f, m);
+    if (f >= 0) H5Fclose(f);
+    ct_h5_unlock();
+    if (s != CT_OK) return ct_error_prefix(s, "load model '%s': ", file);
+    return CT_OK;
+}
