@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Run THERE, on a lent GPU machine (CUDA, cmake, ninja, gcc and PyTorch, but no apt and no network),
-# from the repository root, as the whole body of one device `run` call, carrying the .deb files that
-# scripts/gpu/fetch-debs.sh put into .gpu-debs/ here:
-#     run(command="bash scripts/gpu/build-and-test.sh", carry=[".gpu-debs"])
+# Run THERE, on a GPU machine (CUDA, cmake, ninja, gcc and PyTorch, but no apt and no network), from
+# the repository root, as one command, with the .deb files that scripts/gpu/fetch-debs.sh put into
+# .gpu-debs/ copied along with the working tree:
+#     OUT=/path/to/results bash scripts/gpu/build-and-test.sh
 # It unpacks the .debs with dpkg -x into /tmp/ctdeps (never into /), finds cuDNN and NCCL in the
 # PyTorch environment's nvidia-* pip packages (or next to the CUDA toolkit), configures with CUDA
 # (sm_90), MPI where OpenMPI was carried, and Ninja, without TensorBoard and training curves
 # (-DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF: the GPU tests need neither, and leaving out
 # protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L cuda,
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), and ends
-# with a summary table. Each step's output goes to a log under $OUT (the device tool's output
-# folder; /tmp/out elsewhere); a failed step prints its last lines and the script goes on where the
-# next step still makes sense. Exit status: 0 when every step passed, 1 otherwise.
+# with a summary table. Each step's output goes to a log under $OUT (the folder whose contents come
+# back from the GPU machine; /tmp/out when unset); a failed step prints its last lines and the script
+# goes on where the next step still makes sense. Exit status: 0 when every step passed, 1 otherwise.
 #
 # Options:
 #   --mpi ON|OFF      default: ON when OpenMPI's .debs were carried (and glibc >= 2.36), else OFF

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run HERE (Debian 12 with apt), not on the GPU machine: downloads the .deb files of the libraries
-# ctrainer needs to build and run that the lent GPU machines lack (they have CUDA, cmake, ninja, gcc
+# ctrainer needs to build and run that the GPU machines lack (they have CUDA, cmake, ninja, gcc
 # and PyTorch, but no apt and no network) into .gpu-debs/ at the repository root. Carry that folder
 # to the GPU machine and run scripts/gpu/build-and-test.sh there, which unpacks them with dpkg -x
 # into a folder of their own (never into /).
