@@ -11,7 +11,7 @@
 #   <prefix>/share/man/man1/ctrainer.1   the man page, from the CLI's --help texts
 #
 # Public headers are every header of the library's areas except the private ones: *_impl.h and
-# *_tmpl.h (an area's internals), core/cpu/ and core/cuda/ (kernels), and the internal helpers listed
+# *_tmpl.h (an area's internals), backends/ (kernels), and the internal helpers listed
 # in CT_PRIVATE_HEADERS. The headers include each other as "core/tensor.h", so programs compile with
 # -I<prefix>/include/ctrainer (and -I<prefix>/include for <ctrainer/ctrainer.h>); both come with the
 # targets and the .pc file. tests/install/test_install.sh compiles every installed header alone.

@@ -11,7 +11,7 @@
  * Left out here (include them yourself when needed): core/format/h5io.h (tensors in HDF5 files; it needs
  * HDF5's headers), core/rng_philox.h (the generator's kernel, for CUDA code), core/format/crc32c.h, and
  * the Trainer's machinery that its tests reach into (checkpoint/checkpoint_io.h, checkpoint_async.h,
- * checkpoint_zero.h, async_eval.h). Never installed: *_impl.h, *_tmpl.h, core/cpu/ and core/cuda/
+ * checkpoint_zero.h, async_eval.h). Never installed: *_impl.h, *_tmpl.h, backends/
  * (kernels), callbacks/pyrepr.h, data/hdf5_util.h and core/format/h5_image.h (internal helpers).
  * callbacks/tensorboard.h and report/plot.h are here in every build; in one without TensorBoard or
  * training curves (ctrainer_TENSORBOARD / ctrainer_PLOT in the CMake package, the tensorboard / plot
