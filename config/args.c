@@ -9,7 +9,11 @@
  * Validation follows Hugging Face's TrainingArguments.__post_init__ (transformers 4.51) for the
  * arguments that exist here, plus range checks Hugging Face leaves to the failures they would cause
  * later (a batch size of 0, save_steps -1). Every message starts with the argument's name, or its
- * JSON path when the caller gives one, so run-config errors can be pointed at their line. */
+ * JSON path when the caller gives one, so run-config errors can be pointed at their line.
+ *
+ * Why one long file: the table, its two expansions and the cross-argument rules must be read
+ * together (a new argument is one row here and nothing elsewhere); split, each part would need the
+ * other's private field_info rows. */
 #include "config/args.h"
 
 #include <limits.h>

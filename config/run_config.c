@@ -6,7 +6,10 @@
  * numbers and literals just far enough to find the value a path names, counting lines and
  * characters (UTF-8 aware, like jansson's own columns). That costs nothing until an error is to be
  * reported, and it keeps every reader of the config free of position bookkeeping: they only name
- * the path of what they complain about, and ct_run_config_annotate adds "file:line:column". */
+ * the path of what they complain about, and ct_run_config_annotate adds "file:line:column".
+ *
+ * Why one long file: the loader, the --set override parser and the position scanner share the
+ * scanner's JSON walk (a --set path is resolved the way an error path is located). */
 #include "config/run_config.h"
 
 #include <errno.h>

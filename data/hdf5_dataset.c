@@ -13,7 +13,10 @@
  * not once per batch that touches it (Fashion-MNIST's 47 MB of pixels fit whole).
  *
  * Every HDF5 call holds ct_h5_lock, and so does every use of the cache, which makes concurrent
- * get_batch calls safe (they serialise on the lock). */
+ * get_batch calls safe (they serialise on the lock).
+ *
+ * Why one long file: opening (the checks that refuse a malformed or lying file), the block cache and
+ * get_batch all work on the same private struct and lock rules; the fuzz target reads it whole. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
