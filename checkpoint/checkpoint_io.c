@@ -6,13 +6,12 @@
  * a mismatch leaves the run as it was. The manifest holds each file's size and zlib CRC-32; a
  * directory whose files do not match it is not a checkpoint, which is how a crash in the middle of
  * a save (or a later corruption) is told from a whole checkpoint. */
-#define _GNU_SOURCE /* renameat2, nftw */
+#define _GNU_SOURCE /* renameat2 */
 #include "checkpoint/checkpoint_io.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,36 +34,6 @@
 #define JSON_FLAGS (JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
 
 /* --- small file helpers ------------------------------------------------------------------------- */
-
-/* Writes text to path (replacing it) and fsyncs it; on failure the file is removed. */
-static ct_status write_text_synced(const char *path, const char *text) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ct_error(CT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-    size_t len = strlen(text), done = 0;
-    while (done < len) {
-        ssize_t w = ct_io_write(fd, text + done, len - done); /* write(), or a test's fault */
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            int err = errno;
-            close(fd);
-            unlink(path); /* no partial file is left to be mistaken for a whole one */
-            return ct_error(CT_ERR_IO, "cannot write '%s': %s", path, strerror(err));
-        }
-        done += (size_t)w;
-    }
-    if (fsync(fd) != 0 && errno != EINVAL) {
-        int err = errno;
-        close(fd);
-        unlink(path);
-        return ct_error(CT_ERR_IO, "cannot sync '%s': %s", path, strerror(err));
-    }
-    if (close(fd) != 0) {
-        int err = errno;
-        unlink(path);
-        return ct_error(CT_ERR_IO, "cannot close '%s': %s", path, strerror(err));
-    }
-    return CT_OK;
-}
 
 ct_status ct_checkpoint_write_text(const char *path, const char *text) {
     char part[4352];
@@ -112,31 +81,6 @@ static ct_status file_crc(const char *path, bool sync, int64_t *size, uint32_t *
     *size = n;
     *crc = (uint32_t)c;
     return s;
-}
-
-/* The directory holding path ("." for a bare name), ignoring trailing slashes. */
-static void parent_of(const char *path, char *out, size_t cap) {
-    snprintf(out, cap, "%s", path);
-    size_t n = strlen(out);
-    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash)
-        snprintf(out, cap, ".");
-    else if (slash == out)
-        out[1] = '\0';
-    else
-        *slash = '\0';
-}
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static ct_status remove_tree(const char *path) {
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-        return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
-    return CT_OK;
 }
 
 /* --- optimizer ---------------------------------------------------------------------------------- */
@@ -424,7 +368,7 @@ char *ct_scheduler_json_text(const ct_scheduler *s) {
 ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file) {
     char *text = ct_scheduler_json_text(s);
     if (!text) return ct_error(CT_ERR_NOMEM, "save scheduler '%s': out of memory", file);
-    ct_status rc = write_text_synced(file, text);
+    ct_status rc = ct_write_file_atomic(file, text, strlen(text)); /* durable: fsync'd, then its directory */
     free(text);
     if (rc != CT_OK) return ct_error_prefix(rc, "save scheduler: ");
     return CT_OK;
@@ -529,10 +473,9 @@ ct_status ct_checkpoint_write_manifest(const char *dir) {
     if (s == CT_OK) {
         char path[4352];
         snprintf(path, sizeof path, "%s/" MANIFEST, dir);
-        s = write_text_synced(path, text);
+        s = ct_write_file_atomic(path, text, strlen(text)); /* fsync'd, then dir itself */
     }
     free(text);
-    if (s == CT_OK) s = ct_fsync_path(dir);
     if (s != CT_OK) return ct_error_prefix(s, "write manifest of '%s': ", dir);
     return CT_OK;
 }
@@ -640,7 +583,7 @@ ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {
         return ct_error(CT_ERR_IO, "commit checkpoint: '%s' is not a directory", tmp);
     CT_TRY(ct_fsync_path(tmp));
     char parent[4096];
-    parent_of(dir, parent, sizeof parent);
+    ct_path_parent(dir, parent, sizeof parent);
     if (lstat(dir, &st) != 0) {
         if (rename(tmp, dir) != 0)
             return ct_error(CT_ERR_IO, "commit checkpoint: cannot rename '%s' to '%s': %s", tmp, dir, strerror(errno));
@@ -651,7 +594,7 @@ ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {
      * before that leaves a stale tmp that the next save of this step clears). */
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) == 0) {
         CT_TRY(ct_fsync_path(parent));
-        return remove_tree(tmp);
+        return ct_remove_tree(tmp);
     }
     if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
         return ct_error(CT_ERR_IO, "commit checkpoint: cannot exchange '%s' and '%s': %s", tmp, dir, strerror(errno));
@@ -659,7 +602,7 @@ ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {
      * old one. A crash in between leaves both whole copies (`dir`.old and `tmp`) on disk. */
     char old[4200];
     snprintf(old, sizeof old, "%s.old", dir);
-    CT_TRY(remove_tree(old));
+    CT_TRY(ct_remove_tree(old));
     if (rename(dir, old) != 0)
         return ct_error(CT_ERR_IO, "commit checkpoint: cannot rename '%s' to '%s': %s", dir, old, strerror(errno));
     if (rename(tmp, dir) != 0) {
@@ -668,7 +611,7 @@ ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {
         return ct_error(CT_ERR_IO, "commit checkpoint: cannot rename '%s' to '%s': %s", tmp, dir, strerror(err));
     }
     CT_TRY(ct_fsync_path(parent));
-    return remove_tree(old);
+    return ct_remove_tree(old);
 }
 
 ct_status ct_checkpoint_find_latest(const char *output_dir, char *out, size_t cap) {
