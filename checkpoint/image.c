@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_async.h"
@@ -112,7 +113,9 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
 /* Rank 0, before any process writes: a stale temporary directory (of a crash, or of a failed save
  * of this step) goes, a fresh one is made. */
 static ct_status prepare_tmp(const char *tmp) {
-    CT_TRY(ct_remove_tree(tmp));
+    struct stat st;
+    /* only what is there: a path that cannot be looked at is for ct_make_dirs to name */
+    if (lstat(tmp, &st) == 0) CT_TRY(ct_remove_tree(tmp));
     return ct_make_dirs(tmp);
 }
 
