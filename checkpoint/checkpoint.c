@@ -200,7 +200,7 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     CT_TRY(ct_trainer_state_init(&st));
     ct_status s = ct_trainer_state_load(&st, path);
     /* Everything that can fail on a mismatch (another model, another optimizer) comes before the
-     * trainer's own state changes. */
+     * trainer state and the progress the snapshot points at change. */
     if (s == CT_OK) {
         snprintf(path, sizeof path, "%s/model.h5", dir);
         s = ct_model_load_h5(snap->model, path);

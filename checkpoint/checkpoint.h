@@ -30,7 +30,8 @@ ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap);
 ct_status ct_checkpoint_rotate(const ct_checkpoint_snapshot *snap);
 /* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
  * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
- * after the optimizer and scheduler exist. Nothing the snapshot points at changes on failure. */
+ * after the optimizer and scheduler exist. On failure the trainer state and progress the snapshot
+ * points at are unchanged (the model, optimizer and scheduler each load all or nothing). */
 ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec);
 /* Loads the weights of state->best_model_checkpoint into the model. */
 ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap);

@@ -26,7 +26,7 @@
 #define MSG_CAP 2048
 #define WRITER_NICE 10
 
-/* --- the saver: one writer thread per trainer --------------------------------------------------- */
+/* --- the saver: one writer thread per snapshot owner (*snap->saver) ----------------------------- */
 
 enum { PHASE_IDLE, PHASE_PARTS, PHASE_COMMIT };
 enum { WORK_NONE, WORK_PART, WORK_COMMIT };

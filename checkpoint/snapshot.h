@@ -6,10 +6,10 @@
  * Trainer makes a fresh one for each call. A synchronous save writes the files straight from these
  * pointers; an asynchronous one (save_async) copies what the files hold (the tensors to host memory,
  * the JSON as text) into buffers of its own and hands the copy to the writer thread, which then
- * touches nothing here: both go through the same writers and produce the same bytes. A resume reads
- * every file first and only then writes the loaded values through the same pointers (model,
- * optimizer, scheduler, trainer state, callbacks' and control's state, the loop's progress), so a
- * failed resume changes nothing. */
+ * touches nothing here: both go through the same writers and produce the same bytes. A resume writes
+ * what it loads through the same pointers: the model, optimizer and scheduler each all or nothing, in
+ * that order after the progress and trainer state were read and checked; the trainer state and the
+ * loop's progress only once everything loaded. */
 #ifndef CT_CHECKPOINT_SNAPSHOT_H
 #define CT_CHECKPOINT_SNAPSHOT_H
 
