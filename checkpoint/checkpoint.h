@@ -11,26 +11,35 @@
 #ifndef CT_CHECKPOINT_H
 #define CT_CHECKPOINT_H
 
-#include "trainer/trainer.h"
+#include "checkpoint/snapshot.h"
+
+/* Each call takes the snapshot of its caller's live state (checkpoint/snapshot.h); the Trainer's
+ * ct_trainer_save_checkpoint, ct_trainer_resume, ... (trainer/trainer.h) build one and call these. */
 
 /* Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. A save still in flight
  * (save_async) completes first; with save_async this one is then written by the writer thread and
  * committed later (checkpoint/checkpoint_async.h). Collective with several processes. A save that fails
  * leaves nothing of itself on disk and earlier checkpoints untouched; on_save_error "stop" returns
- * its error, "continue" a warning and CT_OK with t->saved_step no longer this step (how the caller
+ * its error, "continue" a warning and CT_OK with *saved_step no longer this step (how the caller
  * tells that nothing was saved). */
-ct_status ct_trainer_save_checkpoint(ct_trainer *t);
+ct_status ct_checkpoint_save_step(ct_checkpoint_snapshot *snap);
 /* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
- * Like ct_trainer_load_best_model, first waits until every save in flight is committed. */
-ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+ * Like ct_checkpoint_load_best, first waits until every save in flight is committed. */
+ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap);
 /* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
-ct_status ct_trainer_rotate_checkpoints(ct_trainer *t);
+ct_status ct_checkpoint_rotate(const ct_checkpoint_snapshot *snap);
 /* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
  * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
- * after the optimizer and scheduler exist. Nothing of the trainer's own state changes on failure. */
-ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
-/* Loads the weights of state.best_model_checkpoint into the model. */
-ct_status ct_trainer_load_best_model(ct_trainer *t);
+ * after the optimizer and scheduler exist. On failure the trainer state and progress the snapshot
+ * points at are unchanged (the model, optimizer and scheduler each load all or nothing). */
+ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec);
+/* Loads the weights of state->best_model_checkpoint into the model. */
+ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap);
+/* Puts the callbacks' and the control's saved state into state->stateful_callbacks (Hugging Face's
+ * ExportableState), before trainer_state.json is written; the control's should_log, should_evaluate
+ * and should_save are saved down. */
+ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, const ct_trainer_control *control,
+                                             ct_trainer_state *state);
 /* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
  * with ct_checkpoint_list_free). */
 ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);

@@ -10,7 +10,7 @@
  *   scheduler.json       {"lr_scheduler_type": ..., "state": ct_scheduler_state_to_json(...)}
  *   trainer_state.json   callbacks/state.h
  *   rng_state_<rank>.json  what the process needs to continue exactly: the loader position and the
- *                        loop's carried values (written by the Trainer; opaque here)
+ *                        loop's carried values (ct_train_progress, checkpoint/snapshot.h; checkpoint.c)
  *   training_args.json, run_config.json
  *   manifest.json        {"format": "ctrainer-checkpoint", "version": 1, "files": {"model.h5":
  *                        {"size": bytes, "crc32": "8 hex digits"}, ...}} over every other file

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "checkpoint/checkpoint.h"
 #include "core/fs.h"
 #include "model/model_io.h"
 #include "trainer/trainer_impl.h"
@@ -50,17 +51,7 @@ ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_te
 }
 
 ct_status ct_trainer_store_callback_state(ct_trainer *t) {
-    CT_TRY(ct_callbacks_save_state(&t->callbacks, t->state.stateful_callbacks));
-    /* A checkpoint is taken at a step boundary once that step's log, evaluation and save have run,
-     * when their flags are down (their events reset them); a save in progress must not leave
-     * should_save up for the resumed run, which would save again at its first chance. */
-    ct_trainer_control c = t->control;
-    c.should_log = c.should_evaluate = c.should_save = false;
-    json_t *control;
-    CT_TRY(ct_trainer_control_save_state(&c, &control));
-    if (json_object_set_new(t->state.stateful_callbacks, "TrainerControl", control) != 0)
-        return ct_error(CT_ERR_NOMEM, "out of memory");
-    return CT_OK;
+    return ct_checkpoint_store_callback_state(&t->callbacks, &t->control, &t->state);
 }
 
 ct_status ct_trainer_save_state(ct_trainer *t) {

@@ -27,8 +27,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_async.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
 #include "dist/zero.h"

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "callbacks/tensorboard.h"
-#include "checkpoint/checkpoint_async.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
 #include "dist/zero.h"

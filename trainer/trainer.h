@@ -33,6 +33,7 @@
 
 #include "callbacks/callback.h"
 #include "callbacks/state.h"
+#include "checkpoint/snapshot.h" /* ct_train_progress */
 #include "config/args.h"
 #include "core/status.h"
 #include "data/dataset.h"
@@ -72,22 +73,6 @@ typedef struct ct_train_output {
 void ct_train_output_free(ct_train_output *o);
 
 typedef struct ct_trainer ct_trainer;
-
-/* Where the training loop stands, and the values it carries between optimizer steps: what a
- * checkpoint needs, besides the model, optimizer, scheduler and trainer state, for the resumed run to
- * log exactly what the uninterrupted one would have. */
-typedef struct ct_train_progress {
-    int64_t epoch;        /* the epoch in progress */
-    int64_t next_batch;   /* its next global batch */
-    bool epoch_done;      /* its end-of-epoch events have run: resume at the next epoch */
-    double tr_loss;       /* sum of step losses since the last log */
-    double total_loss;    /* sum of the step losses already logged */
-    int64_t last_logged_step;
-    double grad_norm;     /* of the last step */
-    bool has_grad_norm;
-    double learning_rate; /* of the last step */
-    int64_t nan_inf_skipped; /* optimizer steps skipped by nan_inf_policy "skip" so far */
-} ct_train_progress;
 
 typedef struct ct_trainer_ops {
     size_t size; /* sizeof(ct_trainer_ops) when the table was written */
@@ -264,6 +249,26 @@ bool ct_trainer_should_log(const ct_trainer *t);
  * epochs, per-device batch, total batch, accumulation, optimization steps, trainable parameters);
  * the training loop calls it once max_steps and the number of epochs are known. */
 void ct_trainer_log_run_summary(const ct_trainer *t, int64_t max_steps, int64_t epochs);
+
+/* Checkpoints (checkpoint/checkpoint.h, from the snapshot of the trainer that trainer/snapshot.c
+ * takes). Saves checkpoint-<global_step>, updates best_model_checkpoint, then rotates. A save still
+ * in flight (save_async) completes first; with save_async this one is then written by the writer
+ * thread and committed later (checkpoint/checkpoint_async.h). Collective with several processes. A
+ * save that fails leaves nothing of itself on disk and earlier checkpoints untouched; on_save_error
+ * "stop" returns its error, "continue" a warning and CT_OK with t->saved_step no longer this step
+ * (how the caller tells that nothing was saved). */
+ct_status ct_trainer_save_checkpoint(ct_trainer *t);
+/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
+ * Like ct_trainer_load_best_model, first waits until every save in flight is committed. */
+ct_status ct_trainer_finish_checkpoints(ct_trainer *t);
+/* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
+ct_status ct_trainer_rotate_checkpoints(ct_trainer *t);
+/* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
+ * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
+ * after the optimizer and scheduler exist. Nothing of the trainer's own state changes on failure. */
+ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
+/* Loads the weights of state.best_model_checkpoint into the model. */
+ct_status ct_trainer_load_best_model(ct_trainer *t);
 
 /* Callbacks (the trainer owns what it is given). */
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);

@@ -68,8 +68,21 @@ ct_status ct_nan_inf_check(ct_trainer *t, double local_loss_sum, double loss_sum
 void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t epoch, char *buf, size_t cap);
 
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
- * ExportableState), before trainer_state.json is written. */
+ * ExportableState), before trainer_state.json is written (ct_checkpoint_store_callback_state). */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);
+
+/* Checkpoints (trainer/snapshot.c): *out = the snapshot of t's live state that every call of
+ * checkpoint/ takes (pointers into t, no copy; checkpoint/snapshot.h). */
+void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out);
+/* save_async's calls (checkpoint/checkpoint_async.h on t's snapshot; no-ops without a save in
+ * flight; collective with several processes): at every optimizer step boundary, surface a finished
+ * save's failure and move a save in flight on; wait until every save is committed; at the end of
+ * ct_trainer_train on every path (returns s when it is an error, else the drain's); and from
+ * ct_trainer_free, stop the writer (no collective). */
+ct_status ct_trainer_async_save_poll(ct_trainer *t);
+ct_status ct_trainer_async_save_drain(ct_trainer *t);
+ct_status ct_trainer_async_save_end_train(ct_trainer *t, ct_status s);
+void ct_trainer_async_save_free(ct_trainer *t);
 /* Writes v to file (indented, keys sorted) through a temporary name and a rename. */
 ct_status ct_write_json_file(const json_t *v, const char *file);
 

@@ -34,7 +34,6 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
-#include "checkpoint/checkpoint_async.h"
 #include "checkpoint/checkpoint_io.h"
 #include "core/io_fault.h"
 #include "core/rng.h"
@@ -42,6 +41,7 @@
 #include "model/layers.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
+#include "trainer/trainer_impl.h" /* ct_trainer_async_save_drain */
 
 static char tmp_root[256];
 static ct_rng rng;

@@ -1,0 +1,69 @@
+/* What the checkpoint files share among themselves (never installed): the image of a save, its
+ * writers, the failure path and rotation.
+ *
+ * An image is what one process's files of a checkpoint hold at this step, taken from a
+ * ct_checkpoint_snapshot on the training thread (checkpoint/image.c): the model's flat parameters and
+ * buffers, the optimizer's state tensors and step count (for ZeRO-1 gathered to rank 0 by a
+ * collective, here), the scheduler, trainer_state.json (after the callbacks stored their state),
+ * training_args.json, run_config.json and this process's progress file as text. Writing it into
+ * `<dir>.tmp`, the manifest and the commit (rename) need nothing else, so the synchronous and the
+ * asynchronous save share every writer and produce the same bytes. A synchronous save's image points
+ * at the live tensors and is written right away; an asynchronous one copies them to host memory
+ * (buffers reused from the previous save) and goes to the writer thread (checkpoint_async.c). */
+#ifndef CT_CHECKPOINT_IMPL_H
+#define CT_CHECKPOINT_IMPL_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "checkpoint/checkpoint_io.h"
+#include "checkpoint/snapshot.h"
+
+typedef struct ct_checkpoint_image {
+    int64_t step;
+    char dir[4096], tmp[4200];
+    char prev_best[1024]; /* best_model_checkpoint before this save (restored if it fails) */
+    int rank;
+    bool shared;        /* rank 0: the files every process shares */
+    bool owns_weights;  /* values and buffers are copies owned here (else views of the live ones) */
+    bool owns_optim;    /* optim.state are copies owned here */
+    const ct_model *model; /* names, shapes and offsets only (fixed once the model is built) */
+    ct_tensor values, buffers;
+    json_t *model_spec;    /* a private copy of the run config's "model" (NULL: none) */
+    char *training_args, *run_config, *trainer_state, *scheduler, *progress;
+    bool has_optimizer;
+    ct_optimizer_snapshot optim;
+    ct_optimizer *gathered; /* ZeRO-1: the full state gathered to rank 0; optim points into it */
+} ct_checkpoint_image;
+
+void ct_checkpoint_image_free(ct_checkpoint_image *im);
+/* Collective (the ZeRO-1 gather and the agreement): every process's image of this step, and the
+ * temporary directory made (rank 0). copy: host copies owned by the image (spare: the previous
+ * image, whose memory is taken over where it fits), else views of the live tensors. *out is NULL on
+ * failure (on every process); *comm_failed is set when the agreement itself failed, *own when this
+ * process's own part failed. */
+ct_status ct_checkpoint_image_take(ct_checkpoint_snapshot *snap, const char *dir, const char *tmp, bool copy,
+                                   ct_checkpoint_image *spare, ct_checkpoint_image **out, bool *comm_failed,
+                                   bool *own);
+/* This process's files into the temporary directory (any thread; no communication). */
+ct_status ct_checkpoint_image_write(const ct_checkpoint_image *im);
+/* Rank 0, once every process's part is written: the manifest, then the rename. */
+ct_status ct_checkpoint_image_commit(const ct_checkpoint_image *im);
+/* Collective: CT_OK on every process only if s is CT_OK on every process; a process that failed
+ * returns its own error, the others one that says another process failed while `what`.
+ * *comm_failed (may be NULL) is set when the agreement itself failed: then the processes may not
+ * agree. */
+ct_status ct_checkpoint_agree(const ct_checkpoint_snapshot *snap, ct_status s, const char *dir, const char *what,
+                              bool *comm_failed);
+
+/* The newest checkpoint directory of output_dir, "none" when there is none (for messages: listed,
+ * not verified; rotation.c). */
+void ct_checkpoint_newest(const char *output_dir, char *out, size_t cap);
+/* stat-equal: the same directory under two names. */
+bool ct_checkpoint_same_path(const char *a, const char *b);
+
+/* Seconds on a monotonic clock (for the debug lines' timings). */
+double ct_checkpoint_now(void);
+
+#endif

@@ -1,0 +1,82 @@
+/* The Trainer's side of checkpoints: the snapshot of its live state that checkpoint/ saves from and
+ * resumes into (checkpoint/snapshot.h), and the ct_trainer_* calls that pass it on. The checkpoint
+ * code sits below the Trainer and never sees a ct_trainer; this file is the one place that says
+ * which of the trainer's pieces a checkpoint holds. */
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_async.h"
+#include "trainer/trainer_impl.h"
+
+void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) {
+    *out = (ct_checkpoint_snapshot){
+        .rank = t->rank,
+        .world_size = t->world_size,
+        .comm = t->comm,
+        .args = &t->args,
+        .run_config = t->config,
+        .model = t->model,
+        .optimizer = t->optimizer,
+        .zero1 = ct_trainer_uses_zero1(t),
+        .scheduler = t->lr_scheduler,
+        .state = &t->state,
+        .callbacks = &t->callbacks,
+        .control = &t->control,
+        .progress = &t->progress,
+        .saved_step = &t->saved_step,
+        .saved_epoch_done = &t->saved_epoch_done,
+        .saver = &t->saver,
+    };
+}
+
+ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_save_step(&s);
+}
+
+ct_status ct_trainer_finish_checkpoints(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_finish(&s);
+}
+
+ct_status ct_trainer_rotate_checkpoints(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_rotate(&s);
+}
+
+ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_resume(&s, spec);
+}
+
+ct_status ct_trainer_load_best_model(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_load_best(&s);
+}
+
+ct_status ct_trainer_async_save_poll(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_async_poll(&s);
+}
+
+ct_status ct_trainer_async_save_drain(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_async_drain(&s);
+}
+
+ct_status ct_trainer_async_save_end_train(ct_trainer *t, ct_status st) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    return ct_checkpoint_async_end_train(&s, st);
+}
+
+void ct_trainer_async_save_free(ct_trainer *t) {
+    ct_checkpoint_snapshot s;
+    ct_trainer_checkpoint_snapshot(t, &s);
+    ct_checkpoint_async_free(&s);
+}
