@@ -5,7 +5,7 @@
 # save_strategy best, save_async) on the CLI's tiny config when Fashion-MNIST is installed. Any
 # ThreadSanitizer report fails the script with exit 66; a test failing otherwise, 1.
 # The tests: evaluation and checkpoint writing on background threads (test_async_eval,
-# test_async_save), gradient buckets all-reduced while backward runs (test_ddp_overlap), the data
+# test_async_save, test_checkpoint_snapshot), gradient buckets all-reduced while backward runs (test_ddp_overlap), the data
 # loader's prefetch workers (test_loader), concurrent fetches from HDF5 files and through transforms
 # (test_hdf5_dataset, test_transforms), logging from many threads (test_log), ZeRO-1 with threads
 # as ranks (test_zero), the memory report's sampler thread (test_memory) and the TensorBoard writer
@@ -28,7 +28,7 @@ cmake -B "$dir" -DCMAKE_BUILD_TYPE=Debug -DCTRAINER_BENCH=OFF -DCTRAINER_CUDA=OF
 # The tests this build has (test_tensorboard only where TensorBoard is built: CTRAINER_TENSORBOARD).
 targets=$(cmake --build "$dir" --target help)
 tests=()
-for t in test_async_eval test_async_save test_ddp_overlap test_loader test_hdf5_dataset test_transforms test_log \
+for t in test_async_eval test_async_save test_checkpoint_snapshot test_ddp_overlap test_loader test_hdf5_dataset test_transforms test_log \
          test_zero test_memory test_tensorboard; do
   grep -q "^\.\.\. $t\$" <<<"$targets" && tests+=("$t")
 done
