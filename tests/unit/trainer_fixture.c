@@ -68,7 +68,8 @@ ct_dataset *ct_fixture_dataset(const ct_fixture_data *d) {
 
 ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m) {
     json_t *hidden = json_array();
-    for (int i = 0; i < 4 && o->hidden[i] > 0; i++) json_array_append_new(hidden, json_integer((json_int_t)o->hidden[i]));
+    for (int i = 0; i < 4 && o->hidden[i] > 0; i++)
+        json_array_append_new(hidden, json_integer((json_int_t)o->hidden[i]));
     json_t *spec = json_pack("{s:s, s:o, s:I}", "type", "mlp", "hidden", hidden, "num_classes", (json_int_t)o->classes);
     if (!spec) return ct_error(CT_ERR_NOMEM, "cannot build the MLP's spec");
     if (o->dropout > 0) json_object_set_new(spec, "dropout", json_real(o->dropout));
