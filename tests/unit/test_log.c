@@ -258,6 +258,13 @@ static ct_dataset *make_data(int64_t n, int64_t dim) {
     return ct_fixture_dataset(&(ct_fixture_data){.kind = CT_FIXTURE_PATTERN, .n = n, .dim = dim, .classes = 4});
 }
 
+/* Training arguments whose output_dir is in the fixture's temporary root, not the default
+ * "trainer_output" of whatever directory the test runs in. */
+static void trainer_args(ct_training_args *a) {
+    ct_training_args_default(a);
+    snprintf(a->output_dir, sizeof a->output_dir, "%s/trainer_output", ct_fixture_tmp_root("ct_test_log"));
+}
+
 static ct_status make_model(ct_model *m, int64_t dim, int64_t hidden, int64_t max_batch) {
     ct_fixture_mlp o = {.dim = dim, .classes = 4, .hidden = {hidden}, .max_batch = max_batch, .seed = 7};
     return ct_fixture_mlp_build(&o, m);
@@ -274,7 +281,7 @@ static void trainer_levels(ct_rng *rng) {
                 /* Two random argument pairs per placement, passive among them often. */
                 for (int k = 0; k < 2; k++) {
                     ct_training_args a;
-                    ct_training_args_default(&a);
+                    trainer_args(&a);
                     a.disable_tqdm = true;
                     a.per_device_train_batch_size = 8;
                     a.log_level = (ct_log_level)arg_levels[ct_rng_below(rng, 6)];
@@ -320,7 +327,7 @@ static void run_summary(void) {
     CHECK_OK(make_model(&m, 6, 300, 8));
     ct_dataset *ds = make_data(1003, 6);
     ct_training_args a;
-    ct_training_args_default(&a);
+    trainer_args(&a);
     a.disable_tqdm = true;
     a.per_device_train_batch_size = 8;
     a.gradient_accumulation_steps = 3;
@@ -375,11 +382,13 @@ int main(void) {
     ct_test_begin("test_log");
     ct_rng rng;
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    if (!ct_fixture_tmp_root("ct_test_log")) return 1;
     threshold(&rng); /* first: it checks the default */
     rank_prefix(&rng);
     threads();
     hf_table();
     trainer_levels(&rng);
     run_summary();
+    ct_fixture_cleanup();
     return ct_test_finish();
 }
