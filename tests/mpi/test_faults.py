@@ -41,33 +41,21 @@ except ImportError as e:
     print(f"skipped: {e}")
     sys.exit(77)
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from checklib import check, finish, test_seed  # noqa: E402 (after the optional imports)
+
 CTRAINER = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else "build/ctrainer"
 MPIRUN = shutil.which("mpirun")
 if not MPIRUN:
     print("skipped: mpirun is not installed")
     sys.exit(77)
-SEED = int(os.environ.get("CT_TEST_SEED", time.time_ns() % (2**31)))
-print(f"{os.path.basename(sys.argv[0])}: seed {SEED} (rerun with CT_TEST_SEED={SEED})")
+SEED = test_seed()
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
        "OMPI_MCA_rmaps_base_oversubscribe": "1"}
 ENV.pop("CT_IO_FAULT", None)
 MPI = [MPIRUN, "--oversubscribe", "--bind-to", "none"]
 RNG = np.random.default_rng(SEED)
 N, FEATURES, CLASSES, BATCH, MAX_STEPS = 96, 8, 3, 8, 12  # 2 ranks x 8: 6 steps per epoch, 2 epochs
-
-counts = {"passed": 0, "failed": 0}
-
-
-def check(cond, msg):
-    counts["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAIL", msg)
-    return cond
-
-
-def finish():
-    print(f"{counts['passed']} passed, {counts['failed']} failed")
-    sys.exit(1 if counts["failed"] else 0)
 
 
 def write_data(path, x, y):

@@ -57,6 +57,9 @@ import time
 import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from checklib import check, finish  # noqa: E402 (the folder above is on the path only now)
+
 CONFIG = os.path.join(HERE, "..", "cli", "configs", "tiny_sequential.json")
 DATA = "/usr/share/datasets/fashion-mnist"
 LOG_EVERY = 100
@@ -67,20 +70,6 @@ RSS_BOUND = 3 * MiB
 SAMPLE_EVERY = 0.005
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 CTRAINER = SANITIZER = None  # set by main()
-
-_count = {"passed": 0, "failed": 0}
-
-
-def check(cond, msg):
-    _count["passed" if cond else "failed"] += 1
-    if not cond:
-        print("FAIL", msg)
-    return cond
-
-
-def finish():
-    print(f"{_count['passed']} passed, {_count['failed']} failed")
-    sys.exit(1 if _count["failed"] else 0)
 
 
 def mib(n):

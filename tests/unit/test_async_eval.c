@@ -22,45 +22,25 @@
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 static int run_counter;
 
 /* --- data, model, replica factory ------------------------------------------------------------- */
 
 static ct_dataset *make_data(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    int64_t xs[2] = {n, dim}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK)
-        abort();
-    /* Labels follow the first feature's sign for half the classes, so accuracy moves while training. */
-    for (int64_t i = 0; i < n; i++) {
-        for (int64_t j = 0; j < dim; j++) ((float *)x.data)[i * dim + j] = (float)(ct_rng_uniform(&rng) * 2 - 1);
-        int64_t c = (int64_t)(ct_rng_uniform(&rng) * (double)classes);
-        ((int64_t *)y.data)[i] = ct_rng_uniform(&rng) < 0.6 ? (((float *)x.data)[i * dim] > 0) : c;
-    }
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, classes, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(
+        &(ct_fixture_data){.kind = CT_FIXTURE_SIGNAL, .n = n, .dim = dim, .classes = classes, .seed = seed});
 }
 
 enum { DIM = 12, CLASSES = 4 };
 
 static ct_status build_model(int64_t max_batch, ct_device dev, ct_model *m) {
-    json_t *spec = json_pack("{s:s, s:[i], s:I, s:f}", "type", "mlp", "hidden", 24, "num_classes", (json_int_t)CLASSES,
-                             "dropout", 0.1);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {DIM}};
-    ct_model_options o = {.dtype = CT_F32, .device = dev, .max_batch = max_batch, .seed = 3};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = DIM, .classes = CLASSES, .hidden = {24}, .dropout = 0.1, .device = dev,
+                        .max_batch = max_batch, .seed = 3};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_model *out) {
@@ -473,8 +453,7 @@ static void test_errors(void) {
 
 int main(void) {
     ct_test_begin("test_async_eval");
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_async_eval_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_async_eval"))) return 1;
     train_set = make_data(400, DIM, CLASSES, ct_test_seed);
     eval_set = make_data(601, DIM, CLASSES, ct_test_seed + 1);
     test_equals_sync(false);
@@ -487,8 +466,6 @@ int main(void) {
     test_errors();
     ct_dataset_free(train_set);
     ct_dataset_free(eval_set);
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

@@ -39,38 +39,21 @@
 #include "model/layers.h"
 #include "model/model_io.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
-static char root[256];
+static const char *root; /* the fixture's temporary root */
 static bool h5_deterministic; /* two writes of the same tensors give the same bytes */
 
 /* --- runs ----------------------------------------------------------------------------------------- */
 
 static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, 6}) != CT_OK ||
-        ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){n}) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * 6; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&rng) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&rng) * 3);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, 3, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
 }
 
 static ct_status make_model(ct_model *m, int64_t hidden) {
-    json_t *spec = json_pack("{s:s, s:[I, I], s:i, s:f}", "type", "mlp", "hidden", (json_int_t)hidden,
-                             (json_int_t)hidden, "num_classes", 3, "dropout", 0.1);
-    ct_module *r;
-    ct_status s = ct_module_from_json(spec, "model", &r);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 16, .seed = 11};
-    return ct_model_build(m, r, &(ct_shape){.ndim = 1, .dims = {6}}, &o);
+    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {hidden, hidden}, .dropout = 0.1, .max_batch = 16, .seed = 11};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 /* 100 samples, batch 10: 10 batches per epoch. */
@@ -254,12 +237,6 @@ static void same_training(const char *label, const outcome *want, const outcome 
     CHECK(ct_tensor_nbytes(&want->weights) == ct_tensor_nbytes(&got->weights) &&
               memcmp(want->weights.data, got->weights.data, ct_tensor_nbytes(&want->weights)) == 0,
           "%s: the final weights are not bit-identical", label);
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* --- comparing checkpoint directories ------------------------------------------------------------- */
@@ -517,8 +494,8 @@ static void same_files(const char *name, configure_fn configure, bool with_eval)
     configure(&a);
     char sync_dir[600];
     snprintf(sync_dir, sizeof sync_dir, "%s.sync", a.output_dir);
-    rm_rf(a.output_dir);
-    rm_rf(sync_dir);
+    ct_fixture_remove(a.output_dir);
+    ct_fixture_remove(sync_dir);
     outcome s = run(&a, NULL, NULL, 8, with_eval);
     CHECK(s.status == CT_OK, "%s: the synchronous run failed: %s", name, s.message);
     CHECK(rename(a.output_dir, sync_dir) == 0, "%s: cannot move %s aside", name, a.output_dir);
@@ -537,7 +514,7 @@ static void crash_and_resume(const char *name, bool async, int64_t at, const out
     ct_training_args a;
     base_args(&a, name);
     a.save_async = async;
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     outcome first = run(&a, NULL, new_crasher(at, 0), 8, false);
     CHECK_ERR(first.status == CT_OK ? CT_OK : ct_error(first.status, "%s", first.message), CT_ERR_IO,
               "simulated crash");
@@ -555,7 +532,7 @@ static void crash_and_resume(const char *name, bool async, int64_t at, const out
 static void test_resume(void) {
     ct_training_args a;
     base_args(&a, "uninterrupted");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     outcome want = run(&a, NULL, NULL, 8, false);
     CHECK_OK(want.status);
     for (int64_t at = 7; at <= 8; at++) {
@@ -577,7 +554,7 @@ static void test_resume(void) {
         ct_training_args b;
         base_args(&b, name);
         b.save_async = true;
-        rm_rf(b.output_dir);
+        ct_fixture_remove(b.output_dir);
         outcome first = run(&b, NULL, new_crasher(at, SIGTERM), 8, false);
         CHECK(first.status == CT_ERR_INTERRUPTED, "%s: returned %s: %s", name, ct_status_str(first.status),
               first.message);
@@ -621,7 +598,7 @@ static void test_errors(void) {
     a.save_steps = 2;
     a.max_steps = 20;
     a.logging_steps = 100;
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     struct rlimit old, small = {.rlim_cur = 64 << 10};
     getrlimit(RLIMIT_FSIZE, &old);
     small.rlim_max = old.rlim_max;
@@ -653,7 +630,7 @@ static void test_snapshot_isolation(void) {
     a.save_async = true;
     a.save_steps = 1;
     a.max_steps = STEPS;
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     recorder *r = calloc(1, sizeof *r);
     r->base.ops = &recorder_ops;
     r->max_steps = STEPS;
@@ -715,8 +692,7 @@ static bool probe_h5_deterministic(void) {
 
 int main(void) {
     ct_test_begin("test_async_save");
-    snprintf(root, sizeof root, "/tmp/ct_test_async_save_XXXXXX");
-    if (!mkdtemp(root)) return 1;
+    if (!(root = ct_fixture_tmp_root("ct_test_async_save"))) return 1;
     h5_deterministic = probe_h5_deterministic();
     printf("HDF5 files are %s\n", h5_deterministic ? "byte-deterministic: compared byte for byte"
                                                    : "stamped with object times by HDF5: compared by content");
@@ -727,6 +703,6 @@ int main(void) {
     test_resume();
     test_errors();
     test_snapshot_isolation();
-    rm_rf(root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

@@ -1,5 +1,7 @@
-/* The single-process communicator and the wrappers every communicator goes through: each
- * collective on one rank (the identity or a copy, on fresh random data), the validation errors with
+/* The single-process communicator and the wrappers every communicator goes through: the
+ * communicator conformance suite on one rank (tests/comm/comm_conformance.h, which the MPI and NCCL
+ * tests run too), then what only single has: each collective on one rank as the identity or a
+ * bit-for-bit copy (fresh random data, every dtype the copies move), the validation errors with
  * their "<collective> (rank 0/1): " prefix, the vtable rules (short or NULL members are
  * CT_ERR_UNSUPPORTED), ct_comm_create_default choosing "single" without a launcher (and never
  * initialising MPI), ct_comm_abort's exit code, and in builds without MPI the refusals of MPI, NCCL
@@ -10,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "comm_conformance.h"
 #include "dist/comm.h"
 #include "testlib.h"
 
@@ -310,6 +313,9 @@ int main(void) {
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
     ct_comm *c = NULL;
     CHECK_OK(ct_comm_single_create(&c));
+    ct_comm_test ct;
+    ct_comm_test_init(&ct, c, CT_CPU, &ct_comm_test_host_sizes, NULL);
+    ct_comm_test_run(&ct);
     identity(c);
     reductions(c);
     data_movement(c);

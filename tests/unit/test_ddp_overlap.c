@@ -22,6 +22,7 @@
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
 /* --- the mirror communicator ------------------------------------------------------------------- */
@@ -113,36 +114,17 @@ static void mirror_init(mirror *m) {
 
 /* --- the run ------------------------------------------------------------------------------------ */
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 
 static ct_dataset *make_data(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    int64_t xs[2] = {n, dim}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * dim; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&rng) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&rng) * (double)classes);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, classes, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = dim, .classes = classes, .seed = seed});
 }
 
 /* An MLP dim -> 512 -> 512 -> 512 -> classes: 8 parameters; with dim 256 the 1 MiB first bucket
  * closes at the last hidden weight (exactly 1 MiB), so 1 MiB buckets give 3 and 25 MiB give 2. */
 static ct_status make_model(ct_model *m, int64_t dim, int64_t classes) {
-    json_t *spec = json_pack("{s:s, s:[i,i,i], s:I}", "type", "mlp", "hidden", 512, 512, 512, "num_classes",
-                             (json_int_t)classes);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {dim}};
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 64, .seed = 11};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = dim, .classes = classes, .hidden = {512, 512, 512}, .max_batch = 64, .seed = 11};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 typedef struct run_opts {
@@ -274,7 +256,7 @@ static void check_buckets(const run_result *r, int64_t steps, int64_t cap_bytes,
 
 int main(void) {
     ct_test_begin("test_ddp_overlap");
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_ddp_overlap_%d", (int)getpid());
+    if (!(tmp_root = ct_fixture_tmp_root("ct_ddp_overlap"))) return 1;
     uint64_t seed = ct_test_seed;
     const int64_t dim = 256, classes = 10, n = 8 * 2 * 6 + 5; /* a short last global batch */
     ct_dataset *train = make_data(n, dim, classes, seed);
@@ -320,8 +302,6 @@ int main(void) {
     free(r.weights);
 
     ct_dataset_free(train);
-    char cmd[320];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

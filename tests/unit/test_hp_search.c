@@ -28,8 +28,9 @@
 #include "model/layers.h"
 #include "search/hp_search.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 
-static char tmpdir[256];
+static const char *tmpdir; /* the fixture's temporary root */
 
 static json_t *parse(const char *text) {
     json_error_t e;
@@ -509,34 +510,15 @@ static void test_driver(void) {
 enum { DIM = 6, CLASSES = 3, N_TRAIN = 192, N_EVAL = 96 };
 
 static ct_dataset *make_data(int64_t n, ct_rng *rng) {
-    ct_tensor x, y;
-    int64_t xs[2] = {n, DIM}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK) abort();
-    for (int64_t i = 0; i < n; i++) {
-        float *row = (float *)x.data + i * DIM;
-        for (int d = 0; d < DIM; d++) row[d] = (float)(2 * ct_rng_uniform(rng) - 1);
-        /* A learnable rule: the class of the largest of three sums. */
-        float s0 = row[0] + row[1], s1 = row[2] - row[3], s2 = row[4] + 0.5f * row[5];
-        ((int64_t *)y.data)[i] = s0 > s1 && s0 > s2 ? 0 : s1 > s2 ? 1 : 2;
-    }
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, CLASSES, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(
+        &(ct_fixture_data){.kind = CT_FIXTURE_RULE, .n = n, .dim = DIM, .classes = CLASSES, .rng = rng});
 }
 
 static ct_status build_mlp(int64_t hidden, int64_t max_batch, ct_device dev, ct_model *m) {
     if (hidden <= 0) return ct_error(CT_ERR_CONFIG, "model.hidden: expected a positive size, got %lld", (long long)hidden);
-    json_t *spec = json_pack("{s:s, s:[I], s:I}", "type", "mlp", "hidden", (json_int_t)hidden, "num_classes",
-                             (json_int_t)CLASSES);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {DIM}};
-    ct_model_options o = {.dtype = CT_F32, .device = dev, .max_batch = max_batch, .seed = 11};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = DIM, .classes = CLASSES, .hidden = {hidden}, .device = dev, .max_batch = max_batch,
+                        .seed = 11};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 typedef struct init_log {
@@ -826,19 +808,13 @@ static void test_run_config(void) {
 
 int main(void) {
     ct_test_begin("test_hp_search");
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ct_hp_search_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
-        return 1;
-    }
+    if (!(tmpdir = ct_fixture_tmp_root("ct_hp_search"))) return 1;
     test_space_reading();
     test_random_sampler();
     test_grid();
     test_driver();
     test_c_api();
     test_run_config();
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (ct_test_failed == 0 && system(cmd) != 0) printf("could not remove %s\n", tmpdir);
+    if (ct_test_failed == 0) ct_fixture_cleanup(); /* a failed run's files stay for a look */
     return ct_test_finish();
 }

@@ -21,6 +21,7 @@
 #include "core/rng.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
 /* --- capturing stderr ------------------------------------------------------------------------------ */
@@ -254,28 +255,19 @@ static ct_status lone_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out
 static const ct_comm_ops lone_ops = {.size = sizeof(ct_comm_ops), .name = "lone", .all_gather = lone_all_gather};
 
 static ct_dataset *make_data(int64_t n, int64_t dim) {
-    ct_tensor x, y;
-    int64_t xs[2] = {n, dim}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * dim; i++) ((float *)x.data)[i] = (float)((i * 37) % 11) / 11.0f - 0.4f;
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = i % 4;
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, 4, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.kind = CT_FIXTURE_PATTERN, .n = n, .dim = dim, .classes = 4});
+}
+
+/* Training arguments whose output_dir is in the fixture's temporary root, not the default
+ * "trainer_output" of whatever directory the test runs in. */
+static void trainer_args(ct_training_args *a) {
+    ct_training_args_default(a);
+    snprintf(a->output_dir, sizeof a->output_dir, "%s/trainer_output", ct_fixture_tmp_root("ct_test_log"));
 }
 
 static ct_status make_model(ct_model *m, int64_t dim, int64_t hidden, int64_t max_batch) {
-    json_t *spec = json_pack("{s:s, s:[I], s:i}", "type", "mlp", "hidden", (json_int_t)hidden, "num_classes", 4);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {dim}};
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = 7};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = dim, .classes = 4, .hidden = {hidden}, .max_batch = max_batch, .seed = 7};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 static void trainer_levels(ct_rng *rng) {
@@ -289,7 +281,7 @@ static void trainer_levels(ct_rng *rng) {
                 /* Two random argument pairs per placement, passive among them often. */
                 for (int k = 0; k < 2; k++) {
                     ct_training_args a;
-                    ct_training_args_default(&a);
+                    trainer_args(&a);
                     a.disable_tqdm = true;
                     a.per_device_train_batch_size = 8;
                     a.log_level = (ct_log_level)arg_levels[ct_rng_below(rng, 6)];
@@ -335,7 +327,7 @@ static void run_summary(void) {
     CHECK_OK(make_model(&m, 6, 300, 8));
     ct_dataset *ds = make_data(1003, 6);
     ct_training_args a;
-    ct_training_args_default(&a);
+    trainer_args(&a);
     a.disable_tqdm = true;
     a.per_device_train_batch_size = 8;
     a.gradient_accumulation_steps = 3;
@@ -390,11 +382,13 @@ int main(void) {
     ct_test_begin("test_log");
     ct_rng rng;
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    if (!ct_fixture_tmp_root("ct_test_log")) return 1;
     threshold(&rng); /* first: it checks the default */
     rank_prefix(&rng);
     threads();
     hf_table();
     trainer_levels(&rng);
     run_summary();
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

@@ -22,12 +22,13 @@
 #include "core/rng.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/memory.h"
 #include "trainer/trainer.h"
 
 #define MiB ((int64_t)1 << 20)
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 static ct_rng rng;
 
 /* Resident bytes per byte a test block holds: 1 in ordinary builds (checked), more under TSan, whose
@@ -285,30 +286,12 @@ static void test_stages(void) {
 /* --- the Trainer ---------------------------------------------------------------------------------- */
 
 static ct_dataset *make_data(int64_t n, int64_t dim, int64_t classes, uint64_t seed) {
-    ct_rng r;
-    ct_rng_init(&r, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    int64_t xs[2] = {n, dim}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * dim; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&r) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&r) * (double)classes);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, classes, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = dim, .classes = classes, .seed = seed});
 }
 
 static ct_status make_model(ct_model *m, int64_t dim, int64_t classes, int64_t max_batch) {
-    json_t *spec = json_pack("{s:s, s:[i], s:I}", "type", "mlp", "hidden", 16, "num_classes", (json_int_t)classes);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {dim}};
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = max_batch, .seed = ct_test_seed};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = dim, .classes = classes, .hidden = {16}, .max_batch = max_batch, .seed = ct_test_seed};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 static json_t *load_json(const char *dir, const char *name) {
@@ -450,8 +433,7 @@ static void test_trainer_evaluate_only(void) {
 int main(void) {
     ct_test_begin("test_memory");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_memory_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_test_memory"))) return 1;
     test_rss();
     test_deltas(CT_MEM_PEAK_AUTO);
     test_deltas(CT_MEM_PEAK_SAMPLER);
@@ -464,8 +446,6 @@ int main(void) {
     test_trainer(false);
     test_trainer(true);
     test_trainer_evaluate_only();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

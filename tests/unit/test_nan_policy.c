@@ -29,9 +29,10 @@
 #include "model/layers.h"
 #include "model/model_io.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 static ct_rng rng;
 
 #define MAX_STEPS 12
@@ -40,29 +41,12 @@ typedef enum poison { P_NONE, P_LOSS_NAN, P_GRAD_INF, P_LOSS_INF, P_EMPTY } pois
 static const char *const poison_names[] = {"none", "NaN loss", "inf gradient", "inf loss", "empty step"};
 
 static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    ct_rng r;
-    ct_rng_init(&r, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, 6}) != CT_OK ||
-        ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){n}) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * 6; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&r) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&r) * 3);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, 3, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
 }
 
 static ct_status make_model(ct_model *m) {
-    json_t *spec = json_pack("{s:s, s:[i], s:i, s:f}", "type", "mlp", "hidden", 8, "num_classes", 3, "dropout", 0.1);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 16, .seed = 5};
-    return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {6}}, &o);
+    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {8}, .dropout = 0.1, .max_batch = 16, .seed = 5};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 /* 80 samples, batch 10, accumulation 2: 4 optimizer steps per epoch; 12 steps in all. */
@@ -78,12 +62,6 @@ static void run_args(ct_training_args *a, const char *name) {
     a->logging_steps = 2;
     a->save_strategy = CT_INTERVAL_STEPS;
     a->save_steps = 4;
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 /* --- the poisoning trainer and the watcher ------------------------------------------------------- */
@@ -305,7 +283,7 @@ static void test_error(int round) {
     char name[64], label[256];
     snprintf(name, sizeof name, "error_%d", round);
     run_args(&a, name);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     CHECK(a.nan_inf_policy == CT_NAN_INF_ERROR, "the default nan_inf_policy is %d", (int)a.nan_inf_policy);
     poison mode;
     random_setting(&a, &mode, label, sizeof label, "error");
@@ -334,7 +312,7 @@ static void test_error(int round) {
 static void test_empty_step(void) {
     ct_training_args a;
     run_args(&a, "empty");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     a.save_strategy = CT_INTERVAL_NO;
     outcome *o = run(&a, NULL, P_EMPTY, 1ull << 3 | 1ull << 8, 0);
     CHECK(o->status == CT_OK, "empty steps: %s", o->message);
@@ -351,7 +329,7 @@ static void test_skip(int round) {
     char name[64], label[256];
     snprintf(name, sizeof name, "skip_%d", round);
     run_args(&a, name);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     CT_ASSERT(ct_training_args_set(&a, "nan_inf_policy", "skip") == CT_OK);
     poison mode;
     random_setting(&a, &mode, label, sizeof label, "skip");
@@ -441,7 +419,7 @@ static void test_stop(int round, int p, bool save_async, const outcome *clean) {
     char name[64], label[256];
     snprintf(name, sizeof name, "stop_%d", round);
     run_args(&a, name);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     CT_ASSERT(ct_training_args_set(&a, "nan_inf_policy", "stop") == CT_OK);
     a.save_async = save_async;
     poison mode;
@@ -489,8 +467,7 @@ static void test_stop(int round, int p, bool save_async, const outcome *clean) {
 int main(void) {
     ct_test_begin("test_nan_policy");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_nan_policy_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_test_nan_policy"))) return 1;
     /* the values */
     ct_training_args a;
     ct_training_args_default(&a);
@@ -513,6 +490,6 @@ int main(void) {
     }
     test_stop(5, 4, true, clean); /* a step whose checkpoint the save_steps save already wrote */
     outcome_free(clean);
-    rm_rf(tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

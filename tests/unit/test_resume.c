@@ -16,35 +16,18 @@
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 
 static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, 6}) != CT_OK ||
-        ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){n}) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * 6; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&rng) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&rng) * 3);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, 3, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
 }
 
 static ct_status make_model(ct_model *m, int64_t hidden) {
-    json_t *spec = json_pack("{s:s, s:[I], s:i, s:f}", "type", "mlp", "hidden", (json_int_t)hidden, "num_classes", 3,
-                             "dropout", 0.2);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 16, .seed = 5};
-    return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {6}}, &o);
+    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {hidden}, .dropout = 0.2, .max_batch = 16, .seed = 5};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 /* 100 samples, batch 10, accumulation 2: 5 optimizer steps per epoch, 3 epochs = 15 steps. */
@@ -176,16 +159,10 @@ static void compare(const char *label, const outcome *want, const outcome *got) 
           "%s: final weights are not bit-identical", label);
 }
 
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
-}
-
 static void interrupted(const char *name, const outcome *want, ct_event event, int64_t step, int sig) {
     ct_training_args a;
     run_args(&a, name);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     crasher *c = calloc(1, sizeof *c);
     c->base.ops = &crasher_ops;
     c->event = event;
@@ -207,7 +184,7 @@ static void test_errors(const outcome *want) {
     (void)want;
     ct_training_args a;
     run_args(&a, "errors");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     outcome none = run(&a, "latest", NULL, 8);
     CHECK_ERR(none.status, CT_ERR_IO, "no checkpoint in");
     outcome_free(&none);
@@ -242,7 +219,7 @@ static void test_errors(const outcome *want) {
     ct_training_args_free(&a);
     /* an allowed change: more epochs. The run continues from its last checkpoint to the new end. */
     run_args(&a, "more_epochs");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     a.num_train_epochs = 2;
     outcome two = run(&a, NULL, NULL, 8);
     CHECK_OK(two.status);
@@ -256,7 +233,7 @@ static void test_errors(const outcome *want) {
     outcome_free(&three);
     ct_training_args_free(&a);
     run_args(&a, "only_model");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     a.max_steps = 3;
     a.save_only_model = true;
     outcome only = run(&a, NULL, NULL, 8);
@@ -269,8 +246,7 @@ static void test_errors(const outcome *want) {
 
 int main(void) {
     ct_test_begin("test_resume");
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_resume_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_test_resume"))) return 1;
     ct_training_args a;
     run_args(&a, "uninterrupted");
     outcome want = run(&a, NULL, NULL, 8);
@@ -289,6 +265,6 @@ int main(void) {
     interrupted("SIGINT inside an accumulation cycle", &want, CT_ON_SUBSTEP_END, 4, SIGINT);
     test_errors(&want);
     outcome_free(&want);
-    rm_rf(tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

@@ -40,38 +40,22 @@
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 #include "trainer/trainer_impl.h" /* ct_trainer_async_save_drain */
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 static ct_rng rng;
 
 #define MAX_STEPS 12
 
 static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    ct_rng r;
-    ct_rng_init(&r, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, 6}) != CT_OK ||
-        ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){n}) != CT_OK)
-        abort();
-    for (int64_t i = 0; i < n * 6; i++) ((float *)x.data)[i] = (float)(ct_rng_uniform(&r) * 2 - 1);
-    for (int64_t i = 0; i < n; i++) ((int64_t *)y.data)[i] = (int64_t)(ct_rng_uniform(&r) * 3);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, 3, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
 }
 
 static ct_status make_model(ct_model *m) {
-    json_t *spec = json_pack("{s:s, s:[i], s:i}", "type", "mlp", "hidden", 16, "num_classes", 3);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_model_options o = {.dtype = CT_F32, .device = CT_CPU, .max_batch = 16, .seed = 5};
-    return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {6}}, &o);
+    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {16}, .max_batch = 16, .seed = 5};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 /* 80 samples, batch 10, accumulation 2: 4 steps per epoch; checkpoints at steps 4, 8 and 12. */
@@ -87,12 +71,6 @@ static void run_args(ct_training_args *a, const char *root, const char *name) {
     a->logging_steps = 2;
     a->save_strategy = CT_INTERVAL_STEPS;
     a->save_steps = 4;
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static int64_t file_size(const char *path) {
@@ -336,7 +314,7 @@ static void test_full_disk(const char *name, bool save_async, bool go_on, int64_
                            const outcome *clean) {
     ct_training_args a;
     run_args(&a, tmp_root, name);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     a.save_async = save_async;
     a.on_save_error = go_on ? CT_SAVE_ERROR_CONTINUE : CT_SAVE_ERROR_STOP;
     char label[300];
@@ -376,7 +354,7 @@ static ct_status step_metric(ct_trainer *t, const ct_prediction_output *p, const
 static void test_best_lost(void) {
     ct_training_args a;
     run_args(&a, tmp_root, "best_lost");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     a.eval_strategy = CT_INTERVAL_STEPS;
     a.eval_steps = 4;
     a.load_best_model_at_end = true;
@@ -429,7 +407,7 @@ static void test_real_failures(const outcome *clean, const layout *l) {
     }
     void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
     run_args(&a, tmp_root, "fsize");
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     /* the checkpoint of step 4 is written before the limit: the limit comes at the end of step 8 */
     CT_ASSERT(setrlimit(RLIMIT_FSIZE, &old) == 0);
     a.save_steps = 4;
@@ -540,7 +518,7 @@ static int tmpfs_child(void) {
     same_log("tmpfs, resumed with space", clean.log, o.log);
     outcome_free(&o);
     ct_training_args_free(&a);
-    rm_rf(a.output_dir);
+    ct_fixture_remove(a.output_dir);
     /* continue: the save of 8 fails for want of space, which comes back after step 9; the save of 12
      * succeeds and rotation (save_total_limit 1) deletes checkpoint-4 */
     snprintf(opts, sizeof opts, "size=%lld", (long long)small);
@@ -588,8 +566,7 @@ int main(void) {
     setenv("CT_IO_FAULT", "5:1:EIO", 1);
     ct_test_begin("test_save_errors");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_save_errors_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_test_save_errors"))) return 1;
     test_hook();
     unsetenv("CT_IO_FAULT");
     test_tmpfs();
@@ -624,6 +601,6 @@ int main(void) {
     test_best_lost();
     test_real_failures(&clean, &l);
     outcome_free(&clean);
-    rm_rf(tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }

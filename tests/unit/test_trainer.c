@@ -19,9 +19,10 @@
 #include "core/util.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
-static char tmp_root[256];
+static const char *tmp_root; /* the fixture's temporary root */
 
 /* Every kind of built-in metric, for the batch-size independence check. */
 #define EVAL_METRICS "[\"accuracy\", \"top_2_accuracy\", \"f1_macro\", \"f1_per_class\", \"precision_weighted\", \"recall_micro\", \"mcc\", \"balanced_accuracy\", \"confusion_matrix\", \"auroc\", \"average_precision\"]"
@@ -30,34 +31,13 @@ static char tmp_root[256];
 
 /* n samples of dim features, labels in [0, classes) with about `ignored` of them -100. */
 static ct_dataset *make_data(int64_t n, int64_t dim, int64_t classes, double ignored, ct_dtype dt, uint64_t seed) {
-    ct_rng rng;
-    ct_rng_init(&rng, seed, 0, CT_RNG_USER);
-    ct_tensor x, y;
-    int64_t xs[2] = {n, dim}, ys[1] = {n};
-    if (ct_tensor_alloc(&x, dt, CT_CPU, 2, xs) != CT_OK || ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, ys) != CT_OK) abort();
-    for (int64_t i = 0; i < n * dim; i++) {
-        double v = ct_rng_uniform(&rng) * 2 - 1;
-        if (dt == CT_F32) ((float *)x.data)[i] = (float)v;
-        else ((double *)x.data)[i] = v;
-    }
-    for (int64_t i = 0; i < n; i++)
-        ((int64_t *)y.data)[i] = ct_rng_uniform(&rng) < ignored ? -100 : (int64_t)(ct_rng_uniform(&rng) * classes);
-    ct_dataset *ds;
-    if (ct_tensor_dataset_create(&x, &y, classes, &ds) != CT_OK) abort();
-    ct_tensor_free(&x);
-    ct_tensor_free(&y);
-    return ds;
+    return ct_fixture_dataset(&(ct_fixture_data){.kind = CT_FIXTURE_IGNORED, .n = n, .dim = dim, .classes = classes,
+                                                 .seed = seed, .dtype = dt, .ignored = ignored});
 }
 
 static ct_status make_model(ct_model *m, int64_t dim, int64_t classes, ct_dtype dt, int64_t max_batch) {
-    json_t *spec = json_pack("{s:s, s:[i], s:I}", "type", "mlp", "hidden", 16, "num_classes", (json_int_t)classes);
-    ct_module *root;
-    ct_status s = ct_module_from_json(spec, "model", &root);
-    json_decref(spec);
-    CT_TRY(s);
-    ct_shape in = {.ndim = 1, .dims = {dim}};
-    ct_model_options o = {.dtype = dt, .device = CT_CPU, .max_batch = max_batch, .seed = 7};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_mlp o = {.dim = dim, .classes = classes, .hidden = {16}, .dtype = dt, .max_batch = max_batch, .seed = 7};
+    return ct_fixture_mlp_build(&o, m);
 }
 
 /* Arguments for a quiet test run writing under tmp_root/name. */
@@ -642,8 +622,7 @@ static void test_outputs(void) {
 
 int main(void) {
     ct_test_begin("test_trainer");
-    snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_test_trainer_XXXXXX");
-    if (!mkdtemp(tmp_root)) return 1;
+    if (!(tmp_root = ct_fixture_tmp_root("ct_test_trainer"))) return 1;
     test_accumulation(CT_F32, 1e-6);
     test_accumulation(CT_F64, 1e-12);
     test_schedule();
@@ -659,8 +638,6 @@ int main(void) {
     test_outputs();
     test_compute_metrics();
     test_eval_batch_independence();
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", tmp_root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_root);
+    ct_fixture_cleanup();
     return ct_test_finish();
 }
