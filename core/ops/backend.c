@@ -6,11 +6,7 @@
  * static library, so registration cannot be lost at link time. */
 #include "core/ops/backend.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-
-#include "core/tensor.h"
 
 #ifdef CT_HAVE_CUDA
 extern const ct_backend_ops ct_backend_cuda;
