@@ -5,7 +5,35 @@
 #include "callbacks/tensorboard.h"
 #include "cli/cli.h"
 #include "core/device.h"
+#include "core/ops/backend.h"
 #include "report/plot.h"
+
+/* The backends (`ctrainer version`): the CPU's description, then each other kind compiled in with
+ * a line per device it sees, or how to compile it in. */
+static void print_backends(void) {
+    static const char *const kinds[CT_DEVICE_KINDS] = {[CT_DEVICE_CPU] = "CPU", [CT_DEVICE_CUDA] = "CUDA"};
+    char what[256], name[32];
+    for (int k = 0; k < CT_DEVICE_KINDS; k++) {
+        const ct_backend_ops *b = ct_backend_for_kind((ct_device_kind)k);
+        if (!b) {
+            printf("%s: not compiled in (configure with -DCTRAINER_%s=ON)\n", kinds[k], kinds[k]);
+            continue;
+        }
+        if (k == CT_DEVICE_CPU) {
+            what[0] = '\0';
+            if (b->describe) b->describe(0, what, sizeof what);
+            printf("CPU: %s\n", what);
+            continue;
+        }
+        int n = ct_device_count((ct_device_kind)k);
+        printf("%s: compiled in, %d device(s) visible\n", kinds[k], n);
+        for (int i = 0; i < n; i++) {
+            what[0] = '\0';
+            if (b->describe) b->describe(i, what, sizeof what);
+            printf("  %s: %s\n", ct_device_str((ct_device){(ct_device_kind)k, i}, name, sizeof name), what);
+        }
+    }
+}
 
 static void usage(FILE *f) {
     fprintf(f, "usage: ctrainer <command> [options]\n\n"
@@ -40,16 +68,13 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
             printf("usage: ctrainer version\n"
-                   "Prints ctrainer's version, whether CUDA is compiled in (and how many GPUs it sees), and whether\n"
-                   "the optional parts are: TensorBoard event files (protobuf-c) and training curves (cairo).\n");
+                   "Prints ctrainer's version, its backends (the CPU's threads and BLAS; whether CUDA is compiled in\n"
+                   "and the GPUs it sees), and whether the optional parts are: TensorBoard event files (protobuf-c)\n"
+                   "and training curves (cairo).\n");
             return 0;
         }
         printf("ctrainer %s\n", CT_VERSION);
-#ifdef CT_HAVE_CUDA
-        printf("CUDA: compiled in, %d device(s) visible\n", ct_cuda_device_count());
-#else
-        printf("CUDA: not compiled in\n");
-#endif
+        print_backends();
         const char *pb = ct_tb_protobuf_c_version(), *cairo = ct_plot_cairo_version();
         if (pb) printf("TensorBoard: yes (protobuf-c %s)\n", pb);
         else printf("TensorBoard: no (configure with -DCTRAINER_TENSORBOARD=ON)\n");

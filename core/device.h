@@ -1,13 +1,20 @@
 /* Devices: where a tensor's memory lives and where an op runs.
  *
  * A device is a kind (CPU or CUDA) and an index. Its spelling is PyTorch's: "cpu", "cuda", "cuda:1".
- * Ops dispatch on the device of their tensors; a CUDA device is usable only in a build with CUDA and
- * on a machine that has the GPU, which ct_device_check says with a clear message. */
+ * Each kind is served by a backend (core/ops/backend.h: a const table of device memory and op
+ * kernels, backends/cpu/ and backends/cuda/); ops dispatch on the device of their tensors to it. A
+ * CUDA device is usable only in a build with CUDA and on a machine that has the GPU, which
+ * ct_device_check says with a clear message.
+ *
+ * Parsing and printing are here (core/device.c). The memory functions below are the backend's
+ * business: they are defined next to the backend tables (core/ops/backend.c), which look the kind up
+ * and call its table, so this header names no backend and core includes nothing above it. */
 #ifndef CT_DEVICE_H
 #define CT_DEVICE_H
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 
@@ -16,6 +23,7 @@ extern "C" {
 #endif
 
 typedef enum ct_device_kind { CT_DEVICE_CPU = 0, CT_DEVICE_CUDA = 1 } ct_device_kind;
+#define CT_DEVICE_KINDS 2 /* the number of kinds: the size of the backends' registry */
 
 typedef struct ct_device {
     ct_device_kind kind;
@@ -34,8 +42,8 @@ static inline bool ct_device_eq(ct_device a, ct_device b) {
     return a.kind == b.kind && (a.kind == CT_DEVICE_CPU || a.index == b.index);
 }
 
-/* Number of CUDA devices visible to this process (0 in builds without CUDA). */
-int ct_cuda_device_count(void);
+/* Number of devices of a kind visible to this process (the CPU: 1; CUDA: 0 in builds without it). */
+int ct_device_count(ct_device_kind kind);
 
 /* CT_OK when the device can run ops in this build on this machine. */
 ct_status ct_device_check(ct_device d);
@@ -45,6 +53,12 @@ ct_status ct_device_check(ct_device d);
 ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
 void ct_device_free(ct_device d, void *p);
 ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes);
+
+/* Bytes allocated on a device through ct_device_alloc at their peak since the start or the last
+ * ct_device_reset_peak, which makes the peak the current count; -1 where the backend does not count
+ * (the CPU: its memory is the process's, which trainer/memory.h reads from the kernel). */
+int64_t ct_device_peak_allocated(ct_device d);
+void ct_device_reset_peak(ct_device d);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,8 @@
  * counterpart is malloc_trim(0): glibc keeps freed heap pages resident for reuse, and returning them
  * makes alloc_delta what the stage kept rather than what the allocator cached.
  *
- * The GPU: the CUDA runtime (backends/cuda/cuda_rt.h) counts the bytes allocated through it and their peak.
+ * The GPU: its backend (core/ops/backend.h, through ct_device_peak_allocated) counts the bytes allocated
+ * through it and their peak.
  * Resetting the peak makes it the current count, which is how the current count is read: at the
  * start (HF's reset_peak_memory_stats, then memory_allocated) and after reading the peak at the end. */
 #define _GNU_SOURCE
@@ -40,10 +41,8 @@
 #include <malloc.h>
 #endif
 
+#include "core/device.h"
 #include "core/log.h"
-#ifdef CT_HAVE_CUDA
-#include "backends/cuda/cuda_rt.h"
-#endif
 
 /* VmHWM after a reset may exceed the RSS read next to it by what other threads fault in meanwhile
  * and by the kernel's per-CPU counter slack; an ignored reset leaves the old peak, usually far above. */
@@ -58,7 +57,8 @@ typedef struct stage_record {
 struct ct_memory_tracker {
     ct_mem_peak_method method; /* HWM or SAMPLER */
     struct timespec interval;  /* the sampler's sleep */
-    int gpu;                   /* CUDA device index; -1: no GPU metrics */
+    bool gpu;                  /* GPU metrics: the device's backend counts its allocations */
+    ct_device device;          /* the device they are of */
     int statm_fd;
     int64_t page_size;
     ct_mem_stage cur; /* the stage running (CT_MEM_NONE: none) */
@@ -136,13 +136,11 @@ static void trim_heap(void) {
 #endif
 }
 
-#ifdef CT_HAVE_CUDA
 /* Bytes allocated on the device now (the peak, once reset, is the current count). */
-static int64_t gpu_allocated(int device) {
-    ct_cuda_reset_peak(device);
-    return (int64_t)ct_cuda_peak_allocated(device);
+static int64_t gpu_allocated(ct_device device) {
+    ct_device_reset_peak(device);
+    return ct_device_peak_allocated(device);
 }
-#endif
 
 /* --- the sampler (fallback) ----------------------------------------------------------------------- */
 
@@ -203,10 +201,8 @@ ct_status ct_memory_tracker_create(const ct_memory_tracker_opts *o, ct_memory_tr
     double s = o->sample_interval_s > 0 ? o->sample_interval_s : 1e-3;
     m->interval.tv_sec = (time_t)s;
     m->interval.tv_nsec = (long)((s - (double)m->interval.tv_sec) * 1e9);
-    m->gpu = -1;
-#ifdef CT_HAVE_CUDA
-    if (o->device.kind == CT_DEVICE_CUDA) m->gpu = o->device.index;
-#endif
+    m->device = o->device;
+    m->gpu = o->device.kind != CT_DEVICE_CPU && ct_device_peak_allocated(o->device) >= 0;
     m->method = o->peak;
     if (m->method == CT_MEM_PEAK_AUTO) m->method = reset_hwm() ? CT_MEM_PEAK_HWM : CT_MEM_PEAK_SAMPLER;
     *out = m;
@@ -235,9 +231,7 @@ void ct_memory_tracker_start(ct_memory_tracker *m, ct_mem_stage stage) {
     m->depth = 1;
     m->now = (stage_record){0};
     trim_heap();
-#ifdef CT_HAVE_CUDA
-    if (m->gpu >= 0) m->now.gpu_begin = gpu_allocated(m->gpu);
-#endif
+    if (m->gpu) m->now.gpu_begin = gpu_allocated(m->device);
     m->now.cpu_begin = statm_rss(m->statm_fd, m->page_size);
     m->stage_method = m->method;
     if (m->stage_method == CT_MEM_PEAK_HWM && !reset_hwm_checked(m)) {
@@ -272,7 +266,7 @@ static ct_status update_metrics(ct_memory_tracker *m, ct_mem_stage stage, json_t
         for (int k = 0; k < 2; k++) {
             snprintf(key, sizeof key, "%s_mem_cpu_%s_delta", name, what[k]);
             CT_TRY(put(metrics, key, cpu[k]));
-            if (m->gpu < 0) continue;
+            if (!m->gpu) continue;
             snprintf(key, sizeof key, "%s_mem_gpu_%s_delta", name, what[k]);
             CT_TRY(put(metrics, key, gpu[k]));
         }
@@ -280,7 +274,7 @@ static ct_status update_metrics(ct_memory_tracker *m, ct_mem_stage stage, json_t
     /* Memory in use before the Trainer existed, which no stage accounts for. */
     if (stages[0] == CT_MEM_INIT && m->rec[CT_MEM_INIT].done) {
         CT_TRY(put(metrics, "before_init_mem_cpu", m->rec[CT_MEM_INIT].cpu_begin));
-        if (m->gpu >= 0) CT_TRY(put(metrics, "before_init_mem_gpu", m->rec[CT_MEM_INIT].gpu_begin));
+        if (m->gpu) CT_TRY(put(metrics, "before_init_mem_gpu", m->rec[CT_MEM_INIT].gpu_begin));
     }
     return CT_OK;
 }
@@ -293,12 +287,10 @@ ct_status ct_memory_tracker_stop(ct_memory_tracker *m, ct_mem_stage stage, ct_st
     if (s != CT_OK) return s; /* a failed stage reports nothing */
     stage_record r = m->now;
     trim_heap();
-#ifdef CT_HAVE_CUDA
-    if (m->gpu >= 0) {
-        r.gpu_peak = (int64_t)ct_cuda_peak_allocated(m->gpu);
-        r.gpu_end = gpu_allocated(m->gpu);
+    if (m->gpu) {
+        r.gpu_peak = ct_device_peak_allocated(m->device);
+        r.gpu_end = gpu_allocated(m->device);
     }
-#endif
     r.cpu_end = statm_rss(m->statm_fd, m->page_size);
     r.cpu_peak = m->stage_method == CT_MEM_PEAK_HWM ? vm_hwm() : sampled;
     /* VmHWM and the samples may lag the RSS read last by a few pages: the end is a reading too. */

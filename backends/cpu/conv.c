@@ -9,12 +9,6 @@
 #include "backends/cpu/cpu_impl.h"
 #include "core/ops/ops.h"
 
-int64_t ct_conv_out_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding, int64_t dilation) {
-    int64_t span = in + 2 * padding - dilation * (kernel - 1) - 1;
-    if (span < 0) return 0; /* C division truncates toward zero; PyTorch's formula floors */
-    return span / stride + 1;
-}
-
 static int64_t conv_rows(const ct_conv2d_geom *g) { return g->in_channels * g->kernel[0] * g->kernel[1]; }
 
 /* A 1x1 window, stride 1, no padding: the input planes are the column matrix. */
@@ -100,92 +94,43 @@ int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch) {
     return slots * conv_slot_numel(g);
 }
 
-/* The shapes every conv op relies on; a mismatch is a bug in the calling layer. */
-static void check_conv(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight, const ct_tensor *y,
-                       const ct_tensor *ws) {
-    CT_CHECK_CPU(x);
-    CT_ASSERT(x->ndim == 4 && x->shape[1] == g->in_channels && x->shape[2] == g->in_h && x->shape[3] == g->in_w);
-    CT_ASSERT(y->ndim == 4 && y->shape[0] == x->shape[0] && y->shape[1] == g->out_channels &&
-              y->shape[2] == g->out_h && y->shape[3] == g->out_w);
-    CT_ASSERT(ct_tensor_numel(weight) == g->out_channels * g->in_channels * g->kernel[0] * g->kernel[1]);
-    CT_ASSERT(weight->dtype == x->dtype && y->dtype == x->dtype && ws->dtype == x->dtype);
-    CT_ASSERT(g->stride[0] >= 1 && g->stride[1] >= 1 && g->dilation[0] >= 1 && g->dilation[1] >= 1);
-    CT_ASSERT(g->out_h == ct_conv_out_size(g->in_h, g->kernel[0], g->stride[0], g->padding[0], g->dilation[0]) &&
-              g->out_w == ct_conv_out_size(g->in_w, g->kernel[1], g->stride[1], g->padding[1], g->dilation[1]));
-}
+/* core/ops/dispatch.c checked shapes and dtypes; the workspace is this backend's own. */
+static void check_ws(const ct_tensor *x, const ct_tensor *ws) { CT_ASSERT(ws->dtype == x->dtype); }
 
-void ct_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                          const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
-    CT_ASSERT(!g->pool2x2);
-    if (g->relu) CT_CHECK_CPU(x); /* cuDNN's path runs the activation as a layer of its own */
-    CT_ON_CUDA(x, ct_cuda_op_conv2d_forward(g, x, weight, bias, y, ws));
-    check_conv(g, x, weight, y, ws);
-    CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
+static void cpu_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                               const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+    check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, NULL, ws);
 }
 
-/* The shapes of a fused pooling's output and indices. */
-static void check_pooled(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *y, const ct_tensor *indices) {
-    CT_ASSERT(g->relu && g->pool2x2);
-    CT_ASSERT(y->ndim == 4 && y->shape[0] == x->shape[0] && y->shape[1] == g->out_channels &&
-              y->shape[2] == g->out_h / 2 && y->shape[3] == g->out_w / 2 && y->dtype == x->dtype);
-    CT_ASSERT(indices->dtype == CT_I32 && ct_shape_eq(indices, y));
-    CT_ASSERT(g->out_h * g->out_w <= INT32_MAX);
-}
-
-void ct_op_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                    const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
-    CT_CHECK_CPU(x);
-    check_pooled(g, x, y, indices);
-    /* the convolution's own checks, against its un-pooled output shape */
-    int64_t yshape[4] = {x->shape[0], g->out_channels, g->out_h, g->out_w};
-    ct_tensor yfull = ct_tensor_view(NULL, y->dtype, y->device, 4, yshape);
-    check_conv(g, x, weight, &yfull, ws);
-    CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype));
+static void cpu_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                         const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
+    check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, indices->data, ws);
 }
 
-/* The checks both backward entries share. */
-static void check_conv_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                const ct_tensor *dy, const ct_tensor *dweight, const ct_tensor *dbias,
-                                const ct_tensor *dx, const ct_tensor *ws) {
-    check_conv(g, x, weight, dy, ws);
-    CT_ASSERT(!dweight || (ct_tensor_numel(dweight) == ct_tensor_numel(weight) && dweight->dtype == x->dtype));
-    CT_ASSERT(!dbias || (ct_tensor_numel(dbias) == g->out_channels && dbias->dtype == x->dtype));
-    CT_ASSERT(!dx || (ct_shape_eq(dx, x) && dx->dtype == x->dtype));
-}
-
-void ct_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                           const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
-    CT_ASSERT(!g->relu && !g->pool2x2);
-    CT_ON_CUDA(x, ct_cuda_op_conv2d_backward(g, x, weight, dy, dweight, dbias, dx, ws));
-    check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
+static void cpu_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
+                                ct_tensor *ws) {
+    check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, NULL, NULL, dy, dweight, dbias, dx, ws);
 }
 
-void ct_op_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
-                                ct_tensor *dx, ct_tensor *ws) {
-    CT_ASSERT(g->relu && !g->pool2x2);
-    CT_CHECK_CPU(x);
-    check_conv_backward(g, x, weight, dy, dweight, dbias, dx, ws);
-    CT_ASSERT(ct_shape_eq(y, dy) && y->dtype == dy->dtype);
+static void cpu_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                     ct_tensor *dx, ct_tensor *ws) {
+    check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, NULL, dy, dweight, dbias, dx, ws);
 }
 
-void ct_op_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                     const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
-                                     ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
-    CT_CHECK_CPU(x);
-    check_pooled(g, x, y, indices);
-    CT_ASSERT(ct_shape_eq(y, dy) && y->dtype == dy->dtype);
-    int64_t yshape[4] = {x->shape[0], g->out_channels, g->out_h, g->out_w};
-    ct_tensor dyfull = ct_tensor_view(NULL, dy->dtype, dy->device, 4, yshape);
-    check_conv_backward(g, x, weight, &dyfull, dweight, dbias, dx, ws);
+static void cpu_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                          const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                          ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
+    check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, indices->data, dy, dweight, dbias, dx, ws);
 }

@@ -1,9 +1,11 @@
 /* Private helpers of the CPU backend.
  *
- * Kernels are written once over a real type and instantiated for float and double by including a
- * *_tmpl.h file twice with R (the type) and FN (the name suffixer) defined; CT_REAL_DISPATCH picks
- * the instance by the dtype of a tensor. OpenMP loops start only above CT_OMP_MIN elements, where
- * waking the thread team costs less than it saves. */
+ * The backend is one translation unit (backend_cpu.c includes the family files: blas.c, conv.c, ...),
+ * so every kernel is static and the rest of the library reaches it only through ct_backend_cpu, after
+ * core/ops/dispatch.c has checked the op's arguments. Kernels are written once over a real type and
+ * instantiated for float and double by including a *_tmpl.h file twice with R (the type) and FN (the
+ * name suffixer) defined; CT_REAL_DISPATCH picks the instance by the dtype of a tensor. OpenMP loops
+ * start only above CT_OMP_MIN elements, where waking the thread team costs less than it saves. */
 #ifndef CT_CPU_IMPL_H
 #define CT_CPU_IMPL_H
 
@@ -24,31 +26,10 @@
 
 #define CT_CHECK_CPU(t) CT_ASSERT((t)->device.kind == CT_DEVICE_CPU)
 
-/* At the top of an op: when t lives on a CUDA device, run `call` (the backends/cuda/ops_cuda.h twin,
- * same arguments) and return; a CPU-only build aborts on CUDA tensors, which the device checks of
- * layers and tensors keep from happening. CT_ON_CUDA_RETURN is the same for ops with a value. */
-#ifdef CT_HAVE_CUDA
-#include "backends/cuda/ops_cuda.h"
-#define CT_ON_CUDA(t, call)                                                                        \
-    do {                                                                                           \
-        if ((t)->device.kind == CT_DEVICE_CUDA) {                                                  \
-            call;                                                                                  \
-            return;                                                                                \
-        }                                                                                          \
-    } while (0)
-#define CT_ON_CUDA_RETURN(t, call)                                                                 \
-    do {                                                                                           \
-        if ((t)->device.kind == CT_DEVICE_CUDA) return call;                                       \
-    } while (0)
-#else
-#define CT_ON_CUDA(t, call) CT_CHECK_CPU(t)
-#define CT_ON_CUDA_RETURN(t, call) CT_CHECK_CPU(t)
-#endif
-
 /* One plane x[H, W] max-pooled with 2x2 windows, stride 2 (nn.MaxPool2d(2)): y[H/2, W/2] and each
  * window's argmax position in the plane, with ct_op_maxpool2d_forward's rules (backends/cpu/pool.c). */
-void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);
-void ct_cpu_maxpool2x2_plane_f64(const double *x, int64_t H, int64_t W, double *y, int32_t *idx);
+static void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);
+static void ct_cpu_maxpool2x2_plane_f64(const double *x, int64_t H, int64_t W, double *y, int32_t *idx);
 
 /* Sliding windows (convolution, pooling): outputs o in [*lo, *hi) of [0, out) read the input
  * position o*stride + off inside [0, n); the rest fall in the padding. Always 0 <= *lo <= *hi <= out.

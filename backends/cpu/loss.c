@@ -1,5 +1,5 @@
-/* Loss kernels on the CPU (see ops_loss.h); the type-generic code is in loss_tmpl.h. Tensors on a
- * CUDA device go to the twins in backends/cuda/loss.cu.
+/* Loss kernels on the CPU (see ops_loss.h); the type-generic code is in loss_tmpl.h. Members of
+ * ct_backend_cpu (backend_cpu.c); the CUDA twins are in backends/cuda/loss.cu.
  *
  * Reductions split their range into CT_LOSS_CHUNKS fixed chunks, sum each chunk in double (in
  * parallel when large), then add the chunk sums in order. The split depends only on the size, never
@@ -34,25 +34,16 @@ static inline int64_t target_at(const void *t, bool t64, int64_t r) {
 #undef R
 #undef FN
 
-/* Checks the op's contract (caller bugs abort) and returns rows and classes. */
-static void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, int64_t *rows,
-                      int64_t *c) {
-    CT_CHECK_CPU(logits);
-    CT_CHECK_CPU(target);
-    CT_ASSERT(!o->weight || o->weight->device.kind == CT_DEVICE_CPU);
-    CT_ASSERT(logits->ndim >= 1 && (target->dtype == CT_I64 || target->dtype == CT_I32));
+/* Rows and classes of the logits (core/ops/dispatch.c checked the op's contract). */
+static void xent_dims(const ct_tensor *logits, int64_t *rows, int64_t *c) {
     *c = logits->shape[logits->ndim - 1];
-    CT_ASSERT(*c > 0);
     *rows = ct_tensor_numel(logits) / *c;
-    CT_ASSERT(ct_tensor_numel(target) == *rows);
-    CT_ASSERT(!o->weight || (o->weight->dtype == CT_F64 && ct_tensor_numel(o->weight) == *c));
 }
 
-int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
-                                    double *sum, double *count) {
-    CT_ON_CUDA_RETURN(logits, ct_cuda_op_cross_entropy_forward(logits, target, o, sum, count));
+static int64_t cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                         double *sum, double *count) {
     int64_t rows, c;
-    xent_dims(logits, target, o, &rows, &c);
+    xent_dims(logits, &rows, &c);
     const double *w = o->weight ? o->weight->data : NULL;
     bool t64 = target->dtype == CT_I64;
     if (logits->dtype == CT_F32)
@@ -62,13 +53,10 @@ int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *ta
     return xent_fwd_f64(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, sum, count);
 }
 
-int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
-                                     double scale, ct_tensor *dlogits) {
-    CT_ON_CUDA_RETURN(logits, ct_cuda_op_cross_entropy_backward(logits, target, o, scale, dlogits));
+static int64_t cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                          double scale, ct_tensor *dlogits) {
     int64_t rows, c;
-    xent_dims(logits, target, o, &rows, &c);
-    CT_CHECK_CPU(dlogits);
-    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == rows * c);
+    xent_dims(logits, &rows, &c);
     const double *w = o->weight ? o->weight->data : NULL;
     bool t64 = target->dtype == CT_I64;
     if (logits->dtype == CT_F32)
@@ -79,38 +67,28 @@ int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *t
                         dlogits->data);
 }
 
-/* pos_weight as (data, length), checking that its length is 1 or the last dimension of pred. */
-static const double *pos_weight(const ct_pointwise_opts *o, const ct_tensor *pred, int64_t *npw) {
+/* pos_weight as (data, length) (its length, 1 or the last dimension of pred, was checked). */
+static const double *pos_weight(const ct_pointwise_opts *o, int64_t *npw) {
     *npw = 1;
     if (!o || !o->pos_weight) return NULL;
-    CT_ASSERT(o->pos_weight->dtype == CT_F64 && o->pos_weight->device.kind == CT_DEVICE_CPU);
     *npw = ct_tensor_numel(o->pos_weight);
-    CT_ASSERT(*npw == 1 || (pred->ndim >= 1 && *npw == pred->shape[pred->ndim - 1]));
     return o->pos_weight->data;
 }
 
-double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
-                                    const ct_tensor *target) {
-    CT_ON_CUDA_RETURN(pred, ct_cuda_op_pointwise_loss_forward(kind, o, pred, target));
-    CT_CHECK_CPU(target);
+static double cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                         const ct_tensor *target) {
     int64_t n = ct_tensor_numel(pred), npw;
-    CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
-    const double *pw = pos_weight(o, pred, &npw);
+    const double *pw = pos_weight(o, &npw);
     double delta = o ? o->delta : 1.0;
     if (pred->dtype == CT_F32) return pointwise_fwd_f32(kind, delta, pw, npw, pred->data, target->data, n);
     CT_ASSERT(pred->dtype == CT_F64);
     return pointwise_fwd_f64(kind, delta, pw, npw, pred->data, target->data, n);
 }
 
-void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
-                                   const ct_tensor *target, double scale, ct_tensor *dpred) {
-    CT_ON_CUDA(pred, ct_cuda_op_pointwise_loss_backward(kind, o, pred, target, scale, dpred));
-    CT_CHECK_CPU(target);
-    CT_CHECK_CPU(dpred);
+static void cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                        const ct_tensor *target, double scale, ct_tensor *dpred) {
     int64_t n = ct_tensor_numel(pred), npw;
-    CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
-    CT_ASSERT(ct_tensor_numel(dpred) == n && dpred->dtype == pred->dtype);
-    const double *pw = pos_weight(o, pred, &npw);
+    const double *pw = pos_weight(o, &npw);
     double delta = o ? o->delta : 1.0;
     CT_REAL_DISPATCH(pred, pointwise_bwd, kind, delta, pw, npw, pred->data, target->data, n, scale, dpred->data);
 }

@@ -1,6 +1,6 @@
-/* Batch norm and layer norm on the CPU (see ops_norm.h); kernels in norm_tmpl.h. These entry points
- * only check consistency (the layers have validated user input) and pick the float or double
- * instance. */
+/* Batch norm and layer norm on the CPU (see ops_norm.h); kernels in norm_tmpl.h. These members of
+ * ct_backend_cpu pick the float or double instance; core/ops/dispatch.c has checked consistency (the
+ * layers have validated user input). */
 #include <stddef.h>
 
 #include "backends/cpu/cpu_impl.h"
@@ -25,23 +25,11 @@ static void *opt_data(const ct_tensor *t, ct_dtype dt, int64_t n) {
     return t->data;
 }
 
-static void check_stats(const ct_tensor *mean, const ct_tensor *rstd, int64_t n) {
-    CT_ASSERT(mean->dtype == CT_F64 && rstd->dtype == CT_F64);
-    CT_ASSERT(ct_tensor_numel(mean) == n && ct_tensor_numel(rstd) == n);
-}
-
-void ct_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
-                             ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
-                             double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
-    CT_ON_CUDA(x, ct_cuda_op_batchnorm_forward(x, weight, bias, running_mean, running_var, training, momentum, eps, y,
-                                               save_mean, save_rstd));
+static void cpu_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
+                                  ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
+                                  double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
     int64_t c = ct_tensor_numel(running_mean), total = ct_tensor_numel(x), n = x->shape[0];
-    CT_ASSERT(x->ndim >= 2 && c > 0 && n > 0 && x->shape[1] == c && total % (n * c) == 0);
-    CT_ASSERT(y->dtype == x->dtype && ct_tensor_numel(y) == total && y->data != x->data);
-    CT_ASSERT(running_var->dtype == x->dtype && running_mean->dtype == x->dtype && ct_tensor_numel(running_var) == c);
-    check_stats(save_mean, save_rstd, c);
     int64_t inner = total / (n * c);
-    CT_ASSERT(!training || n * inner > 1);
     if (x->dtype == CT_F32)
         bn_fwd_f32(x->data, opt_data(weight, CT_F32, c), opt_data(bias, CT_F32, c), running_mean->data,
                    running_var->data, training, momentum, eps, y->data, save_mean->data, save_rstd->data, n, c, inner);
@@ -52,15 +40,10 @@ void ct_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const 
         ct_abort_at(__FILE__, __LINE__, "batchnorm: unsupported dtype %s", ct_dtype_name(x->dtype));
 }
 
-void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                              const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
-                              ct_tensor *dweight, ct_tensor *dbias) {
-    CT_ON_CUDA(x, ct_cuda_op_batchnorm_backward(x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias));
+static void cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
+                                   ct_tensor *dweight, ct_tensor *dbias) {
     int64_t c = ct_tensor_numel(save_mean), total = ct_tensor_numel(x), n = x->shape[0];
-    CT_ASSERT(x->ndim >= 2 && c > 0 && n > 0 && x->shape[1] == c && total % (n * c) == 0);
-    CT_ASSERT(dy->dtype == x->dtype && ct_tensor_numel(dy) == total);
-    CT_ASSERT(!dx || (dx->dtype == x->dtype && ct_tensor_numel(dx) == total));
-    check_stats(save_mean, save_rstd, c);
     int64_t inner = total / (n * c);
     ct_dtype dt = x->dtype;
     void *w = opt_data(weight, dt, c), *dw = opt_data(dweight, dt, c), *db = opt_data(dbias, dt, c);
@@ -73,15 +56,10 @@ void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_
         ct_abort_at(__FILE__, __LINE__, "batchnorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
-void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                             ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
-    CT_ON_CUDA(x, ct_cuda_op_layernorm_forward(x, weight, bias, eps, y, save_mean, save_rstd));
-    CT_ASSERT(x->ndim >= 1);
+static void cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
+                                  ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
-    CT_ASSERT(f > 0 && y->dtype == x->dtype && ct_tensor_numel(y) == total);
     int64_t rows = total / f;
-    CT_ASSERT(ct_tensor_numel(save_mean) >= rows && ct_tensor_numel(save_rstd) >= rows);
-    CT_ASSERT(save_mean->dtype == CT_F64 && save_rstd->dtype == CT_F64);
     ct_dtype dt = x->dtype;
     void *w = opt_data(weight, dt, f), *b = opt_data(bias, dt, f);
     if (dt == CT_F32)
@@ -92,17 +70,11 @@ void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const 
         ct_abort_at(__FILE__, __LINE__, "layernorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
-void ct_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                              const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                              ct_tensor *dweight, ct_tensor *dbias) {
-    CT_ON_CUDA(x, ct_cuda_op_layernorm_backward(x, dy, weight, save_mean, save_rstd, dx, dweight, dbias));
-    CT_ASSERT(x->ndim >= 1);
+static void cpu_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
+                                   ct_tensor *dweight, ct_tensor *dbias) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
-    CT_ASSERT(f > 0 && dy->dtype == x->dtype && ct_tensor_numel(dy) == total);
-    CT_ASSERT(!dx || (dx->dtype == x->dtype && ct_tensor_numel(dx) == total));
     int64_t rows = total / f;
-    CT_ASSERT(ct_tensor_numel(save_mean) >= rows && ct_tensor_numel(save_rstd) >= rows);
-    CT_ASSERT(save_mean->dtype == CT_F64 && save_rstd->dtype == CT_F64);
     ct_dtype dt = x->dtype;
     void *w = opt_data(weight, dt, f), *dw = opt_data(dweight, dt, f), *db = opt_data(dbias, dt, f);
     void *dxp = dx ? dx->data : NULL;

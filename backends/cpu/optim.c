@@ -22,28 +22,13 @@
 #undef FN
 #undef RSQRT
 
-/* The views an update is given must be one range of equally laid out buffers. */
-static void check_same(const ct_tensor *a, const ct_tensor *b) {
-    CT_ASSERT(b->device.kind == a->device.kind && b->dtype == a->dtype && ct_tensor_numel(b) == ct_tensor_numel(a));
-}
-
-void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
-    CT_ON_CUDA(param, ct_cuda_op_sgd_step(param, grad, momentum_buffer, a));
-    check_same(param, grad);
-    if (momentum_buffer) check_same(param, momentum_buffer);
-    CT_ASSERT((momentum_buffer != NULL) == (a->momentum != 0));
+static void cpu_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
     CT_REAL_DISPATCH(param, sgd, param->data, grad->data, momentum_buffer ? momentum_buffer->data : NULL,
                      ct_tensor_numel(param), a);
 }
 
-void ct_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
-                     ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
-    CT_ON_CUDA(param, ct_cuda_op_adam_step(param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, a));
-    check_same(param, grad);
-    check_same(param, exp_avg);
-    check_same(param, exp_avg_sq);
-    if (max_exp_avg_sq) check_same(param, max_exp_avg_sq);
-    CT_ASSERT((max_exp_avg_sq != NULL) == a->amsgrad && a->step >= 1);
+static void cpu_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                          ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
     CT_REAL_DISPATCH(param, adam, param->data, grad->data, exp_avg->data, exp_avg_sq->data,
                      max_exp_avg_sq ? max_exp_avg_sq->data : NULL, ct_tensor_numel(param), a);
 }
@@ -55,13 +40,11 @@ static double sumsq_scaled(const ct_tensor *t, double inv_scale) {
     return sumsq_f64(t->data, n, inv_scale);
 }
 
-double ct_op_sum_squares_det(const ct_tensor *t) {
-    CT_ON_CUDA_RETURN(t, ct_cuda_op_sum_squares_det(t));
+static double cpu_sum_squares_det(const ct_tensor *t) {
     return sumsq_scaled(t, 1.0);
 }
 
-double ct_op_l2_norm(const ct_tensor *t) {
-    CT_ON_CUDA_RETURN(t, ct_cuda_op_l2_norm(t));
+static double cpu_l2_norm(const ct_tensor *t) {
     double ss = sumsq_scaled(t, 1.0);
     if (!isinf(ss)) return sqrt(ss);
     /* inf: either an infinite element (the norm is inf) or finite squares that overflowed. */

@@ -55,45 +55,22 @@ static inline void avg_window(int64_t o, int64_t stride, int64_t padding, int64_
 #undef R
 #undef FN
 
-/* The shapes every pooling op relies on; a mismatch is a bug in the calling layer. */
-static int64_t check_pool(const ct_pool2d_geom *g, const ct_tensor *in, const ct_tensor *out) {
-    CT_CHECK_CPU(in);
-    CT_ASSERT(in->ndim == 4 && in->shape[1] == g->channels && in->shape[2] == g->in_h && in->shape[3] == g->in_w);
-    CT_ASSERT(out->ndim == 4 && out->shape[0] == in->shape[0] && out->shape[1] == g->channels &&
-              out->shape[2] == g->out_h && out->shape[3] == g->out_w);
-    CT_ASSERT(in->dtype == out->dtype);
-    CT_ASSERT(g->stride[0] >= 1 && g->stride[1] >= 1 && g->dilation[0] >= 1 && g->dilation[1] >= 1);
-    return in->shape[0] * g->channels;
+/* core/ops/dispatch.c checked the shapes; a plane is one (sample, channel) of `in`. */
+static int64_t planes_of(const ct_pool2d_geom *g, const ct_tensor *in) { return in->shape[0] * g->channels; }
+
+static void cpu_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices) {
+    CT_REAL_DISPATCH(x, maxpool_fwd, g, x->data, y->data, indices->data, planes_of(g, x));
 }
 
-/* Indices are positions within one input plane, in int32 (the layer rejects larger planes). */
-static void check_indices(const ct_pool2d_geom *g, const ct_tensor *indices, const ct_tensor *out) {
-    CT_ASSERT(indices->dtype == CT_I32 && ct_tensor_numel(indices) == ct_tensor_numel(out));
-    CT_ASSERT(g->in_h * g->in_w <= INT32_MAX);
+static void cpu_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
+                                   ct_tensor *dx) {
+    CT_REAL_DISPATCH(dx, maxpool_bwd, g, dy->data, indices->data, dx->data, planes_of(g, dx));
 }
 
-void ct_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices) {
-    CT_ON_CUDA(x, ct_cuda_op_maxpool2d_forward(g, x, y, indices));
-    int64_t planes = check_pool(g, x, y);
-    check_indices(g, indices, y);
-    CT_REAL_DISPATCH(x, maxpool_fwd, g, x->data, y->data, indices->data, planes);
+static void cpu_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
+    CT_REAL_DISPATCH(x, avgpool_fwd, g, x->data, y->data, planes_of(g, x));
 }
 
-void ct_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices, ct_tensor *dx) {
-    CT_ON_CUDA(dy, ct_cuda_op_maxpool2d_backward(g, dy, indices, dx));
-    int64_t planes = check_pool(g, dx, dy);
-    check_indices(g, indices, dy);
-    CT_REAL_DISPATCH(dx, maxpool_bwd, g, dy->data, indices->data, dx->data, planes);
-}
-
-void ct_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
-    CT_ON_CUDA(x, ct_cuda_op_avgpool2d_forward(g, x, y));
-    int64_t planes = check_pool(g, x, y);
-    CT_REAL_DISPATCH(x, avgpool_fwd, g, x->data, y->data, planes);
-}
-
-void ct_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
-    CT_ON_CUDA(dy, ct_cuda_op_avgpool2d_backward(g, dy, dx));
-    int64_t planes = check_pool(g, dx, dy);
-    CT_REAL_DISPATCH(dx, avgpool_bwd, g, dy->data, dx->data, planes);
+static void cpu_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
+    CT_REAL_DISPATCH(dx, avgpool_bwd, g, dy->data, dx->data, planes_of(g, dx));
 }

@@ -317,6 +317,7 @@ void conv_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor 
 extern "C" void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
     (void)ws; /* cuDNN's scratch is the library workspace */
+    CT_ASSERT(!g->relu && !g->pool2x2); /* cuDNN's path runs the activation as a layer of its own */
     check_conv(g, x, weight, y);
     CT_ASSERT(!bias || (ct_tensor_numel(bias) == g->out_channels && bias->dtype == x->dtype && on_this_gpu(bias)));
     if (x->shape[0] == 0) return;

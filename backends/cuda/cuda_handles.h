@@ -1,11 +1,10 @@
 /* cuBLAS and cuDNN handles for the kernels (C++ only: included by .cu files). One handle of each per
  * (thread, device), bound to the thread's current stream each time it is fetched, so ops enqueue on
- * whatever stream their thread runs. Workspace for cuBLASLt/cuDNN is owned here too. */
+ * whatever stream their thread runs. Workspace for cuDNN is owned here too. */
 #ifndef CT_CUDA_HANDLES_H
 #define CT_CUDA_HANDLES_H
 
 #include <cublas_v2.h>
-#include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
 
@@ -13,7 +12,6 @@
 
 cudaStream_t ct_cuda_stream_t(void);
 cublasHandle_t ct_cublas_handle(void);
-cublasLtHandle_t ct_cublaslt_handle(void);
 cudnnHandle_t ct_cudnn_handle(void);
 /* A device buffer of at least `bytes` for library workspaces, reused (grown, never shrunk) per
  * (thread, device). Valid until the next call on this thread. */

@@ -21,7 +21,6 @@ std::unordered_map<void *, size_t> *sizes; /* live device allocations (cudaFree 
 struct thread_state {
     cudaStream_t current[MAX_DEVICES]; /* NULL: the device's compute stream */
     cublasHandle_t blas[MAX_DEVICES];
-    cublasLtHandle_t blaslt[MAX_DEVICES];
     cudnnHandle_t dnn[MAX_DEVICES];
     void *ws[MAX_DEVICES];
     size_t ws_bytes[MAX_DEVICES];
@@ -217,12 +216,6 @@ cublasHandle_t ct_cublas_handle(void) {
     }
     CT_CUBLAS_CHECK(cublasSetStream(ts.blas[d], ct_cuda_stream_t()));
     return ts.blas[d];
-}
-
-cublasLtHandle_t ct_cublaslt_handle(void) {
-    int d = device_now();
-    if (!ts.blaslt[d]) CT_CUBLAS_CHECK(cublasLtCreate(&ts.blaslt[d]));
-    return ts.blaslt[d];
 }
 
 cudnnHandle_t ct_cudnn_handle(void) {

@@ -22,6 +22,11 @@
 extern "C" {
 #endif
 
+/* CUDA devices visible to this process (0 on a machine without a GPU or a driver: backends/cuda/cuda_info.cu). */
+int ct_cuda_device_count(void);
+/* One line on device `index` for `ctrainer version`: its name, memory and compute capability. */
+void ct_cuda_describe(int index, char *buf, size_t cap);
+
 /* Makes `index` the calling thread's current device. */
 ct_status ct_cuda_set_device(int index);
 int ct_cuda_current_device(void);

@@ -1,9 +1,12 @@
 /* The CUDA backend of the op library: one function per op of core/ops*.h, same arguments, same
  * contract (accumulate into parameter gradients, overwrite input gradients, never allocate beyond
- * the library workspace, enqueue on the calling thread's current stream). The CPU entry points
- * forward here when their tensors live on a CUDA device (CT_ON_CUDA in backends/cpu/cpu_impl.h), so
- * layers, losses and optimizers never see the backend. Ops that return a value to the host (loss
- * sums, norms, all_finite) synchronise the stream for it; everything else is asynchronous.
+ * the library workspace, enqueue on the calling thread's current stream). They are the kernels of
+ * the table ct_backend_cuda (backends/cuda/backend_cuda.c), which the public ct_op_* entry points
+ * (core/ops/dispatch.c) call when their tensors live on a CUDA device, so layers, losses and
+ * optimizers never see the backend; the three fused conv + ReLU ops are the CPU's and have no twin
+ * here. Ops that return a value to the host (loss sums, norms, all_finite) synchronise the stream
+ * for it; everything else is asynchronous. The shape checks of the dispatch are repeated here beside
+ * the CUDA-only ones (one device index, cuDNN's int32 sizes): cheap, and the kernels rely on them.
  *
  * Precision: float32 throughout with float32 (or float64 where the CPU uses it: loss sums, norms)
  * accumulation; ct_cuda_set_math_mode chooses what GEMMs and convolutions may use internally. */

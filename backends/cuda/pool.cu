@@ -163,7 +163,7 @@ bool on_this_gpu(const ct_tensor *t) {
     return t->device.kind == CT_DEVICE_CUDA && t->device.index == ct_cuda_current_device();
 }
 
-/* The shapes every pooling op relies on (backends/cpu/pool.c's check_pool); returns the planes. */
+/* The shapes every pooling op relies on (core/ops/dispatch.c's check_pool, again); returns the planes. */
 int64_t check_pool(const ct_pool2d_geom *g, const ct_tensor *in, const ct_tensor *out) {
     CT_ASSERT(on_this_gpu(in) && on_this_gpu(out));
     CT_ASSERT(in->ndim == 4 && in->shape[1] == g->channels && in->shape[2] == g->in_h && in->shape[3] == g->in_w);

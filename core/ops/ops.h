@@ -1,8 +1,10 @@
 /* The op library: the numeric kernels layers, losses and optimizers are made of.
  *
- * Ops take tensors and dispatch on their device (today the CPU backend in core/cpu/, later CUDA in
- * core/cuda/) and dtype (f32 for training, f64 for the reference path used by gradient checks).
- * Ops trust their callers: layers validate shapes, dtypes and devices once, in ct_module_forward,
+ * Ops take tensors and dispatch once, on the device of their tensors, to that device kind's backend
+ * table (core/ops/backend.h): the public ct_op_* functions live in core/ops/dispatch.c, which checks
+ * what every backend relies on and calls the table's kernel, ct_backend_cpu (backends/cpu/, every
+ * build) or ct_backend_cuda (backends/cuda/, builds with CUDA). The kernels dispatch on the dtype
+ * (f32 for training, f64 for the reference path used by gradient checks). Ops trust their callers: layers validate shapes, dtypes and devices once, in ct_module_forward,
  * and give the user a message naming the layer; an op handed inconsistent tensors is a programmer
  * error and aborts with file:line (CT_ASSERT). Ops never allocate: scratch space is passed in.
  *

@@ -7,20 +7,20 @@
 #include <string.h>
 
 #include "core/device.h"
+#include "core/ops/backend.h"
 
 static const ct_device GPU = {CT_DEVICE_CUDA, 0};
 
 void ct_cuda_test_begin(const char *name) {
-#ifndef CT_HAVE_CUDA
-    printf("%s: skipped (this build has no CUDA backend)\n", name);
-    exit(77);
-#else
-    if (ct_cuda_device_count() == 0) {
+    if (!ct_backend_for_kind(CT_DEVICE_CUDA)) {
+        printf("%s: skipped (this build has no CUDA backend)\n", name);
+        exit(77);
+    }
+    if (ct_device_count(CT_DEVICE_CUDA) == 0) {
         printf("%s: skipped (no CUDA device is visible)\n", name);
         exit(77);
     }
     ct_test_begin(name);
-#endif
 }
 
 static void must(ct_status s, const char *what) {

@@ -1,5 +1,5 @@
 /* The loss ops on CUDA against the CPU backend, on the same fresh random inputs each run, through the
- * public ct_op_* entry points (so the CT_ON_CUDA dispatch of backends/cpu/loss.c is covered too).
+ * public ct_op_* entry points (so the dispatch of core/ops/dispatch.c is covered too).
  *
  * Cross-entropy: logits [N, C] and [N, T, C] in f32 and f64, i64 and i32 targets, class counts from
  * 1 to 2000 (below, at and far above a warp's 32 lanes), with and without class weights, label

@@ -1,0 +1,147 @@
+/* The backend interface: what a device kind (the CPU, CUDA) provides to the rest of ctrainer, as one
+ * const table per kind, ggml's way.
+ *
+ * A backend is its device memory (allocation, copies, statistics) and one kernel per op of
+ * core/ops/ops*.h. The public ct_op_* entry points (core/ops/dispatch.c) are the one place that
+ * dispatches on a tensor's device: they run the checks every backend shares, look the table up by the
+ * device kind and make one indirect call. The device functions of core/device.h (alloc, free, copy,
+ * check) go through the same table (core/ops/backend.c), so nothing outside backends/ names a
+ * backend's own functions. backends/cpu/ defines ct_backend_cpu (every build); backends/cuda/ defines
+ * ct_backend_cuda (builds with CUDA only), and core/ops/backend.c registers them by kind.
+ *
+ * The table is versioned by its size: `size` is sizeof the struct the backend was compiled with,
+ * members are only ever appended, and a NULL member means the backend does not have it (an op
+ * aborts with the op's and the backend's name; a memory statistic reads as unknown). Kernel members
+ * take the op's arguments unchanged and keep its contract (see the op headers): accumulate into
+ * parameter gradients, overwrite input gradients, never allocate. */
+#ifndef CT_BACKEND_H
+#define CT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/device.h"
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ct_backend_ops {
+    size_t size; /* sizeof(ct_backend_ops) as the backend was compiled */
+    const char *name; /* the device kind's spelling: "cpu", "cuda" */
+
+    /* --- device memory (index: the device's index within its kind) ----------------------------- */
+    /* Devices of this kind visible to the process (0: none, the backend is compiled in but unusable). */
+    int (*device_count)(void);
+    /* Zeroed memory (64-byte aligned on the host); CT_ERR_NOMEM naming the device when it fails. */
+    ct_status (*alloc)(int index, size_t bytes, void **out);
+    void (*free)(int index, void *p);
+    /* bytes from src on sd to dst on dd, where one side (at least) is this backend's; a copy that ends
+     * on the host has finished when this returns. */
+    ct_status (*copy_bytes)(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes);
+    void (*memset_zero)(int index, void *dst, size_t bytes);
+    /* Waits until every op the calling thread enqueued has run. */
+    ct_status (*synchronize)(void);
+    /* Bytes allocated through alloc at their peak since the start or the last reset_peak, and the
+     * reset, which makes the peak the current count (how the current count is read). */
+    size_t (*peak_allocated)(int index);
+    void (*reset_peak)(int index);
+    /* One line saying what device `index` is (`ctrainer version`), written into buf. */
+    void (*describe)(int index, char *buf, size_t cap);
+
+    /* --- kernels: one per op of core/ops (same names without ct_op_, same arguments) ----------- */
+    void (*gemm)(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
+                 ct_tensor *c);
+    void (*fill)(ct_tensor *t, double value);
+    void (*copy)(ct_tensor *dst, const ct_tensor *src);
+    void (*add)(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);
+    void (*axpy)(double alpha, const ct_tensor *x, ct_tensor *y);
+    void (*scale)(ct_tensor *t, double s);
+    bool (*all_finite)(const ct_tensor *t);
+    void (*bias_add)(ct_tensor *y, const ct_tensor *bias, int64_t inner);
+    void (*bias_grad)(const ct_tensor *dy, ct_tensor *dbias, int64_t inner);
+    void (*activation_forward)(ct_activation act, const ct_tensor *x, ct_tensor *y);
+    void (*activation_backward)(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
+                                ct_tensor *dx);
+
+    void (*conv2d_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);
+    void (*conv2d_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
+    void (*conv2d_relu_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                 const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                 ct_tensor *dx, ct_tensor *ws);
+    void (*conv2d_relu_pool_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws);
+    void (*conv2d_relu_pool_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                      const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                      ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
+    void (*maxpool2d_forward)(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices);
+    void (*maxpool2d_backward)(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
+                               ct_tensor *dx);
+    void (*avgpool2d_forward)(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
+    void (*avgpool2d_backward)(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
+
+    int64_t (*cross_entropy_forward)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                     double *sum, double *count);
+    int64_t (*cross_entropy_backward)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                      double scale, ct_tensor *dlogits);
+    double (*pointwise_loss_forward)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                     const ct_tensor *target);
+    void (*pointwise_loss_backward)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                    const ct_tensor *target, double scale, ct_tensor *dpred);
+
+    void (*dropout_forward)(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask, ct_tensor *y);
+    void (*dropout_backward)(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx);
+    int64_t (*embedding_find_invalid)(const ct_tensor *ids, int64_t num_embeddings);
+    void (*embedding_forward)(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y);
+    void (*embedding_backward)(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight);
+
+    void (*heads_split)(const ct_tensor *x, int64_t offset, ct_tensor *out);
+    void (*heads_merge)(const ct_tensor *x, int64_t offset, ct_tensor *out);
+    void (*causal_softmax_forward)(const ct_tensor *x, ct_tensor *y);
+    void (*causal_softmax_backward)(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+
+    void (*batchnorm_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
+                              ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
+                              double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+    void (*batchnorm_backward)(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias);
+    void (*layernorm_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
+                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+    void (*layernorm_backward)(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias);
+
+    void (*sgd_step)(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+    void (*adam_step)(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
+    double (*sum_squares_det)(const ct_tensor *t);
+    double (*l2_norm)(const ct_tensor *t);
+} ct_backend_ops;
+
+/* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through
+ * ct_backend_for_kind, which answers NULL where a kind is not compiled in. */
+extern const ct_backend_ops ct_backend_cpu;
+
+/* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in. */
+extern const ct_backend_ops *const ct_backends[CT_DEVICE_KINDS];
+
+/* The table of a device kind, or NULL when this build has no backend for it. */
+static inline const ct_backend_ops *ct_backend_for_kind(ct_device_kind kind) {
+    return (unsigned)kind < CT_DEVICE_KINDS ? ct_backends[kind] : NULL;
+}
+
+/* The table of a device's kind (NULL as above). */
+static inline const ct_backend_ops *ct_backend_for(ct_device d) { return ct_backend_for_kind(d.kind); }
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""The backend rule of docs/ARCHITECTURE.md, checked on the source tree: the op library dispatches on a
+tensor's device in one place (core/ops/), through one const table per device kind, so
+
+  - CT_HAVE_CUDA appears only in backends/cuda/ and core/ops/ (the registry that names the CUDA table);
+  - a CUDA header (backends/cuda/*, the toolkit's <cuda*.h>, <cublas*.h>, <cudnn*.h>, <nccl.h>) is
+    included only in backends/cuda/ and by the NCCL communicator (dist/nccl/comm_nccl.c, compiled only
+    in builds with CUDA and MPI).
+
+The files checked are those of the library's areas (CT_AREAS of CMakeLists.txt, the backends, the CLI);
+tests and benchmarks may ask for CUDA themselves. Prints every violation as file:line and exits 1 if any.
+
+With --nm NM LIBRARY (a CPU-only build's static library) it checks instead that the library defines
+and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: a CPU-only build must not reach for them. The one
+allowed name is ct_comm_nccl_create, the public NCCL entry point that a build without CUDA answers with
+CT_ERR_UNSUPPORTED (dist/nccl/comm_nccl_off.c).
+
+Usage: check_backends.py [SOURCE_ROOT]
+       check_backends.py --nm NM LIBRARY"""
+import os
+import re
+import subprocess
+import sys
+
+CUDA_SYMBOL = re.compile(r"cuda|cublas|cudnn|nccl", re.I)
+ALLOWED_SYMBOLS = {"ct_comm_nccl_create"}
+
+
+def check_symbols(nm, lib):
+    out = subprocess.run([nm, "-A", lib], check=True, capture_output=True, text=True).stdout
+    bad, seen = [], 0
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        seen += 1
+        sym = fields[-1]
+        if CUDA_SYMBOL.search(sym) and sym not in ALLOWED_SYMBOLS:
+            bad.append(f"{lib}: {line.strip()}")
+    for b in bad:
+        print(b)
+    if seen < 100:
+        sys.exit(f"check_backends: only {seen} symbols in {lib}: not the library?")
+    print(f"check_backends: {seen} symbols in {os.path.basename(lib)}, {len(bad)} of CUDA, cuBLAS, cuDNN or NCCL")
+    sys.exit(1 if bad else 0)
+
+
+if len(sys.argv) == 4 and sys.argv[1] == "--nm":
+    check_symbols(sys.argv[2], sys.argv[3])
+
+root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
+text = open(os.path.join(root, "CMakeLists.txt")).read()
+m = re.search(r"set\(CT_AREAS\s+([^)]*)\)", text)
+if not m:
+    sys.exit("check_backends: no set(CT_AREAS ...) in CMakeLists.txt")
+areas = m.group(1).split() + ["backends/cpu", "backends/cuda", "cli"]
+
+HAVE_CUDA_OK = ("backends/cuda/", "core/ops/")
+CUDA_INCLUDE_OK = ("backends/cuda/", "dist/nccl/comm_nccl.c")
+CUDA_INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"backends/cuda/[^"]+"|<(?:cuda|cublas|cudnn|nccl)[^>]*>)')
+
+violations, checked, seen = [], 0, set()
+for a in areas:
+    base = os.path.join(root, a)
+    for dirpath, _, files in os.walk(base):
+        for name in sorted(files):
+            if not name.endswith((".c", ".h", ".cu", ".cuh")):
+                continue
+            path = os.path.relpath(os.path.join(dirpath, name), root)
+            if path in seen:
+                continue  # a nested area's file, met under its parent's walk already
+            seen.add(path)
+            checked += 1
+            for lineno, line in enumerate(open(os.path.join(root, path), errors="replace"), 1):
+                if "CT_HAVE_CUDA" in line and not path.startswith(HAVE_CUDA_OK):
+                    violations.append(f"{path}:{lineno}: CT_HAVE_CUDA outside backends/cuda/ and core/ops/: "
+                                      "go through the backend table (core/ops/backend.h)")
+                if CUDA_INCLUDE.match(line) and not path.startswith(CUDA_INCLUDE_OK):
+                    violations.append(f"{path}:{lineno}: includes a CUDA header outside backends/cuda/: "
+                                      "go through the backend table (core/ops/backend.h)")
+
+for v in violations:
+    print(v)
+if checked < 50:
+    sys.exit(f"check_backends: only {checked} files found under {root}: wrong source root?")
+print(f"check_backends: {checked} files, {len(violations)} CUDA references outside the backend")
+sys.exit(1 if violations else 0)
