@@ -21,12 +21,12 @@
 #undef FN
 #undef EXP
 
-static void cpu_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out) {
+void ct_cpu_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out) {
     CT_REAL_DISPATCH(x, heads_split, x->data, out->data, x->shape[0], x->shape[1], x->shape[2], offset, out->shape[1],
                      out->shape[3]);
 }
 
-static void cpu_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out) {
+void ct_cpu_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out) {
     CT_REAL_DISPATCH(x, heads_merge, x->data, out->data, out->shape[0], out->shape[1], out->shape[2], offset,
                      x->shape[1], x->shape[3]);
 }
@@ -38,13 +38,13 @@ static void score_dims(const ct_tensor *t, int64_t *rows, int64_t *tq, int64_t *
     *rows = ct_tensor_numel(t) / *tk;
 }
 
-static void cpu_causal_softmax_forward(const ct_tensor *x, ct_tensor *y) {
+void ct_cpu_causal_softmax_forward(const ct_tensor *x, ct_tensor *y) {
     int64_t rows, tq, tk;
     score_dims(x, &rows, &tq, &tk);
     CT_REAL_DISPATCH(x, causal_softmax_fwd, x->data, y->data, rows, tq, tk);
 }
 
-static void cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx) {
+void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx) {
     int64_t rows, tq, tk;
     score_dims(y, &rows, &tq, &tk);
     CT_REAL_DISPATCH(y, causal_softmax_bwd, y->data, dy->data, dx->data, rows, tq, tk);

@@ -37,8 +37,8 @@ bool ct_set_flush_denormal(bool on) {
 #endif
 }
 
-static void cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
-                     ct_tensor *c) {
+void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
+                 ct_tensor *c) {
     int64_t m = trans_a ? a->shape[1] : a->shape[0];
     int64_t k = trans_a ? a->shape[0] : a->shape[1];
     int64_t n = trans_b ? b->shape[0] : b->shape[1];

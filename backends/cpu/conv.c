@@ -97,39 +97,39 @@ int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch) {
 /* core/ops/dispatch.c checked shapes and dtypes; the workspace is this backend's own. */
 static void check_ws(const ct_tensor *x, const ct_tensor *ws) { CT_ASSERT(ws->dtype == x->dtype); }
 
-static void cpu_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                               const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
+void ct_cpu_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws) {
     check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, NULL, ws);
 }
 
-static void cpu_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                         const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
+void ct_cpu_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws) {
     check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_forward, g, x, weight, bias, y, indices->data, ws);
 }
 
-static void cpu_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
-                                ct_tensor *ws) {
+void ct_cpu_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
+                            ct_tensor *ws) {
     check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, NULL, NULL, dy, dweight, dbias, dx, ws);
 }
 
-static void cpu_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                     const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
-                                     ct_tensor *dx, ct_tensor *ws) {
+void ct_cpu_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                 const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                 ct_tensor *dx, ct_tensor *ws) {
     check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, NULL, dy, dweight, dbias, dx, ws);
 }
 
-static void cpu_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
-                                          const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
-                                          ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
+void ct_cpu_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                      const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                      ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws) {
     check_ws(x, ws);
     if (x->shape[0] == 0) return;
     CT_REAL_DISPATCH(x, conv_backward, g, x, weight, y->data, indices->data, dy, dweight, dbias, dx, ws);

@@ -1,14 +1,19 @@
 /* Private helpers of the CPU backend.
  *
- * The backend is one translation unit (backend_cpu.c includes the family files: blas.c, conv.c, ...),
- * so every kernel is static and the rest of the library reaches it only through ct_backend_cpu, after
- * core/ops/dispatch.c has checked the op's arguments. Kernels are written once over a real type and
+ * Each family file (blas.c, conv.c, ...) defines the kernels of its ops as ct_cpu_* functions declared
+ * at the end of this header; backend_cpu.c puts them into the table ct_backend_cpu, the only way the
+ * rest of the library reaches them, after core/ops/dispatch.c has checked the op's arguments (this
+ * header is not installed). Kernels are written once over a real type and
  * instantiated for float and double by including a *_tmpl.h file twice with R (the type) and FN (the
  * name suffixer) defined; CT_REAL_DISPATCH picks the instance by the dtype of a tensor. OpenMP loops
  * start only above CT_OMP_MIN elements, where waking the thread team costs less than it saves. */
 #ifndef CT_CPU_IMPL_H
 #define CT_CPU_IMPL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/ops/ops.h"
 #include "core/status.h"
 #include "core/tensor.h"
 
@@ -28,8 +33,8 @@
 
 /* One plane x[H, W] max-pooled with 2x2 windows, stride 2 (nn.MaxPool2d(2)): y[H/2, W/2] and each
  * window's argmax position in the plane, with ct_op_maxpool2d_forward's rules (backends/cpu/pool.c). */
-static void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);
-static void ct_cpu_maxpool2x2_plane_f64(const double *x, int64_t H, int64_t W, double *y, int32_t *idx);
+void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);
+void ct_cpu_maxpool2x2_plane_f64(const double *x, int64_t H, int64_t W, double *y, int32_t *idx);
 
 /* Sliding windows (convolution, pooling): outputs o in [*lo, *hi) of [0, out) read the input
  * position o*stride + off inside [0, n); the rest fall in the padding. Always 0 <= *lo <= *hi <= out.
@@ -43,5 +48,82 @@ static inline void ct_cpu_out_span(int64_t off, int64_t stride, int64_t n, int64
     *lo = l;
     *hi = h;
 }
+
+/* The kernels of the CPU backend's table (backend_cpu.c), one family per file; core/ops/dispatch.c
+ * has checked their arguments. */
+/* attn.c */
+void ct_cpu_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cpu_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
+void ct_cpu_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
+void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+/* blas.c */
+void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
+                 ct_tensor *c);
+/* conv.c */
+void ct_cpu_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                           const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);
+void ct_cpu_conv2d_relu_pool_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                     const ct_tensor *bias, ct_tensor *y, ct_tensor *indices, ct_tensor *ws);
+void ct_cpu_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
+                            ct_tensor *ws);
+void ct_cpu_conv2d_relu_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                 const ct_tensor *y, const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias,
+                                 ct_tensor *dx, ct_tensor *ws);
+void ct_cpu_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
+                                      const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
+                                      ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
+/* elementwise.c */
+void ct_cpu_fill(ct_tensor *t, double value);
+void ct_cpu_copy(ct_tensor *dst, const ct_tensor *src);
+void ct_cpu_add(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);
+void ct_cpu_axpy(double alpha, const ct_tensor *x, ct_tensor *y);
+void ct_cpu_scale(ct_tensor *t, double s);
+bool ct_cpu_all_finite(const ct_tensor *t);
+void ct_cpu_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner);
+void ct_cpu_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner);
+void ct_cpu_activation_forward(ct_activation act, const ct_tensor *x, ct_tensor *y);
+void ct_cpu_activation_backward(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
+                                ct_tensor *dx);
+/* loss.c */
+int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                     double *sum, double *count);
+int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                      double scale, ct_tensor *dlogits);
+double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                     const ct_tensor *target);
+void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                    const ct_tensor *target, double scale, ct_tensor *dpred);
+/* misc.c */
+void ct_cpu_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask,
+                            ct_tensor *y);
+void ct_cpu_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx);
+int64_t ct_cpu_embedding_find_invalid(const ct_tensor *ids, int64_t num_embeddings);
+void ct_cpu_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y);
+void ct_cpu_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight);
+/* norm.c */
+void ct_cpu_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
+                              ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
+                              double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+void ct_cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias);
+void ct_cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
+                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+void ct_cpu_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias);
+/* optim.c */
+void ct_cpu_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+void ct_cpu_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
+double ct_cpu_sum_squares_det(const ct_tensor *t);
+double ct_cpu_l2_norm(const ct_tensor *t);
+/* pool.c */
+void ct_cpu_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices);
+void ct_cpu_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
+                               ct_tensor *dx);
+void ct_cpu_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
+void ct_cpu_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
 
 #endif

@@ -40,8 +40,8 @@ static void xent_dims(const ct_tensor *logits, int64_t *rows, int64_t *c) {
     *rows = ct_tensor_numel(logits) / *c;
 }
 
-static int64_t cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
-                                         double *sum, double *count) {
+int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                     double *sum, double *count) {
     int64_t rows, c;
     xent_dims(logits, &rows, &c);
     const double *w = o->weight ? o->weight->data : NULL;
@@ -53,8 +53,8 @@ static int64_t cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tenso
     return xent_fwd_f64(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, sum, count);
 }
 
-static int64_t cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
-                                          double scale, ct_tensor *dlogits) {
+int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                      double scale, ct_tensor *dlogits) {
     int64_t rows, c;
     xent_dims(logits, &rows, &c);
     const double *w = o->weight ? o->weight->data : NULL;
@@ -75,8 +75,8 @@ static const double *pos_weight(const ct_pointwise_opts *o, int64_t *npw) {
     return o->pos_weight->data;
 }
 
-static double cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
-                                         const ct_tensor *target) {
+double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                     const ct_tensor *target) {
     int64_t n = ct_tensor_numel(pred), npw;
     const double *pw = pos_weight(o, &npw);
     double delta = o ? o->delta : 1.0;
@@ -85,8 +85,8 @@ static double cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointw
     return pointwise_fwd_f64(kind, delta, pw, npw, pred->data, target->data, n);
 }
 
-static void cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
-                                        const ct_tensor *target, double scale, ct_tensor *dpred) {
+void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                    const ct_tensor *target, double scale, ct_tensor *dpred) {
     int64_t n = ct_tensor_numel(pred), npw;
     const double *pw = pos_weight(o, &npw);
     double delta = o ? o->delta : 1.0;

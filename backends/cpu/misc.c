@@ -31,21 +31,21 @@ static inline void dropout_words(const ct_dropout_ctx *ctx, uint64_t sample, uin
 /* Keep an element when its 32-bit word is >= ceil(p * 2^32): probability 1 - p up to 2^-32. */
 static uint64_t keep_threshold(double p) { return (uint64_t)ceil(p * 4294967296.0); }
 
-static void cpu_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask,
-                                ct_tensor *y) {
+void ct_cpu_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask,
+                            ct_tensor *y) {
     int64_t n = ct_tensor_numel(x);
     int64_t rows = x->shape[0];
     double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
     CT_REAL_DISPATCH(x, dropout_fwd, x->data, y->data, mask->data, rows, n / rows, keep_threshold(p), scale, ctx);
 }
 
-static void cpu_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx) {
+void ct_cpu_dropout_backward(const ct_tensor *dy, const ct_tensor *mask, double p, ct_tensor *dx) {
     int64_t n = ct_tensor_numel(dy);
     double scale = p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
     CT_REAL_DISPATCH(dy, dropout_bwd, dy->data, mask->data, scale, dx->data, n);
 }
 
-static int64_t cpu_embedding_find_invalid(const ct_tensor *ids, int64_t num_embeddings) {
+int64_t ct_cpu_embedding_find_invalid(const ct_tensor *ids, int64_t num_embeddings) {
     const int64_t *p = ids->data;
     int64_t n = ct_tensor_numel(ids);
     for (int64_t i = 0; i < n; i++)
@@ -53,7 +53,7 @@ static int64_t cpu_embedding_find_invalid(const ct_tensor *ids, int64_t num_embe
     return -1;
 }
 
-static void cpu_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y) {
+void ct_cpu_embedding_forward(const ct_tensor *ids, const ct_tensor *weight, ct_tensor *y) {
     int64_t n = ct_tensor_numel(ids), num = weight->shape[0], dim = weight->shape[1];
     const int64_t *p = ids->data;
     size_t row_bytes = (size_t)dim * ct_dtype_size(weight->dtype);
@@ -66,7 +66,7 @@ static void cpu_embedding_forward(const ct_tensor *ids, const ct_tensor *weight,
     }
 }
 
-static void cpu_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight) {
+void ct_cpu_embedding_backward(const ct_tensor *ids, const ct_tensor *dy, int64_t padding_idx, ct_tensor *dweight) {
     int64_t n = ct_tensor_numel(ids), dim = dweight->shape[1];
     CT_REAL_DISPATCH(dy, embedding_bwd, ids->data, dy->data, n, dim, padding_idx, dweight->data);
 }

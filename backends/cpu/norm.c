@@ -25,9 +25,9 @@ static void *opt_data(const ct_tensor *t, ct_dtype dt, int64_t n) {
     return t->data;
 }
 
-static void cpu_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
-                                  ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
-                                  double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
+void ct_cpu_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
+                              ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,
+                              double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
     int64_t c = ct_tensor_numel(running_mean), total = ct_tensor_numel(x), n = x->shape[0];
     int64_t inner = total / (n * c);
     if (x->dtype == CT_F32)
@@ -40,9 +40,9 @@ static void cpu_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, c
         ct_abort_at(__FILE__, __LINE__, "batchnorm: unsupported dtype %s", ct_dtype_name(x->dtype));
 }
 
-static void cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
-                                   ct_tensor *dweight, ct_tensor *dbias) {
+void ct_cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias) {
     int64_t c = ct_tensor_numel(save_mean), total = ct_tensor_numel(x), n = x->shape[0];
     int64_t inner = total / (n * c);
     ct_dtype dt = x->dtype;
@@ -56,8 +56,8 @@ static void cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, cons
         ct_abort_at(__FILE__, __LINE__, "batchnorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
-static void cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                                  ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
+void ct_cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
+                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     int64_t rows = total / f;
     ct_dtype dt = x->dtype;
@@ -70,9 +70,9 @@ static void cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, c
         ct_abort_at(__FILE__, __LINE__, "layernorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
-static void cpu_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                                   ct_tensor *dweight, ct_tensor *dbias) {
+void ct_cpu_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
+                               ct_tensor *dweight, ct_tensor *dbias) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     int64_t rows = total / f;
     ct_dtype dt = x->dtype;

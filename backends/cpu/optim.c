@@ -22,13 +22,13 @@
 #undef FN
 #undef RSQRT
 
-static void cpu_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
+void ct_cpu_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
     CT_REAL_DISPATCH(param, sgd, param->data, grad->data, momentum_buffer ? momentum_buffer->data : NULL,
                      ct_tensor_numel(param), a);
 }
 
-static void cpu_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
-                          ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
+void ct_cpu_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
     CT_REAL_DISPATCH(param, adam, param->data, grad->data, exp_avg->data, exp_avg_sq->data,
                      max_exp_avg_sq ? max_exp_avg_sq->data : NULL, ct_tensor_numel(param), a);
 }
@@ -40,11 +40,11 @@ static double sumsq_scaled(const ct_tensor *t, double inv_scale) {
     return sumsq_f64(t->data, n, inv_scale);
 }
 
-static double cpu_sum_squares_det(const ct_tensor *t) {
+double ct_cpu_sum_squares_det(const ct_tensor *t) {
     return sumsq_scaled(t, 1.0);
 }
 
-static double cpu_l2_norm(const ct_tensor *t) {
+double ct_cpu_l2_norm(const ct_tensor *t) {
     double ss = sumsq_scaled(t, 1.0);
     if (!isinf(ss)) return sqrt(ss);
     /* inf: either an infinite element (the norm is inf) or finite squares that overflowed. */

@@ -58,19 +58,19 @@ static inline void avg_window(int64_t o, int64_t stride, int64_t padding, int64_
 /* core/ops/dispatch.c checked the shapes; a plane is one (sample, channel) of `in`. */
 static int64_t planes_of(const ct_pool2d_geom *g, const ct_tensor *in) { return in->shape[0] * g->channels; }
 
-static void cpu_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices) {
+void ct_cpu_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices) {
     CT_REAL_DISPATCH(x, maxpool_fwd, g, x->data, y->data, indices->data, planes_of(g, x));
 }
 
-static void cpu_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
-                                   ct_tensor *dx) {
+void ct_cpu_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
+                               ct_tensor *dx) {
     CT_REAL_DISPATCH(dx, maxpool_bwd, g, dy->data, indices->data, dx->data, planes_of(g, dx));
 }
 
-static void cpu_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
+void ct_cpu_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
     CT_REAL_DISPATCH(x, avgpool_fwd, g, x->data, y->data, planes_of(g, x));
 }
 
-static void cpu_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
+void ct_cpu_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
     CT_REAL_DISPATCH(dx, avgpool_bwd, g, dy->data, dx->data, planes_of(g, dx));
 }

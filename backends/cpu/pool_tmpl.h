@@ -64,7 +64,7 @@ static inline int FN(maxpool_row_2x2)(const R *restrict xp, int32_t W, int32_t o
 
 /* One plane of 2x2 / stride 2 max pooling (no padding): y[H/2, W/2] and its argmax positions in the
  * H x W plane. Also what the convolution's fused pooling runs on each output plane (cpu_impl.h). */
-static void FN(ct_cpu_maxpool2x2_plane)(const R *x, int64_t H, int64_t W, R *y, int32_t *idx) {
+void FN(ct_cpu_maxpool2x2_plane)(const R *x, int64_t H, int64_t W, R *y, int32_t *idx) {
     const ct_pool2d_geom g = {.channels = 1, .in_h = H, .in_w = W, .out_h = H / 2, .out_w = W / 2,
                               .kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}};
     for (int64_t oh = 0; oh < H / 2; oh++) {
