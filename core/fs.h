@@ -38,18 +38,28 @@ ct_status ct_fsync_path(const char *path);
  * `discard on every early exit` both work. */
 typedef struct ct_atomic_file {
     int fd;       /* open on tmp until commit or close_fd; -1 after */
-    FILE *stream; /* the fd as stdio, once asked for */
+    FILE *stream; /* over fd, once asked for: its writes also pass ct_io_write */
+    int err;      /* the errno of the stream's first failed write, reported by commit */
     char path[4096];
     char tmp[4352];
 } ct_atomic_file;
 
+/* A state that discard accepts before open was called: `ct_atomic_file a = CT_ATOMIC_FILE_INIT;`. */
+#define CT_ATOMIC_FILE_INIT {.fd = -1}
+
+/* Creates the temporary (mode 0666 less the umask, as fopen would); a temporary of this host and pid
+ * left by a crashed process is replaced. On failure nothing is left and "cannot create 'TMP': ..."
+ * names the temporary (its directory's errno: ENOENT, EACCES...). */
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path);
+/* "cannot write 'PATH': <errno text>" on failure; the caller then discards. */
 ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n);
-/* The temporary as a stdio stream (owned by a: do not fclose it); NULL with the error set. */
+/* The temporary as a stdio stream (owned by a: do not fclose it); NULL with the error set. Its
+ * failed writes are remembered and reported by commit with their errno. */
 FILE *ct_atomic_file_stream(ct_atomic_file *a);
 /* Closes the descriptor (and stream) so that another library can open a->tmp by name. */
 ct_status ct_atomic_file_close_fd(ct_atomic_file *a);
-/* Flushes, fsyncs and closes the temporary, renames it to path and fsyncs the directory. */
+/* Flushes, fsyncs and closes the temporary, renames it to path and fsyncs the directory. On failure
+ * the temporary is still there: discard it. */
 ct_status ct_atomic_file_commit(ct_atomic_file *a);
 /* Closes and removes the temporary; path is untouched. */
 void ct_atomic_file_discard(ct_atomic_file *a);
