@@ -110,7 +110,7 @@ ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     }
     if (a->fd < 0) {
         int err = errno;
-        ct_status s = ct_error(CT_ERR_IO, "cannot create '%s': %s", a->tmp, strerror(err));
+        ct_status s = ct_error(CT_ERR_IO, "cannot write '%s': cannot create '%s': %s", path, a->tmp, strerror(err));
         a->tmp[0] = '\0';
         return s;
     }

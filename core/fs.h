@@ -48,8 +48,8 @@ typedef struct ct_atomic_file {
 #define CT_ATOMIC_FILE_INIT {.fd = -1}
 
 /* Creates the temporary (mode 0666 less the umask, as fopen would); a temporary of this host and pid
- * left by a crashed process is replaced. On failure nothing is left and "cannot create 'TMP': ..."
- * names the temporary (its directory's errno: ENOENT, EACCES...). */
+ * left by a crashed process is replaced. On failure nothing is left, and the message names both
+ * files and the errno: "cannot write 'PATH': cannot create 'TMP': No such file or directory". */
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path);
 /* "cannot write 'PATH': <errno text>" on failure; the caller then discards. */
 ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n);

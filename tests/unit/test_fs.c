@@ -112,7 +112,8 @@ static void failed_write_keeps_old(void) {
     /* a directory that does not exist: the message names the file and the errno */
     char missing[512];
     snprintf(missing, sizeof missing, "%s/no/such/dir/c.txt", dir);
-    CHECK_ERR(ct_write_file_atomic(missing, "x", 1), CT_ERR_IO, "no/such/dir/c.txt", strerror(ENOENT));
+    CHECK_ERR(ct_write_file_atomic(missing, "x", 1), CT_ERR_IO, "cannot write", "no/such/dir/c.txt'",
+              "cannot create", "no/such/dir/c.txt.tmp-", strerror(ENOENT));
 }
 
 static void discard_leaves_nothing(void) {
