@@ -35,8 +35,7 @@ static int64_t beta_stats(const ct_model *m, double *mean, double *lo, double *h
         size_t len = strlen(p->name);
         if (len < 5 || strcmp(p->name + len - 5, ".beta") != 0) continue;
         for (int64_t k = 0; k < p->numel; k++) {
-            double v = p->value->dtype == CT_F64 ? ((const double *)p->value->data)[k]
-                                                 : (double)((const float *)p->value->data)[k];
+            double v = ct_tensor_get(p->value, k);
             sum += v;
             *lo = fmin(*lo, v);
             *hi = fmax(*hi, v);

@@ -12,7 +12,8 @@
  * largest batch from the model's arena (nothing is allocated per step); forward keeps what backward
  * needs; backward writes dx and ADDS to dbeta (gradients accumulate over micro-batches).
  *
- * It computes on the CPU in float32 (training) or float64 (the gradient check), with plain loops. */
+ * It computes on the CPU in float32 (training) or float64 (the gradient check), with plain loops over
+ * ct_tensor_get / ct_tensor_set (core/tensor.h), which read and write either type. */
 #include "swish_layer.h"
 
 #include <math.h>
@@ -54,21 +55,10 @@ static ct_status declare(ct_module *m, ct_param_store *ps) {
     return ct_params_declare(ps, m, "beta", 1, &l->features, CT_PARAM_NO_DECAY, &l->beta, &l->dbeta);
 }
 
-/* Element i of a float32 or float64 tensor. */
-static double get(const ct_tensor *t, int64_t i) {
-    return t->dtype == CT_F64 ? ((const double *)t->data)[i] : (double)((const float *)t->data)[i];
-}
-static void set(ct_tensor *t, int64_t i, double v) {
-    if (t->dtype == CT_F64)
-        ((double *)t->data)[i] = v;
-    else
-        ((float *)t->data)[i] = (float)v;
-}
-
 static void init(ct_module *m, ct_rng *rng) {
     (void)rng; /* deterministic: every feature starts at beta0 */
     swish *l = self(m);
-    for (int64_t f = 0; f < l->features; f++) set(&l->beta, f, l->beta0);
+    for (int64_t f = 0; f < l->features; f++) ct_tensor_set(&l->beta, f, l->beta0);
 }
 
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
@@ -89,8 +79,8 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     int64_t n = ct_tensor_numel(x), F = l->features;
     for (int64_t i = 0; i < n; i++) {
-        double v = get(x, i);
-        set(y, i, v * sigmoid(get(&l->beta, i % F) * v));
+        double v = ct_tensor_get(x, i);
+        ct_tensor_set(y, i, v * sigmoid(ct_tensor_get(&l->beta, i % F) * v));
     }
     return CT_OK;
 }
@@ -103,12 +93,12 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     double *db = l->dbeta_sum;
     for (int64_t f = 0; f < F; f++) db[f] = 0;
     for (int64_t i = 0; i < n; i++) {
-        double v = get(&l->x, i), b = get(&l->beta, i % F), g = get(dy, i);
+        double v = ct_tensor_get(&l->x, i), b = ct_tensor_get(&l->beta, i % F), g = ct_tensor_get(dy, i);
         double s = sigmoid(b * v), ds = s * (1.0 - s);
-        if (dx) set(dx, i, g * (s + b * v * ds));
+        if (dx) ct_tensor_set(dx, i, g * (s + b * v * ds));
         db[i % F] += g * v * v * ds;
     }
-    for (int64_t f = 0; f < F; f++) set(&l->dbeta, f, get(&l->dbeta, f) + db[f]);
+    for (int64_t f = 0; f < F; f++) ct_tensor_set(&l->dbeta, f, ct_tensor_get(&l->dbeta, f) + db[f]);
     return CT_OK;
 }
 
