@@ -72,20 +72,6 @@ ct_status ct_fsync_path(const char *path) {
 
 /* --- the atomic write --------------------------------------------------------------------------- */
 
-/* All of n bytes through ct_io_write (write(), or a test's fault); 0 or an errno. */
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = ct_io_write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return errno;
-        if (w == 0) return EIO; /* no progress on a regular file: do not spin */
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     a->fd = -1;
     a->stream = NULL;
@@ -126,15 +112,15 @@ ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n) {
         }
         return CT_OK;
     }
-    int err = write_all(a->fd, data, n);
+    int err = ct_io_write_all(a->fd, data, n);
     return err ? ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(err)) : CT_OK;
 }
 
-/* The stream's writes go through write_all, so that the fault hook covers stdio writers too (JSON
+/* The stream's writes go through ct_io_write_all, so that the fault hook covers stdio writers too (JSON
  * dumps, cairo, fprintf) and the errno of a failure is kept for commit to report. */
 static ssize_t stream_write(void *cookie, const char *buf, size_t n) {
     ct_atomic_file *a = cookie;
-    int err = write_all(a->fd, buf, n);
+    int err = ct_io_write_all(a->fd, buf, n);
     if (!err) return (ssize_t)n;
     if (!a->err) a->err = err;
     errno = err;

@@ -6,7 +6,11 @@
  * system never collide; it is fsync'd, renamed over the target, and the directory is fsync'd, so
  * after a crash or power loss the target is either the old file or the whole new one. On any
  * failure the temporary is removed and the target left as it was. Bytes written through
- * ct_atomic_file_write pass ct_io_write (core/io_fault.h), so tests can make the disk "fill up". */
+ * ct_atomic_file_write or its stdio stream pass ct_io_write (core/io_fault.h), so tests can make the
+ * disk "fill up".
+ *
+ * Not for the files of a checkpoint: they are written into <dir>.tmp, which is synced and renamed
+ * as a whole (checkpoint/checkpoint_io.h). */
 #ifndef CT_FS_H
 #define CT_FS_H
 
