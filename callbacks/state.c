@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config/args.h"
+#include "core/fs.h"
 #include "core/json.h"
 
 ct_status ct_trainer_state_init(ct_trainer_state *s) {
@@ -233,32 +234,16 @@ ct_status ct_trainer_state_save(const ct_trainer_state *s, const char *file) {
     json_decref(o);
     if (!text) return ct_error(CT_ERR_NOMEM, "trainer state: out of memory serialising %s", file);
 
-    /* Same directory as the target, so rename() is atomic (no cross-device move). */
-    size_t n = strlen(file) + 32;
-    char *tmp = malloc(n);
-    if (!tmp) {
-        free(text);
-        return ct_error(CT_ERR_NOMEM, "trainer state: out of memory");
+    /* atomically and durably: a resume after a crash reads the old state or the whole new one */
+    ct_atomic_file a;
+    ct_status st = ct_atomic_file_open(&a, file);
+    if (st == CT_OK) st = ct_atomic_file_write(&a, text, strlen(text));
+    if (st == CT_OK) st = ct_atomic_file_write(&a, "\n", 1);
+    if (st == CT_OK) st = ct_atomic_file_commit(&a);
+    if (st != CT_OK) {
+        ct_atomic_file_discard(&a);
+        st = ct_error_prefix(st, "trainer state: ");
     }
-    snprintf(tmp, n, "%s.tmp.%ld", file, (long)getpid());
-    ct_status st = CT_OK;
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        st = ct_error(CT_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    } else {
-        bool ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        int err = errno;
-        if (fclose(f) != 0 && ok) {
-            ok = false;
-            err = errno;
-        }
-        if (!ok)
-            st = ct_error(CT_ERR_IO, "%s: cannot write: %s", tmp, strerror(err));
-        else if (rename(tmp, file) != 0)
-            st = ct_error(CT_ERR_IO, "%s: cannot rename to %s: %s", tmp, file, strerror(errno));
-        if (st != CT_OK) remove(tmp);
-    }
-    free(tmp);
     free(text);
     return st;
 }

@@ -1,5 +1,5 @@
 /* File-system helpers (see fs.h): directories, the one durable atomic write, tree removal. */
-#define _GNU_SOURCE /* nftw */
+#define _GNU_SOURCE /* nftw, fopencookie */
 #include "core/fs.h"
 
 #include <errno.h>
@@ -17,6 +17,7 @@
 
 ct_status ct_make_dirs(const char *dir) {
     char path[4096];
+    if (!dir[0]) return ct_error(CT_ERR_INVALID_ARG, "cannot create a directory with an empty name");
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
         return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", dir);
     for (char *p = path + 1;; p++) {
@@ -74,6 +75,7 @@ ct_status ct_fsync_path(const char *path) {
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     a->fd = -1;
     a->stream = NULL;
+    a->err = 0;
     a->tmp[0] = '\0';
     if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
         return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
@@ -83,55 +85,73 @@ ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     for (char *p = host; *p; p++)
         if (*p == '/' || *p == '.') *p = '_';
     /* beside the target (rename within one directory is atomic), unique per host and process;
-     * O_EXCL: never reuse a file somebody else is writing */
+     * O_EXCL: never write through a link somebody planted under this name */
     if (snprintf(a->tmp, sizeof a->tmp, "%s.tmp-%s-%ld", path, host, (long)getpid()) >= (int)sizeof a->tmp)
         return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
-    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    /* 0666 less the umask: the permissions fopen gives, which the files written before had */
+    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (a->fd < 0 && errno == EEXIST) { /* left by a crash of an earlier process with this pid */
         unlink(a->tmp);
-        a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     }
     if (a->fd < 0) {
         int err = errno;
+        ct_status s = ct_error(CT_ERR_IO, "cannot write '%s': cannot create '%s': %s", path, a->tmp, strerror(err));
         a->tmp[0] = '\0';
-        return ct_error(CT_ERR_IO, "cannot create a temporary file beside '%s': %s", path, strerror(err));
+        return s;
     }
     return CT_OK;
 }
 
 ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n) {
     if (a->fd < 0) return ct_error(CT_ERR_STATE, "'%s': the temporary file is not open", a->path);
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = ct_io_write(a->fd, p, n); /* write(), or a test's fault */
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
+    if (a->stream) { /* keep the order of what was written through the stream */
+        if (fwrite(data, 1, n, a->stream) != n) {
+            int err = a->err ? a->err : errno;
+            return ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(err));
+        }
+        return CT_OK;
     }
-    return CT_OK;
+    int err = ct_io_write_all(a->fd, data, n);
+    return err ? ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(err)) : CT_OK;
+}
+
+/* The stream's writes go through ct_io_write_all, so that the fault hook covers stdio writers too (JSON
+ * dumps, cairo, fprintf) and the errno of a failure is kept for commit to report. */
+static ssize_t stream_write(void *cookie, const char *buf, size_t n) {
+    ct_atomic_file *a = cookie;
+    int err = ct_io_write_all(a->fd, buf, n);
+    if (!err) return (ssize_t)n;
+    if (!a->err) a->err = err;
+    errno = err;
+    return 0; /* fopencookie: 0 is the error return */
 }
 
 FILE *ct_atomic_file_stream(ct_atomic_file *a) {
     if (!a->stream && a->fd >= 0) {
-        a->stream = fdopen(a->fd, "wb");
+        /* a must stay where it is while the stream is open: the stream points at it */
+        a->stream = fopencookie(a, "wb", (cookie_io_functions_t){.write = stream_write});
         if (!a->stream) ct_error(CT_ERR_IO, "cannot write '%s': %s", a->path, strerror(errno));
+    } else if (!a->stream) {
+        ct_error(CT_ERR_STATE, "'%s': the temporary file is not open", a->path);
     }
     return a->stream;
 }
 
-/* Flushes the stream (if any), syncs when asked, and closes the descriptor; 0 or an errno. */
+/* Flushes the stream (if any), syncs when asked, and closes the descriptor; 0 or an errno (the
+ * first failure: a write the stream failed earlier counts). */
 static int close_tmp(ct_atomic_file *a, bool sync) {
-    int err = 0;
-    if (a->stream && fflush(a->stream) != 0) err = errno;
-    if (!err && sync && a->fd >= 0 && fsync(a->fd) != 0 && errno != EINVAL) err = errno;
+    int err = a->err;
     if (a->stream) {
-        if (fclose(a->stream) != 0 && !err) err = errno;
-    } else if (a->fd >= 0 && close(a->fd) != 0 && !err) {
-        err = errno;
+        if (fflush(a->stream) != 0 && !err) err = a->err ? a->err : errno;
+        if (ferror(a->stream) && !err) err = a->err ? a->err : EIO;
+        fclose(a->stream); /* the cookie's close is a no-op: the descriptor is closed below */
+        a->stream = NULL;
     }
-    a->stream = NULL;
+    if (!err && sync && a->fd >= 0 && fsync(a->fd) != 0 && errno != EINVAL) err = errno;
+    if (a->fd >= 0 && close(a->fd) != 0 && !err) err = errno;
     a->fd = -1;
+    a->err = 0;
     return err;
 }
 
@@ -149,6 +169,7 @@ ct_status ct_atomic_file_commit(ct_atomic_file *a) {
     if (rename(a->tmp, a->path) != 0)
         return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", a->tmp, a->path, strerror(errno));
     a->tmp[0] = '\0';
+    /* the rename itself is durable only once the directory is */
     char dir[4096];
     ct_path_parent(a->path, dir, sizeof dir);
     return ct_fsync_path(dir);
@@ -171,9 +192,18 @@ ct_status ct_write_file_atomic(const char *path, const void *data, size_t n) {
 
 /* --- removal ------------------------------------------------------------------------------------ */
 
+/* nftw's callback has no context argument: the first entry that could not be removed, per thread. */
+static _Thread_local struct {
+    char path[4096];
+    int err;
+} remove_failure;
+
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
-    return remove(path);
+    if (remove(path) == 0 || errno == ENOENT) return 0; /* gone already (another deleter): fine */
+    remove_failure.err = errno;
+    snprintf(remove_failure.path, sizeof remove_failure.path, "%s", path);
+    return 1; /* stop: the directories above it cannot be removed either */
 }
 
 ct_status ct_remove_tree(const char *path) {
@@ -182,7 +212,15 @@ ct_status ct_remove_tree(const char *path) {
         if (errno == ENOENT) return CT_OK;
         return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
     }
-    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-        return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
+    remove_failure.err = 0;
+    /* FTW_PHYS: a symbolic link is removed, never followed; FTW_DEPTH: contents before their directory */
+    int rc = nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (rc == 1) {
+        if (strcmp(remove_failure.path, path) == 0)
+            return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(remove_failure.err));
+        return ct_error(CT_ERR_IO, "cannot delete '%s': '%s': %s", path, remove_failure.path,
+                        strerror(remove_failure.err));
+    }
+    if (rc != 0 && errno != ENOENT) return ct_error(CT_ERR_IO, "cannot delete '%s': %s", path, strerror(errno));
     return CT_OK;
 }

@@ -6,7 +6,11 @@
  * system never collide; it is fsync'd, renamed over the target, and the directory is fsync'd, so
  * after a crash or power loss the target is either the old file or the whole new one. On any
  * failure the temporary is removed and the target left as it was. Bytes written through
- * ct_atomic_file_write pass ct_io_write (core/io_fault.h), so tests can make the disk "fill up". */
+ * ct_atomic_file_write or its stdio stream pass ct_io_write (core/io_fault.h), so tests can make the
+ * disk "fill up".
+ *
+ * Not for the files of a checkpoint: they are written into <dir>.tmp, which is synced and renamed
+ * as a whole (checkpoint/checkpoint_io.h). */
 #ifndef CT_FS_H
 #define CT_FS_H
 
@@ -38,18 +42,28 @@ ct_status ct_fsync_path(const char *path);
  * `discard on every early exit` both work. */
 typedef struct ct_atomic_file {
     int fd;       /* open on tmp until commit or close_fd; -1 after */
-    FILE *stream; /* the fd as stdio, once asked for */
+    FILE *stream; /* over fd, once asked for: its writes also pass ct_io_write */
+    int err;      /* the errno of the stream's first failed write, reported by commit */
     char path[4096];
     char tmp[4352];
 } ct_atomic_file;
 
+/* A state that discard accepts before open was called: `ct_atomic_file a = CT_ATOMIC_FILE_INIT;`. */
+#define CT_ATOMIC_FILE_INIT {.fd = -1}
+
+/* Creates the temporary (mode 0666 less the umask, as fopen would); a temporary of this host and pid
+ * left by a crashed process is replaced. On failure nothing is left, and the message names both
+ * files and the errno: "cannot write 'PATH': cannot create 'TMP': No such file or directory". */
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path);
+/* "cannot write 'PATH': <errno text>" on failure; the caller then discards. */
 ct_status ct_atomic_file_write(ct_atomic_file *a, const void *data, size_t n);
-/* The temporary as a stdio stream (owned by a: do not fclose it); NULL with the error set. */
+/* The temporary as a stdio stream (owned by a: do not fclose it); NULL with the error set. Its
+ * failed writes are remembered and reported by commit with their errno. */
 FILE *ct_atomic_file_stream(ct_atomic_file *a);
 /* Closes the descriptor (and stream) so that another library can open a->tmp by name. */
 ct_status ct_atomic_file_close_fd(ct_atomic_file *a);
-/* Flushes, fsyncs and closes the temporary, renames it to path and fsyncs the directory. */
+/* Flushes, fsyncs and closes the temporary, renames it to path and fsyncs the directory. On failure
+ * the temporary is still there: discard it. */
 ct_status ct_atomic_file_commit(ct_atomic_file *a);
 /* Closes and removes the temporary; path is untouched. */
 void ct_atomic_file_discard(ct_atomic_file *a);

@@ -114,3 +114,16 @@ ssize_t ct_io_write(int fd, const void *buf, size_t n) {
     }
     return write(fd, buf, allow);
 }
+
+int ct_io_write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = ct_io_write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return errno;
+        if (w == 0) return EIO; /* no progress on a regular file: do not spin */
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}

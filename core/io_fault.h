@@ -24,6 +24,9 @@
 
 /* write(fd, buf, n), or the armed fault: -1 with errno set, or a short count at the boundary. */
 ssize_t ct_io_write(int fd, const void *buf, size_t n);
+/* All n bytes through ct_io_write (short writes continued, EINTR retried): 0, or the errno of the
+ * failure (EIO for a write that made no progress). */
+int ct_io_write_all(int fd, const void *buf, size_t n);
 
 /* Arms the hook (see above); after_bytes < 0 disarms it. Replaces any earlier setting, including
  * the environment's. */

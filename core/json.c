@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
+
 static ct_status missing(const char *path, const char *key) {
     return ct_error(CT_ERR_CONFIG, "%s: missing required key '%s'", path, key);
 }
@@ -136,4 +138,12 @@ ct_status ct_json_check_keys(const json_t *obj, const char *path, const char *co
         return ct_error(CT_ERR_CONFIG, "%s: unknown key '%s'", path, key);
     }
     return CT_OK;
+}
+
+ct_status ct_json_write_file(const json_t *v, const char *path) {
+    char *text = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    if (!text) return ct_error(CT_ERR_NOMEM, "cannot write '%s': out of memory", path);
+    ct_status s = ct_write_file_atomic(path, text, strlen(text));
+    free(text);
+    return s;
 }

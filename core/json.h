@@ -1,5 +1,6 @@
 /* JSON helpers over jansson: typed lookups whose errors name the JSON path ("model.layers[2].
- * out_features") and a key check that suggests the nearest allowed key for a misspelt one. */
+ * out_features"), a key check that suggests the nearest allowed key for a misspelt one, and the one
+ * writer of JSON files. */
 #ifndef CT_JSON_H
 #define CT_JSON_H
 
@@ -21,6 +22,10 @@ ct_status ct_json_ints(const json_t *obj, const char *path, const char *key, boo
 
 /* CT_ERR_CONFIG for any key of obj not in allowed (NULL-terminated), with a "did you mean" hint. */
 ct_status ct_json_check_keys(const json_t *obj, const char *path, const char *const *allowed);
+
+/* v as the new content of path, atomically and durably (core/fs.h), in the layout of Hugging Face's
+ * JSON files: indented by 2, keys sorted, reals with 17 significant digits (they read back exactly). */
+ct_status ct_json_write_file(const json_t *v, const char *path);
 
 /* The allowed string closest to word by edit distance, or NULL when none is close. */
 const char *ct_closest_word(const char *word, const char *const *allowed);

@@ -148,25 +148,11 @@ const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap) {
     return buf;
 }
 
-ct_status ct_expect_dtype(const char *who, const ct_tensor *t, ct_dtype dt) {
-    if (t->dtype == dt) return CT_OK;
-    char s[128];
-    return ct_error(CT_ERR_DTYPE, "%s: expected dtype %s, got tensor %s", who, ct_dtype_name(dt),
-                    ct_tensor_str(t, s, sizeof s));
-}
-
 ct_status ct_expect_device(const char *who, const ct_tensor *t, ct_device dev) {
     if (ct_device_eq(t->device, dev)) return CT_OK;
     char s[128], d[32];
     return ct_error(CT_ERR_DEVICE, "%s: expected a tensor on %s, got %s", who, ct_device_str(dev, d, sizeof d),
                     ct_tensor_str(t, s, sizeof s));
-}
-
-ct_status ct_expect_same_shape(const char *who, const ct_tensor *a, const ct_tensor *b) {
-    if (ct_shape_eq(a, b)) return CT_OK;
-    char sa[96], sb[96];
-    return ct_error(CT_ERR_SHAPE, "%s: shapes %s and %s differ", who, ct_shape_str(a->ndim, a->shape, sa, sizeof sa),
-                    ct_shape_str(b->ndim, b->shape, sb, sizeof sb));
 }
 
 double ct_tensor_get(const ct_tensor *t, int64_t i) {

@@ -71,10 +71,8 @@ bool ct_shape_eq(const ct_tensor *a, const ct_tensor *b);
 const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap);
 const char *ct_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
 
-/* Checks used by layers: each returns CT_OK or an error naming `who` and the shapes involved. */
-ct_status ct_expect_dtype(const char *who, const ct_tensor *t, ct_dtype dt);
+/* CT_OK, or an error naming `who`, the device expected and the tensor given. */
 ct_status ct_expect_device(const char *who, const ct_tensor *t, ct_device dev);
-ct_status ct_expect_same_shape(const char *who, const ct_tensor *a, const ct_tensor *b);
 
 /* Host memory used for tensors: 64-byte aligned, zeroed. */
 void *ct_host_alloc(size_t bytes);

@@ -8,7 +8,6 @@
 #include "data/convert.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <float.h>
 #include <hdf5.h>
 #include <math.h>
@@ -17,9 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "core/format/h5io.h"
+#include "core/fs.h"
 #include "core/tensor.h"
 #include "data/hdf5_util.h"
 #include "data/idx.h"
@@ -29,9 +28,10 @@
 
 /* --- the output file ---------------------------------------------------------------------------- */
 
+/* HDF5 writes the file by name: the temporary of an atomic file (core/fs.h), committed when whole. */
 typedef struct h5_out {
     const char *path;
-    char tmp[4200];
+    ct_atomic_file a;
     hid_t file;
 } h5_out;
 
@@ -54,21 +54,23 @@ static ct_status out_open(h5_out *o, const char *path) {
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return ct_error(CT_ERR_IO, "%s: cannot write the output: it is a directory", path);
-    if ((size_t)snprintf(o->tmp, sizeof o->tmp, "%s.tmp-%ld", path, (long)getpid()) >= sizeof o->tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "%s: output path too long", path);
     /* Creating it ourselves first gives the system's reason ("No such file or directory") when it fails. */
-    int fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) return ct_error(CT_ERR_IO, "%s: cannot create the output (%s): %s", path, o->tmp, strerror(errno));
-    close(fd);
+    ct_status s = ct_atomic_file_open(&o->a, path);
+    if (s == CT_OK) s = ct_atomic_file_close_fd(&o->a);
+    if (s != CT_OK) {
+        ct_atomic_file_discard(&o->a);
+        return ct_error_prefix(s, "%s: ", path);
+    }
     ct_h5_lock();
     ct_h5_quiet();
-    o->file = H5Fcreate(o->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    o->file = H5Fcreate(o->a.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     char det[256];
     if (o->file < 0) ct_h5_error_detail(det, sizeof det);
     ct_h5_unlock();
     if (o->file < 0) {
-        unlink(o->tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot create an HDF5 file at %s: %s", path, o->tmp, det);
+        s = ct_error(CT_ERR_IO, "%s: cannot create an HDF5 file at %s: %s", path, o->a.tmp, det);
+        ct_atomic_file_discard(&o->a);
+        return s;
     }
     return CT_OK;
 }
@@ -80,7 +82,7 @@ static void out_abort(h5_out *o) {
         ct_h5_unlock();
         o->file = -1;
     }
-    unlink(o->tmp);
+    ct_atomic_file_discard(&o->a);
 }
 
 /* Closes the file, makes it durable and moves it to its final name. */
@@ -91,22 +93,11 @@ static ct_status out_commit(h5_out *o) {
     if (rc < 0) ct_h5_error_detail(det, sizeof det);
     ct_h5_unlock();
     o->file = -1;
-    if (rc < 0) {
-        unlink(o->tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot finish writing %s: %s", o->path, o->tmp, det);
-    }
-    int fd = open(o->tmp, O_RDONLY);
-    bool synced = fd >= 0 && fsync(fd) == 0;
-    int err = errno;
-    if (fd >= 0) close(fd);
-    if (!synced) {
-        unlink(o->tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot flush %s to disk: %s", o->path, o->tmp, strerror(err));
-    }
-    if (rename(o->tmp, o->path) != 0) {
-        err = errno;
-        unlink(o->tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot rename %s to it: %s", o->path, o->tmp, strerror(err));
+    ct_status s = rc < 0 ? ct_error(CT_ERR_IO, "%s: cannot finish writing %s: %s", o->path, o->a.tmp, det)
+                         : ct_atomic_file_commit(&o->a);
+    if (s != CT_OK) {
+        ct_atomic_file_discard(&o->a);
+        return rc < 0 ? s : ct_error_prefix(s, "%s: ", o->path);
     }
     return CT_OK;
 }

@@ -108,7 +108,7 @@ static ct_status inspect(const char *cache, const struct stat *st, const char *r
     return s;
 }
 
-/* Adds the record to the converted file at tmp and makes it durable. */
+/* Adds the record to the converted file at tmp (commit makes it durable). */
 static ct_status add_record(const char *cache, const char *tmp, const char *record) {
     ct_h5_lock();
     ct_h5_quiet();
@@ -118,11 +118,6 @@ static ct_status add_record(const char *cache, const char *tmp, const char *reco
     if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot finish writing %s", tmp);
     ct_h5_unlock();
     if (s != CT_OK) return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
-    int fd = open(tmp, O_RDONLY);
-    bool synced = fd >= 0 && fsync(fd) == 0;
-    int err = errno;
-    if (fd >= 0) close(fd);
-    if (!synced) return ct_error(CT_ERR_IO, "%s: cannot flush %s to disk: %s", cache, tmp, strerror(err));
     return CT_OK;
 }
 
@@ -135,16 +130,6 @@ static ct_status build(const char *images, const char *labels, double scale, int
     ct_dataset_free(check);
     ct_log_info("%s: building %s from %s and %s (%s)", what, cache, images, labels, reason);
     fflush(stderr);
-    /* A name of this process's own: nodes sharing a file system may build the same cache at once,
-     * and process ids repeat across nodes. */
-    char host[256] = "host";
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
-    host[sizeof host - 1] = '\0';
-    for (char *p = host; *p; p++)
-        if (*p == '/') *p = '_';
-    char tmp[PATH_MAX + 320];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.build-%s-%ld", cache, host, (long)getpid()) >= sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "%s: the cache path is too long", cache);
     /* Its directory is made as output_dir is (mkdir -p). */
     char dir[PATH_MAX + 320];
     snprintf(dir, sizeof dir, "%s", cache);
@@ -154,12 +139,24 @@ static ct_status build(const char *images, const char *labels, double scale, int
         ct_status ds = ct_make_dirs(dir);
         if (ds != CT_OK) return ct_error_prefix(ds, "%s: cannot build the cache: ", cache);
     }
-    ct_status s = ct_convert_idx_to_hdf5(images, labels, tmp, 0, -1);
-    if (s != CT_OK) return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
-    s = add_record(cache, tmp, record);
-    if (s == CT_OK && rename(tmp, cache) != 0)
-        s = ct_error(CT_ERR_IO, "%s: cannot rename %s to it: %s", cache, tmp, strerror(errno));
-    if (s != CT_OK) unlink(tmp);
+    /* Built under a name of this process's own (ct_atomic_file names it after the host and the pid:
+     * nodes sharing a file system may build the same cache at once, and process ids repeat across
+     * nodes), then renamed into place whole. */
+    ct_atomic_file a;
+    ct_status s = ct_atomic_file_open(&a, cache);
+    if (s == CT_OK) s = ct_atomic_file_close_fd(&a); /* HDF5 writes it by name */
+    if (s != CT_OK) {
+        ct_atomic_file_discard(&a);
+        return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+    }
+    s = ct_convert_idx_to_hdf5(images, labels, a.tmp, 0, -1);
+    if (s != CT_OK) s = ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+    if (s == CT_OK) s = add_record(cache, a.tmp, record);
+    if (s == CT_OK) {
+        s = ct_atomic_file_commit(&a);
+        if (s != CT_OK) s = ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+    }
+    if (s != CT_OK) ct_atomic_file_discard(&a);
     return s;
 }
 

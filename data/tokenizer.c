@@ -119,8 +119,8 @@ static size_t split_point(const text *t, double val_fraction) {
 
 typedef struct writer {
     const char *path;
-    char *tmp;
-    FILE *f;
+    ct_atomic_file a; /* the token file, committed whole (core/fs.h) */
+    bool open;        /* a holds a temporary: commit or abort it */
     int bpt;
     int64_t tokens;
 } writer;
@@ -139,17 +139,10 @@ static ct_status writer_open(writer *w, const char *path, int bpt) {
     }
     free(dir);
     CT_TRY(s);
-    size_t n = strlen(path) + 32;
-    w->tmp = malloc(n);
-    if (!w->tmp) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
-    snprintf(w->tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    w->f = fopen(w->tmp, "wb");
-    if (!w->f) {
-        s = ct_error(CT_ERR_IO, "%s: cannot create: %s", w->tmp, strerror(errno));
-        free(w->tmp);
-        w->tmp = NULL;
-    }
-    return s;
+    s = ct_atomic_file_open(&w->a, path);
+    if (s != CT_OK) return ct_error_prefix(s, "%s: ", path);
+    w->open = true;
+    return CT_OK;
 }
 
 /* Appends the ids of bytes (and an end-of-text id), little-endian, through a fixed chunk buffer. */
@@ -162,31 +155,21 @@ static ct_status writer_put(writer *w, const unsigned char *bytes, size_t n, boo
             uint32_t id = i < n ? bytes[i++] : (eot = false, (uint32_t)CT_BYTE_EOT);
             for (int b = 0; b < w->bpt; b++) chunk[bytes_out++] = (unsigned char)(id >> (8 * b));
         }
-        if (fwrite(chunk, 1, bytes_out, w->f) != bytes_out)
-            return ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
+        CT_TRY(ct_atomic_file_write(&w->a, chunk, bytes_out));
         w->tokens += (int64_t)k;
     }
     return CT_OK;
 }
 
 static ct_status writer_commit(writer *w) {
-    ct_status s = CT_OK;
-    if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
-        s = ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
-    if (fclose(w->f) != 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "%s: cannot write: %s", w->tmp, strerror(errno));
-    w->f = NULL;
-    if (s == CT_OK && rename(w->tmp, w->path) != 0)
-        s = ct_error(CT_ERR_IO, "%s: cannot rename %s to it: %s", w->path, w->tmp, strerror(errno));
-    if (s != CT_OK) remove(w->tmp);
-    free(w->tmp);
-    w->tmp = NULL;
-    return s;
+    ct_status s = ct_atomic_file_commit(&w->a);
+    if (s != CT_OK) return s; /* writer_abort removes the temporary */
+    w->open = false;
+    return CT_OK;
 }
 
 static void writer_abort(writer *w) {
-    if (w->f) fclose(w->f);
-    if (w->tmp) remove(w->tmp);
-    free(w->tmp);
+    if (w->open) ct_atomic_file_discard(&w->a);
     memset(w, 0, sizeof *w);
 }
 

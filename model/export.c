@@ -8,10 +8,10 @@
 
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "model/export.h"
 #include "model/layers.h"
 #include "model/model_safetensors.h"
-#include "trainer/trainer_impl.h"
 
 typedef struct h5_tensors {
     ct_named_tensor *items;
@@ -198,7 +198,7 @@ static ct_status export_to(const ct_export_options *o, ct_st_dtype dtype, const 
     ct_st_close(check);
     if (s == CT_OK) {
         snprintf(path, sizeof path, "%s/config.json", dir);
-        s = ct_write_json_file(config, path);
+        s = ct_json_write_file(config, path);
     }
     json_decref(config);
     return s;

@@ -7,6 +7,7 @@
 
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
+#include "core/fs.h"
 #include "model/model_io.h"
 
 /* values / buffers NULL: the model's own; else flat copies laid out like the model's buffers. */
@@ -42,9 +43,6 @@ ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, co
     if ((values && ct_tensor_numel(values) != ct_tensor_numel(&m->params.values)) ||
         (buffers && ct_tensor_numel(buffers) != ct_tensor_numel(&m->params.buffers)))
         return ct_error(CT_ERR_SHAPE, "save model '%s': the weights given are not laid out like the model's", file);
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "save model: path too long: %s", file);
     /* built in memory, written without the HDF5 lock (core/format/h5_image.h) */
     void *image = NULL;
     size_t size = 0;
@@ -60,13 +58,10 @@ ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, co
             H5Fclose(f);
     }
     ct_h5_unlock();
-    if (s == CT_OK) s = ct_write_bytes(tmp, image, size);
+    /* a reader (a resumed run, `ctrainer evaluate`) sees the old file or the whole new one */
+    if (s == CT_OK) s = ct_write_file_atomic(file, image, size);
     free(image);
-    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
-    if (s != CT_OK) {
-        unlink(tmp);
-        return ct_error_prefix(s, "save model '%s': ", file);
-    }
+    if (s != CT_OK) return ct_error_prefix(s, "save model '%s': ", file);
     return CT_OK;
 }
 

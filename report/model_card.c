@@ -6,7 +6,6 @@
 
 #include <H5public.h>
 #include <cblas.h>
-#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -715,11 +714,10 @@ ct_status ct_trainer_create_model_card(ct_trainer *t, const json_t *eval_metrics
     if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
     const char *dir = t->args.output_dir;
     CT_TRY(ct_make_dirs(dir));
-    char png[4096], svg[4096], card[4096], tmp[4200];
+    char png[4096], svg[4096], card[4096];
     snprintf(png, sizeof png, "%s/training_curves.png", dir);
     snprintf(svg, sizeof svg, "%s/training_curves.svg", dir);
     snprintf(card, sizeof card, "%s/README.md", dir);
-    snprintf(tmp, sizeof tmp, "%s/README.md.tmp", dir);
 
     /* The curves of training: the history up to its end-of-training summary, which is what
      * trainer_state.json holds (evaluations after training are logged at the last step again, and
@@ -756,21 +754,8 @@ ct_status ct_trainer_create_model_card(ct_trainer *t, const json_t *eval_metrics
     ct_status s = write_card(t, eval_metrics, test_metrics, curves, mem);
     if (fclose(mem) != 0 && s == CT_OK) s = ct_error(CT_ERR_NOMEM, "model card: out of memory");
     if (s == CT_OK) {
-        FILE *f = fopen(tmp, "w");
-        if (!f) {
-            s = ct_error(CT_ERR_IO, "model card: cannot write '%s': %s", tmp, strerror(errno));
-        } else {
-            bool ok = fwrite(text, 1, len, f) == len;
-            int err = errno;
-            if (fclose(f) != 0 && ok) {
-                ok = false;
-                err = errno;
-            }
-            if (!ok) s = ct_error(CT_ERR_IO, "model card: cannot write '%s': %s", tmp, strerror(err));
-            else if (rename(tmp, card) != 0)
-                s = ct_error(CT_ERR_IO, "model card: cannot rename '%s' to '%s': %s", tmp, card, strerror(errno));
-            if (s != CT_OK) remove(tmp);
-        }
+        s = ct_write_file_atomic(card, text, len);
+        if (s != CT_OK) s = ct_error_prefix(s, "model card: ");
     }
     free(text);
     return s;

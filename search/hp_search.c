@@ -214,26 +214,6 @@ json_t *ct_hp_results_to_json(const ct_hp_results *r) {
                      best ? json_deep_copy(best->params) : json_null(), "trials", trials ? trials : json_array());
 }
 
-/* Writes text to file through file.tmp and a rename, so a reader never sees half a file. */
-static ct_status write_atomic(const char *file, const char *text) {
-    char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", file);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot write: %s", tmp, strerror(errno));
-    bool ok = fputs(text, f) >= 0;
-    ok = fclose(f) == 0 && ok;
-    if (!ok) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "%s: cannot write", tmp);
-    }
-    if (rename(tmp, file) != 0) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, file, strerror(errno));
-    }
-    return CT_OK;
-}
-
 /* A growing string. */
 typedef struct text {
     char *s;
@@ -339,7 +319,7 @@ ct_status ct_hp_write_json(const json_t *v, const char *file) {
     }
     line[len] = '\n';
     line[len + 1] = '\0';
-    ct_status st = write_atomic(file, line);
+    ct_status st = ct_write_file_atomic(file, line, strlen(line));
     free(line);
     return st;
 }
@@ -355,7 +335,7 @@ ct_status ct_hp_results_write(const ct_hp_results *r, const ct_hp_space *space, 
     char *s = results_csv(r, space);
     if (!s) return ct_error(CT_ERR_NOMEM, "search results: out of memory");
     snprintf(file, sizeof file, "%s/search_results.csv", dir);
-    st = write_atomic(file, s);
+    st = ct_write_file_atomic(file, s, strlen(s));
     free(s);
     return st;
 }

@@ -52,18 +52,7 @@ ct_status ct_h5_image_finish(hid_t f, void **image, size_t *size) {
 ct_status ct_write_bytes(const char *path, const void *data, size_t size) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return ct_error(CT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-    const char *p = data;
-    size_t done = 0;
-    int err = 0;
-    while (done < size) {
-        ssize_t w = ct_io_write(fd, p + done, size - done); /* write(), or a test's fault */
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            err = errno;
-            break;
-        }
-        done += (size_t)w;
-    }
+    int err = ct_io_write_all(fd, data, size); /* write(), or a test's fault */
     if (close(fd) != 0 && !err) err = errno;
     if (err) {
         unlink(path);

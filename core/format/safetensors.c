@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/format/safetensors.h"
+#include "core/fs.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors data is little-endian: this reader and writer assume a little-endian host"
@@ -718,33 +719,28 @@ ct_status ct_st_serialize(const ct_st_entry *entries, int n, const json_t *metad
 }
 
 ct_status ct_st_write(const char *path, const ct_st_entry *entries, int n, const json_t *metadata) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "safetensors: path too long: %s", path);
     plan p;
     ct_status s = make_plan(entries, n, metadata, &p);
     if (s != CT_OK) {
         plan_free(&p);
         return ct_error_prefix(s, "%s: ", path);
     }
-    FILE *f = fopen(tmp, "wb");
-    if (!f) s = ct_error(CT_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    /* the tensors straight from the caller's memory, atomically and durably (core/fs.h) */
+    ct_atomic_file a;
+    s = ct_atomic_file_open(&a, path);
     unsigned char head[8];
     put_le64(head, p.header_len);
-    bool ok = f && fwrite(head, 1, 8, f) == 8 && fwrite(p.header, 1, p.header_len, f) == p.header_len;
-    for (int i = 0; ok && i < n; i++) {
+    if (s == CT_OK) s = ct_atomic_file_write(&a, head, 8);
+    if (s == CT_OK) s = ct_atomic_file_write(&a, p.header, p.header_len);
+    for (int i = 0; s == CT_OK && i < n; i++) {
         uint64_t len = p.nbytes[p.order[i]];
-        ok = len == 0 || fwrite(entries[p.order[i]].data, 1, (size_t)len, f) == len;
+        if (len) s = ct_atomic_file_write(&a, entries[p.order[i]].data, (size_t)len);
     }
-    if (f) {
-        ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-        int e = errno;
-        ok = fclose(f) == 0 && ok;
-        if (!ok) s = ct_error(CT_ERR_IO, "%s: cannot write: %s", tmp, strerror(e ? e : errno));
+    if (s == CT_OK) s = ct_atomic_file_commit(&a);
+    if (s != CT_OK) {
+        ct_atomic_file_discard(&a);
+        s = ct_error_prefix(s, "safetensors: ");
     }
-    if (s == CT_OK && rename(tmp, path) != 0)
-        s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, path, strerror(errno));
-    if (s != CT_OK && f) unlink(tmp);
     plan_free(&p);
     return s;
 }

@@ -23,13 +23,12 @@
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "dist/comm.h"
+#include "dist/poll.h"
 
 typedef struct mpi_req {
     struct mpi_req *prev, *next; /* in the communicator's in-flight list; `next` alone in its pool */
@@ -50,15 +49,7 @@ static int live_comms;       /* MPI communicators not yet destroyed */
 static bool we_initialised;  /* MPI_Init_thread was ours, so MPI_Finalize is too */
 static bool unfinished;      /* a collective never completed: finalising could hang */
 
-#define SPIN_S 100e-6 /* waiting phases of req_finish, in seconds */
-#define YIELD_S 50e-3
-enum { MAX_PAUSE_NS = 200000, DRAIN_LIMIT_S = 5 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+enum { DRAIN_LIMIT_S = 5 };
 
 static ct_status mpi_error(int rc, const char *call) {
     char msg[MPI_MAX_ERROR_STRING];
@@ -150,39 +141,33 @@ static ct_status give_up(mpi_comm *m, const char *what, ct_status s) {
     return s;
 }
 
-static void pause_ns(long ns) {
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
+/* One MPI_Testall of a record, for ct_poll_until; rc keeps a failure's code. */
+typedef struct req_test {
+    mpi_req *r;
+    int rc;
+} req_test;
+
+static ct_poll test_req(void *ctx) {
+    req_test *t = ctx;
+    int done = 0;
+    t->rc = MPI_Testall(t->r->n, t->r->reqs, &done, MPI_STATUSES_IGNORE);
+    return t->rc != MPI_SUCCESS ? CT_POLL_FAILED : done ? CT_POLL_DONE : CT_POLL_PENDING;
 }
 
-/* Polls r to completion (returning it to the pool) or gives up after the timeout. The wait is
- * spent in three phases: pure polling for the first SPIN_S (a small collective finishes within
- * microseconds, and even the shortest sleep costs ~50 us of timer slack), then polling with
- * sched_yield until YIELD_S (ranks are often oversubscribed: a rank still computing on this core
- * gets it at once), then polling with a sleep growing to MAX_PAUSE_NS, so a long wait for a slow
- * peer does not burn a core its OpenMP threads or another rank could use. */
+/* Polls r to completion (returning it to the pool) or gives up after the timeout (dist/poll.h:
+ * spinning, then yielding, then sleeping). */
 static ct_status req_finish(mpi_comm *m, mpi_req *r, const char *what) {
-    double start = now_s(), limit = m->base.timeout_s;
-    long pause = 10000;
-    for (;;) {
-        int done = 0;
-        int rc = MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE);
-        if (rc != MPI_SUCCESS) return give_up(m, what, mpi_error(rc, "MPI_Testall"));
-        if (done) {
-            req_put(m, r);
-            return CT_OK;
-        }
-        double waited = now_s() - start;
-        if (waited >= limit)
-            return give_up(m, what,
-                           ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)", limit));
-        if (waited < SPIN_S) continue;
-        if (waited < YIELD_S) {
-            sched_yield();
-            continue;
-        }
-        pause_ns(pause);
-        pause = pause * 2 > MAX_PAUSE_NS ? MAX_PAUSE_NS : pause * 2;
+    double limit = m->base.timeout_s;
+    req_test t = {.r = r};
+    switch (ct_poll_until(test_req, &t, limit)) {
+    case CT_POLL_DONE:
+        req_put(m, r);
+        return CT_OK;
+    case CT_POLL_FAILED:
+        return give_up(m, what, mpi_error(t.rc, "MPI_Testall"));
+    default:
+        return give_up(m, what,
+                       ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)", limit));
     }
 }
 
@@ -376,21 +361,18 @@ static void mpi_abort(ct_comm *c, int code) { MPI_Abort(((mpi_comm *)c)->comm, c
 
 /* Requests still in flight (never waited, or given up) get a few seconds to complete: a peer that
  * arrives late finishes them, and MPI can then be finalised cleanly. */
-static void drain(mpi_comm *m) {
-    double start = now_s(), limit = DRAIN_LIMIT_S;
-    while (m->inflight.next != &m->inflight) {
-        for (mpi_req *r = m->inflight.next, *next; r != &m->inflight; r = next) {
-            next = r->next;
-            int done = 0;
-            if (MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) req_put(m, r);
-        }
-        if (m->inflight.next == &m->inflight) break;
-        if (now_s() - start >= limit) {
-            unfinished = true;
-            break;
-        }
-        pause_ns(MAX_PAUSE_NS);
+static ct_poll test_inflight(void *ctx) {
+    mpi_comm *m = ctx;
+    for (mpi_req *r = m->inflight.next, *next; r != &m->inflight; r = next) {
+        next = r->next;
+        int done = 0;
+        if (MPI_Testall(r->n, r->reqs, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) req_put(m, r);
     }
+    return m->inflight.next == &m->inflight ? CT_POLL_DONE : CT_POLL_PENDING;
+}
+
+static void drain(mpi_comm *m) {
+    if (ct_poll_until(test_inflight, m, DRAIN_LIMIT_S) == CT_POLL_TIMED_OUT) unfinished = true;
 }
 
 static void free_records(mpi_req *r, mpi_req *end) {

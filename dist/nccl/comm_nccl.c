@@ -33,7 +33,6 @@
 #include <mpi.h>
 #include <nccl.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,11 +40,12 @@
 #include <unistd.h>
 
 #include "backends/cuda/cuda_rt.h"
+#include "dist/poll.h"
 
 typedef struct nccl_req {
     struct nccl_req *next;  /* in the in-flight list or the pool */
     cudaEvent_t done;       /* recorded on the NCCL stream after the collective */
-    double started;         /* when it was posted (now_s) */
+    double started;         /* when it was posted (ct_poll_clock_s) */
     bool waited;            /* ct_comm_wait ordered the caller's stream after it */
     ct_comm_request *cpu;   /* a CPU tensor's request, owned by the MPI communicator */
 } nccl_req;
@@ -70,20 +70,8 @@ typedef struct nccl_comm {
     bool have_mu, have_watchdog;
 } nccl_comm;
 
-#define SPIN_S 100e-6 /* waiting phases of poll_event, in seconds (as comm_mpi.c) */
-#define YIELD_S 50e-3
-enum { MAX_PAUSE_NS = 200000, DRAIN_LIMIT_S = 5, WATCHDOG_EXIT = 1 };
+enum { DRAIN_LIMIT_S = 5, WATCHDOG_EXIT = 1 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void pause_ns(long ns) {
-    struct timespec ts = {0, ns};
-    nanosleep(&ts, NULL);
-}
 
 static nccl_comm *self(ct_comm *c) { return (nccl_comm *)c; }
 
@@ -223,28 +211,39 @@ static ct_status begin(nccl_comm *m, const char *what) {
     return CT_OK;
 }
 
-/* Polls ev to completion, or gives up after the timeout or on an NCCL error (see req_finish in
- * comm_mpi.c for the three waiting phases). */
+/* One query of an event, for ct_poll_until: a GPU error (e) or an NCCL error (s, already given
+ * up on) ends the wait. */
+typedef struct event_test {
+    nccl_comm *m;
+    cudaEvent_t ev;
+    const char *what;
+    cudaError_t e;
+    ct_status s;
+} event_test;
+
+static ct_poll test_event(void *ctx) {
+    event_test *t = ctx;
+    t->e = cudaEventQuery(t->ev);
+    if (t->e == cudaSuccess) return CT_POLL_DONE;
+    if (t->e != cudaErrorNotReady) return CT_POLL_FAILED;
+    t->s = async_error(t->m, t->what);
+    return t->s != CT_OK ? CT_POLL_FAILED : CT_POLL_PENDING;
+}
+
+/* Polls ev to completion, or gives up after the timeout or on an NCCL error (dist/poll.h: spinning,
+ * then yielding, then sleeping). */
 static ct_status poll_event(nccl_comm *m, cudaEvent_t ev, const char *what) {
-    double start = now_s(), limit = m->base.timeout_s;
-    long pause = 10000;
-    for (;;) {
-        cudaError_t e = cudaEventQuery(ev);
-        if (e == cudaSuccess) return CT_OK;
-        if (e != cudaErrorNotReady)
-            return give_up(m, what, ct_error(CT_ERR_STATE, "the GPU failed: %s", cudaGetErrorString(e)));
-        CT_TRY(async_error(m, what));
-        double waited = now_s() - start;
-        if (waited >= limit)
-            return give_up(m, what,
-                           ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)", limit));
-        if (waited < SPIN_S) continue;
-        if (waited < YIELD_S) {
-            sched_yield();
-            continue;
-        }
-        pause_ns(pause);
-        pause = pause * 2 > MAX_PAUSE_NS ? MAX_PAUSE_NS : pause * 2;
+    double limit = m->base.timeout_s;
+    event_test t = {.m = m, .ev = ev, .what = what, .s = CT_OK};
+    switch (ct_poll_until(test_event, &t, limit)) {
+    case CT_POLL_DONE:
+        return CT_OK;
+    case CT_POLL_FAILED:
+        if (t.s != CT_OK) return t.s;
+        return give_up(m, what, ct_error(CT_ERR_STATE, "the GPU failed: %s", cudaGetErrorString(t.e)));
+    default:
+        return give_up(m, what,
+                       ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)", limit));
     }
 }
 
@@ -301,7 +300,7 @@ static ct_status nccl_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, c
         return s;
     }
     CT_CUDA_CHECK(cudaEventRecord(r->done, m->stream));
-    r->started = now_s();
+    r->started = ct_poll_clock_s();
     pthread_mutex_lock(&m->mu);
     r->next = m->inflight;
     m->inflight = r;
@@ -321,7 +320,7 @@ static ct_status nccl_wait(ct_comm *c, ct_comm_request *req) {
     /* On an unusable communicator the request stays in flight, left to destroy. */
     CT_TRY(usable(m));
     CT_TRY(async_error(m, "all_reduce"));
-    if (cudaEventQuery(r->done) == cudaErrorNotReady && now_s() - r->started >= m->base.timeout_s)
+    if (cudaEventQuery(r->done) == cudaErrorNotReady && ct_poll_clock_s() - r->started >= m->base.timeout_s)
         return give_up(m, "all_reduce",
                        ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)",
                                 m->base.timeout_s));
@@ -484,7 +483,7 @@ static void nccl_abort(ct_comm *c, int code) {
  * requests are pending. Called with m->mu held. */
 static bool overdue(nccl_comm *m, char *why, size_t cap) {
     bool pending = false;
-    double now = now_s();
+    double now = ct_poll_clock_s();
     for (nccl_req *r = m->inflight; r; r = r->next) {
         cudaError_t e = cudaEventQuery(r->done);
         if (e == cudaSuccess) continue;
@@ -572,15 +571,14 @@ static void release(nccl_comm *m, bool drained) {
 }
 
 /* Waits a few seconds for the NCCL stream to finish (requests never waited, a late peer). */
+static ct_poll test_stream(void *ctx) {
+    cudaError_t e = cudaStreamQuery(((nccl_comm *)ctx)->stream);
+    return e == cudaSuccess ? CT_POLL_DONE : e == cudaErrorNotReady ? CT_POLL_PENDING : CT_POLL_FAILED;
+}
+
 static bool drain(nccl_comm *m) {
     if (!m->stream) return true;
-    double start = now_s();
-    for (;;) {
-        cudaError_t e = cudaStreamQuery(m->stream);
-        if (e == cudaSuccess) return true;
-        if (e != cudaErrorNotReady || now_s() - start >= DRAIN_LIMIT_S) return false;
-        pause_ns(MAX_PAUSE_NS);
-    }
+    return ct_poll_until(test_stream, m, DRAIN_LIMIT_S) == CT_POLL_DONE;
 }
 
 static void nccl_destroy(ct_comm *c) {

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "report/plot.h"
 #include "report/plot_impl.h"
 
@@ -487,35 +488,34 @@ static cairo_status_t write_fn(void *closure, const unsigned char *data, unsigne
     return fwrite(data, 1, len, closure) == len ? CAIRO_STATUS_SUCCESS : CAIRO_STATUS_WRITE_ERROR;
 }
 
+/* One image file being written: cairo writes to the stream of an atomic file (core/fs.h), so a
+ * reader never sees half a figure and a failed write leaves the old one. */
 typedef struct out_file {
-    const char *path;
-    char tmp[4096];
+    ct_atomic_file a; /* stays put while f is open: the stream points at it */
     FILE *f;
 } out_file;
 
 static ct_status open_out(out_file *o, const char *path) {
-    o->path = path;
-    if (snprintf(o->tmp, sizeof o->tmp, "%s.tmp", path) >= (int)sizeof o->tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "training curves: path too long: %s", path);
-    o->f = fopen(o->tmp, "wb");
-    if (!o->f) return ct_error(CT_ERR_IO, "training curves: cannot write '%s': %s", o->tmp, strerror(errno));
-    return CT_OK;
+    ct_status s = ct_atomic_file_open(&o->a, path);
+    if (s == CT_OK && !(o->f = ct_atomic_file_stream(&o->a))) {
+        s = CT_ERR_IO; /* the message is set */
+        ct_atomic_file_discard(&o->a);
+    }
+    return s == CT_OK ? CT_OK : ct_error_prefix(s, "training curves: ");
 }
 
-/* Closes and renames when ok; removes the temporary file otherwise. */
-static ct_status close_out(out_file *o, ct_status s, cairo_status_t cs) {
-    int err = 0;
-    if (cs != CAIRO_STATUS_SUCCESS && s == CT_OK) s = ct_error(CT_ERR_IO, "training curves: cannot write '%s': %s", o->tmp,
-                                                                 cs == CAIRO_STATUS_WRITE_ERROR ? strerror(errno)
-                                                                                                : cairo_status_to_string(cs));
-    if (fclose(o->f) != 0 && s == CT_OK) {
-        err = errno;
-        s = ct_error(CT_ERR_IO, "training curves: cannot write '%s': %s", o->tmp, strerror(err));
-    }
-    if (s == CT_OK && rename(o->tmp, o->path) != 0)
-        s = ct_error(CT_ERR_IO, "training curves: cannot rename '%s' to '%s': %s", o->tmp, o->path, strerror(errno));
-    if (s != CT_OK) remove(o->tmp);
-    return s;
+/* Commits when cairo succeeded; removes the temporary file otherwise. */
+static ct_status close_out(out_file *o, cairo_status_t cs) {
+    ct_status s;
+    if (cs == CAIRO_STATUS_WRITE_ERROR) /* the stream's errno (the disk), kept by the atomic file */
+        s = ct_error(CT_ERR_IO, "cannot write '%s': %s", o->a.path, strerror(o->a.err ? o->a.err : errno ? errno : EIO));
+    else if (cs != CAIRO_STATUS_SUCCESS)
+        s = ct_error(CT_ERR_IO, "cannot write '%s': %s", o->a.path, cairo_status_to_string(cs));
+    else
+        s = ct_atomic_file_commit(&o->a);
+    if (s == CT_OK) return CT_OK;
+    ct_atomic_file_discard(&o->a);
+    return ct_error_prefix(s, "training curves: ");
 }
 
 static ct_status write_png(const ct_plot_data *d, const ct_plot_options *opts, const char *path) {
@@ -539,7 +539,7 @@ static ct_status write_png(const ct_plot_data *d, const ct_plot_options *opts, c
     if (s == CT_OK) {
         errno = 0;
         cs = cairo_surface_write_to_png_stream(surf, write_fn, o.f);
-        s = close_out(&o, CT_OK, cs);
+        s = close_out(&o, cs);
     }
     cairo_surface_destroy(surf);
     return s;
@@ -562,7 +562,7 @@ static ct_status write_svg(const ct_plot_data *d, const ct_plot_options *opts, c
     cairo_surface_finish(surf); /* writes the document */
     if (cs == CAIRO_STATUS_SUCCESS) cs = cairo_surface_status(surf);
     cairo_surface_destroy(surf);
-    return close_out(&o, CT_OK, cs);
+    return close_out(&o, cs);
 }
 
 const char *ct_plot_cairo_version(void) { return cairo_version_string(); }

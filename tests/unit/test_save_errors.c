@@ -208,7 +208,8 @@ static void same_log(const char *label, const json_t *want, const json_t *got) {
     free(g);
 }
 
-/* Nothing of a failed save in output_dir: no checkpoint-<step>, no .tmp directory, no .part file. */
+/* Nothing of a failed save in output_dir: no checkpoint-<step>, no .tmp directory, no .part file, no
+ * temporary of an atomic file write (core/fs.h: "<file>.tmp-<host>-<pid>"). */
 static void no_trace(const char *label, const char *output_dir, int64_t step) {
     char path[1400];
     snprintf(path, sizeof path, "%s/checkpoint-%lld", output_dir, (long long)step);
@@ -216,8 +217,8 @@ static void no_trace(const char *label, const char *output_dir, int64_t step) {
     DIR *d = opendir(output_dir);
     for (struct dirent *e; d && (e = readdir(d));) {
         size_t n = strlen(e->d_name);
-        bool stray = (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) || strstr(e->d_name, ".part") ||
-                     strstr(e->d_name, ".deleting");
+        bool stray = (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) || strstr(e->d_name, ".tmp-") ||
+                     strstr(e->d_name, ".part") || strstr(e->d_name, ".deleting");
         CHECK(!stray, "%s: %s/%s was left behind", label, output_dir, e->d_name);
     }
     if (d) closedir(d);

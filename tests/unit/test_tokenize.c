@@ -65,13 +65,13 @@ static bool exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-/* No ".tmp." file is left in the directory. */
+/* No temporary file (".tmp" in its name) is left in the directory. */
 static int leftovers(const char *d) {
     DIR *dd = opendir(d);
     if (!dd) return 0;
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(dd))) n += strstr(e->d_name, ".tmp.") != NULL;
+    while ((e = readdir(dd))) n += strstr(e->d_name, ".tmp") != NULL;
     closedir(dd);
     return n;
 }
