@@ -418,9 +418,9 @@ ct_status ct_trainer_default_evaluate(ct_trainer *t, ct_dataset *eval_set, const
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics) {
     *metrics = NULL;
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, json_t **) = CT_TRAINER_HOOK(t, evaluate);
-    ct_memory_tracker_start(t->memory, CT_MEM_EVAL);
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_EVAL);
     ct_status s = (f ? f : ct_trainer_default_evaluate)(t, eval_set, metric_key_prefix, metrics);
-    s = ct_memory_tracker_stop(t->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
+    s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
     if (s != CT_OK) return ct_error_prefix(s, "evaluate: ");
     if (!*metrics) return ct_error(CT_ERR_STATE, "evaluate: the hook returned no metrics");
     return CT_OK;
@@ -440,9 +440,9 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
                              ct_prediction_output *out) {
     memset(out, 0, sizeof *out);
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, ct_prediction_output *) = CT_TRAINER_HOOK(t, predict);
-    ct_memory_tracker_start(t->memory, CT_MEM_TEST);
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_TEST);
     ct_status s = (f ? f : ct_trainer_default_predict)(t, test_set, metric_key_prefix, out);
-    s = ct_memory_tracker_stop(t->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
+    s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
     if (s != CT_OK) {
         ct_prediction_output_free(out);
         return ct_error_prefix(s, "predict: ");
