@@ -1,6 +1,5 @@
 /* What the Trainer writes to output_dir, as Hugging Face writes it: the model, trainer_state.json,
  * <split>_results.json and all_results.json, and the metrics printed at the end of a run. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,20 +10,14 @@
 #include "model/model_io.h"
 #include "trainer/trainer_impl.h"
 
-/* Writes a JSON value to `file` through a temporary name, indented as Hugging Face's files. */
+/* Writes a JSON value to `file`, indented as Hugging Face's files, through core/fs.h's one durable
+ * atomic write (a crash leaves the old file or the new one, never a part). */
 ct_status ct_write_json_file(const json_t *v, const char *file) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", file);
-    if (json_dump_file(v, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) != 0) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "cannot write '%s'", tmp);
-    }
-    if (rename(tmp, file) != 0) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, file, strerror(errno));
-    }
-    return CT_OK;
+    char *text = json_dumps(v, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
+    if (!text) return ct_error(CT_ERR_NOMEM, "cannot format '%s': out of memory", file);
+    ct_status s = ct_write_file_atomic(file, text, strlen(text));
+    free(text);
+    return s;
 }
 
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) { return ct_trainer_save_model_from(t, dir, NULL, NULL); }

@@ -49,7 +49,7 @@ static void on_stop_signal(int sig) { stop_signal = sig; }
 int ct_trainer_stop_signal(void) { return stop_signal; }
 
 static ct_callback_args event_args(ct_trainer *t) {
-    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config};
 }
 
 static ct_status fire(ct_trainer *t, ct_event e) {
@@ -152,7 +152,10 @@ static ct_status keep_best(ct_trainer *t, int64_t step, const ct_async_result *r
     bool exists = stat(dir, &st) == 0;
     if (!exists && (t->args.save_strategy == CT_INTERVAL_BEST || t->args.load_best_model_at_end)) {
         if (r) CT_TRY(ct_async_save_model_checkpoint(t, r, dir));
-        if (t->world_size > 1) CT_TRY(ct_comm_barrier(t->comm)); /* the others point at it after it exists */
+        if (t->world_size > 1) {
+            ct_comm_set_label(t->comm, "best-model checkpoint of step %lld written", (long long)step);
+            CT_TRY(ct_comm_barrier(t->comm)); /* the others point at it after it exists */
+        }
         exists = true;
     }
     if (exists) snprintf(t->state.best_model_checkpoint, sizeof t->state.best_model_checkpoint, "%s", dir);
@@ -175,7 +178,7 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     t->state.epoch = epoch;
     ct_status s = ct_trainer_log(t, json_deep_copy(metrics));
     if (s == CT_OK) {
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config,
                               .metrics = metrics};
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
@@ -194,7 +197,10 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
 static ct_status take_async_results(ct_trainer *t) {
     if (!t->args.eval_async) return CT_OK;
     int64_t n = t->priv->async_eval ? ct_async_eval_ready(t->priv->async_eval) : 0;
-    if (t->world_size > 1) CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
+    if (t->world_size > 1) {
+        ct_comm_set_label(t->comm, "asynchronous evaluation results ready");
+        CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
+    }
     for (int64_t i = 0; i < n; i++) {
         ct_async_result *r = t->priv->async_eval ? ct_async_eval_take(t->priv->async_eval) : NULL;
         json_t *msg = r ? result_message(t, r) : NULL;

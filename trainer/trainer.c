@@ -210,7 +210,7 @@ ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
     ct_status s = ct_trainer_state_log(&t->state, entry);
     json_decref(entry);
     CT_TRY(s);
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .logs = logs};
+    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config, .logs = logs};
     return ct_callbacks_fire(&t->callbacks, CT_ON_LOG, &a);
 }
 
@@ -322,7 +322,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
         ct_callback *cb = ct_callback_list_pop(in->callbacks, ct_callback_name(in->callbacks->items[0]));
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config};
     CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a));
     return ct_memory_tracker_stop(t->priv->memory, CT_MEM_INIT, CT_OK, NULL);
 }

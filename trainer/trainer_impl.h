@@ -88,7 +88,9 @@ void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t ep
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
  * ExportableState), before trainer_state.json is written. */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);
-/* Writes v to file (indented, keys sorted) through a temporary name and a rename. */
+/* Writes v to file (indented, keys sorted, 17 significant digits) with core/fs.h's durable atomic
+ * write. (model/export.c still calls it; once core/json has its own JSON-file writer, this can
+ * become that helper's caller.) */
 ct_status ct_write_json_file(const json_t *v, const char *file);
 
 #endif

@@ -1,4 +1,4 @@
-/* nan_inf_policy (trainer/train_loop.c, trainer/nan_inf.c) on one process.
+/* nan_inf_policy (trainer/train_loop.c, trainer/step_agree.c) on one process.
  *
  * A trainer subclass poisons chosen optimizer steps through its compute_loss hook, in one micro-batch
  * of the step (accumulation 2): a NaN loss with NaN gradients, an infinite gradient under a finite
