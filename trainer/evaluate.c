@@ -249,7 +249,7 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         else if (r->out) place_rows(r->out, b, &outputs);
         r->samples += b->valid;
         r->steps++;
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config};
+        ct_callback_args a = ct_trainer_callback_args(t);
         CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_PREDICTION_STEP, &a));
     }
     return CT_OK;
@@ -388,8 +388,8 @@ static ct_status evaluate_one(ct_trainer *t, ct_dataset *ds, const char *prefix,
     json_object_update(all, m);
     ct_status s = ct_trainer_log(t, json_deep_copy(m));
     if (s == CT_OK) {
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config,
-                              .metrics = m};
+        ct_callback_args a = ct_trainer_callback_args(t);
+        a.metrics = m;
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
     json_decref(m);
@@ -438,8 +438,8 @@ ct_status ct_trainer_default_predict(ct_trainer *t, ct_dataset *test_set, const 
     if (!test_set) return ct_error(CT_ERR_STATE, "no test dataset was given");
     eval_run r = {.ds = test_set, .test = true, .out = out};
     CT_TRY(evaluation_loop(t, &r, metric_key_prefix ? metric_key_prefix : "test", &out->metrics));
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config,
-                          .metrics = out->metrics};
+    ct_callback_args a = ct_trainer_callback_args(t);
+    a.metrics = out->metrics;
     return ct_callbacks_fire(&t->callbacks, CT_ON_PREDICT, &a);
 }
 

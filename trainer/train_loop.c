@@ -13,11 +13,12 @@
  * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF.
  *
  * nan_inf_policy: before anything is updated, the step's loss sum and gradient norm are checked
- * (trainer/step_agree.c: one verdict for every process, agreed with the step's loss totals). "error" ends the run naming the step, the
- * quantity and the rank; "stop" first saves the checkpoint of the last good step; "skip" finishes
- * the step without an update, as Hugging Face finishes a step the AMP grad scaler skipped: gradients
- * dropped, the optimizer's step count and the scheduler unchanged, global_step and the data advance,
- * a warning names the step, and the logs count the skipped steps ("nan_inf_skipped"). */
+ * (trainer/step_agree.c: one verdict for every process, agreed with the step's loss totals). "error"
+ * ends the run naming the step, the quantity and the rank; "stop" first saves the checkpoint of the
+ * last good step; "skip" finishes the step without an update, as Hugging Face finishes a step the
+ * AMP grad scaler skipped: gradients dropped, the optimizer's step count and the scheduler
+ * unchanged, global_step and the data advance, a warning names the step, and the logs count the
+ * skipped steps ("nan_inf_skipped"). */
 #define _GNU_SOURCE /* sigaction */
 #include <math.h>
 #include <signal.h>
@@ -48,12 +49,8 @@ static void on_stop_signal(int sig) { stop_signal = sig; }
 
 int ct_trainer_stop_signal(void) { return stop_signal; }
 
-static ct_callback_args event_args(ct_trainer *t) {
-    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config};
-}
-
 static ct_status fire(ct_trainer *t, ct_event e) {
-    ct_callback_args a = event_args(t);
+    ct_callback_args a = ct_trainer_callback_args(t);
     return ct_callbacks_fire(&t->callbacks, e, &a);
 }
 
@@ -178,8 +175,8 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     t->state.epoch = epoch;
     ct_status s = ct_trainer_log(t, json_deep_copy(metrics));
     if (s == CT_OK) {
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config,
-                              .metrics = metrics};
+        ct_callback_args a = ct_trainer_callback_args(t);
+        a.metrics = metrics;
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
     if (s == CT_OK) s = feed_scheduler(t, metrics);
@@ -256,7 +253,8 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         if (t->args.save_strategy == CT_INTERVAL_BEST) t->control.should_save = is_new_best;
     }
     /* continuous: the next evaluation starts on the newest weights as soon as the last one ended */
-    if (t->args.eval_strategy == CT_INTERVAL_CONTINUOUS && t->priv->async_eval && ct_async_eval_idle(t->priv->async_eval))
+    ct_async_eval *ae = t->priv->async_eval;
+    if (t->args.eval_strategy == CT_INTERVAL_CONTINUOUS && ae && ct_async_eval_idle(ae))
         CT_TRY(submit_snapshot(t));
     if (t->control.should_save) {
         CT_TRY(ct_trainer_save_checkpoint(t));

@@ -24,6 +24,11 @@ _Static_assert(CT_LOG_PASSIVE == CT_LOG_LEVEL_PASSIVE && CT_LOG_DEBUG == CT_LOG_
                    CT_LOG_ERROR == CT_LOG_LEVEL_ERROR && CT_LOG_CRITICAL == CT_LOG_LEVEL_CRITICAL,
                "ct_log_level and core/log.h levels differ");
 
+/* trainer.h's rule: priv is the public struct's last member (new public members go before it, and
+ * internals behind it). */
+_Static_assert(offsetof(ct_trainer, priv) + sizeof(struct ct_trainer_private *) == sizeof(ct_trainer),
+               "ct_trainer: priv must stay the last member");
+
 static ct_status hook_error(ct_status s, const char *hook) {
     return s == CT_OK ? s : ct_error_prefix(s, "%s: ", hook);
 }
@@ -198,6 +203,11 @@ double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b) {
     return (f ? f : ct_trainer_default_floating_point_ops)(t, b);
 }
 
+ct_callback_args ct_trainer_callback_args(ct_trainer *t) {
+    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+                              .config = t->config};
+}
+
 /* --- logging ------------------------------------------------------------------------------------------ */
 
 ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
@@ -210,7 +220,8 @@ ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
     ct_status s = ct_trainer_state_log(&t->state, entry);
     json_decref(entry);
     CT_TRY(s);
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config, .logs = logs};
+    ct_callback_args a = ct_trainer_callback_args(t);
+    a.logs = logs;
     return ct_callbacks_fire(&t->callbacks, CT_ON_LOG, &a);
 }
 
@@ -268,7 +279,8 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
     /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
     if (!args->skip_memory_metrics)
-        CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device}, &t->priv->memory));
+        CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device},
+                                        &t->priv->memory));
     ct_memory_tracker_start(t->priv->memory, CT_MEM_INIT);
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
@@ -306,7 +318,8 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     }
     t->config = in->config ? json_incref(in->config) : NULL;
     CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
-    if (in->metrics && !(t->priv->metrics_spec = json_deep_copy(in->metrics))) return ct_error(CT_ERR_NOMEM, "out of memory");
+    if (in->metrics && !(t->priv->metrics_spec = json_deep_copy(in->metrics)))
+        return ct_error(CT_ERR_NOMEM, "out of memory");
     t->priv->make_model = in->make_model;
     t->priv->make_model_ctx = in->make_model_ctx;
     CT_TRY(ct_trainer_state_init(&t->state));
@@ -322,7 +335,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
         ct_callback *cb = ct_callback_list_pop(in->callbacks, ct_callback_name(in->callbacks->items[0]));
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .config = t->config};
+    ct_callback_args a = ct_trainer_callback_args(t);
     CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a));
     return ct_memory_tracker_stop(t->priv->memory, CT_MEM_INIT, CT_OK, NULL);
 }

@@ -201,7 +201,9 @@ void ct_trainer_free(ct_trainer *t);
  * output_dir) or a checkpoint directory; the resumed run continues exactly where the checkpoint was
  * taken (same batches, same numbers as the uninterrupted run). While it runs, SIGTERM and SIGINT
  * stop it at the next optimizer-step boundary: it saves a checkpoint there and returns
- * CT_ERR_INTERRUPTED (ct_trainer_stop_signal() then says which signal). */
+ * CT_ERR_INTERRUPTED (ct_trainer_stop_signal() then says which signal). With several processes the
+ * signal is agreed in the step's one agreement, after its micro-batches: one that arrives later
+ * stops the run at the end of the following step, on every process alike. */
 ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct_train_output *out);
 /* The signal that stopped the last ct_trainer_train (0: none). */
 int ct_trainer_stop_signal(void);

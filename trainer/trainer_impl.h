@@ -32,6 +32,10 @@ struct ct_trainer_private {
     struct ct_memory_tracker *memory; /* the memory report (trainer/memory.h); NULL when skip_memory_metrics */
 };
 
+/* The arguments of a callback event: the trainer, its arguments, state and control, and the run
+ * config (the event's payload, logs or metrics, is the caller's to add). */
+ct_callback_args ct_trainer_callback_args(ct_trainer *t);
+
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (dist/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);
 

@@ -375,7 +375,8 @@ static void test_counts(ct_dataset *train) {
         }
     }
     /* Labels: a bucket's failed wait and a failed agreement say what they were. */
-    ct_status s = run(&(run_opts){.sharding = "none", .steps = 3, .ga = 1, .fail_wait_at = 4}, train, &m, err, sizeof err);
+    ct_status s =
+        run(&(run_opts){.sharding = "none", .steps = 3, .ga = 1, .fail_wait_at = 4}, train, &m, err, sizeof err);
     CHECK(s == CT_ERR_STATE && strstr(err, "gradient all-reduce (bucket 2 of ") &&
               strstr(err, "(all_reduce, rank 0/2): no answer from the other ranks within 1 s (ddp_timeout)"),
           "a bucket's timeout names it: %s", err);
