@@ -1,7 +1,7 @@
 /* The communication of one data-parallel training step, measured alone: the all-reduce of a float32
  * gradient buffer (default 235146 elements, the Fashion-MNIST MLP's parameters), of the step's three
  * float64 totals (loss sum, sample count, flops) and of the stop-signal flag (one int64, MAX), as
- * trainer/ddp.c and train_loop.c do them.
+ * dist/strategy_ddp.c and train_loop.c do them.
  *
  * Two ways for the gradients: MPI_Allreduce on MPI_COMM_WORLD (what MPI itself costs) and the
  * Trainer's own path (ct_comm_all_reduce_start + ct_comm_wait over the MPI communicator, which

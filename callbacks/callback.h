@@ -56,6 +56,8 @@ typedef struct ct_callback_args {
     ct_trainer_control *control;
     const json_t *logs;    /* on_log: the entry being logged ({"loss": ..., "step": ...}) */
     const json_t *metrics; /* on_evaluate / on_predict: {"eval_loss": ..., "eval_accuracy": ...} */
+    const json_t *config;  /* the run's resolved config (its "model", ...), what a logger records with
+                            * the run; NULL when the trainer was given none */
 } ct_callback_args;
 
 typedef ct_status (*ct_callback_fn)(ct_callback *cb, const ct_callback_args *a);

@@ -59,7 +59,7 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
                           "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
-    /* indented, keys sorted, as ct_write_json_file writes JSON */
+    /* indented, keys sorted, as ct_json_write_file writes JSON */
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
     return text;

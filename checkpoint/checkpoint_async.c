@@ -290,6 +290,7 @@ static ct_status advance_once(ct_checkpoint_snapshot *snap, bool block) {
     /* 1: the save failed (nothing committed); 2: committed, but the rotation after it failed */
     v[1] = mine == CT_OK ? 0 : committed ? 2 : 1;
     if (snap->world_size > 1) {
+        ct_comm_set_label(snap->comm, "save_async agreement (%s)", job->dir);
         ct_status r = ct_comm_all_reduce_i64(snap->comm, v, 2, CT_MAX);
         if (r != CT_OK) {
             char why[MSG_CAP];
@@ -317,6 +318,7 @@ static ct_status advance_once(ct_checkpoint_snapshot *snap, bool block) {
         if (snap->world_size > 1) {
             char why[MSG_CAP];
             snprintf(why, sizeof why, "%s", ct_last_error());
+            ct_comm_set_label(snap->comm, "barrier after the failed save of %s", job->dir);
             ct_status b = ct_comm_barrier(snap->comm);
             if (b != CT_OK) return ct_error_prefix(b, "after the failed save of %s (%s): ", job->dir, why);
             ct_error(e, "%s", why);

@@ -13,7 +13,7 @@
 #include "dist/zero.h"
 #include "model/model_io.h"
 
-/* The flags of ct_write_json_file and ct_trainer_state_save: the same bytes as the files written
+/* The flags of ct_json_write_file and ct_trainer_state_save: the same bytes as the files written
  * outside checkpoints. */
 #define JSON_FLAGS (JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
 
@@ -122,6 +122,7 @@ static ct_status prepare_tmp(const char *tmp) {
 ct_status ct_checkpoint_agree(const ct_checkpoint_snapshot *snap, ct_status s, const char *dir, const char *what,
                               bool *comm_failed) {
     int64_t failed = s != CT_OK;
+    ct_comm_set_label(snap->comm, "checkpoint agreement (%s, %s)", what, dir);
     ct_status r = ct_comm_all_reduce_i64(snap->comm, &failed, 1, CT_MAX);
     if (r != CT_OK && comm_failed) *comm_failed = true;
     if (s != CT_OK) return s;

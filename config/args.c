@@ -734,12 +734,6 @@ const char *ct_log_level_name(ct_log_level v) {
     return "?";
 }
 
-const char *ct_nan_inf_policy_name(ct_nan_inf_policy v) {
-    for (int k = 0; nan_inf_names[k]; k++)
-        if (nan_inf_values[k] == (int)v) return nan_inf_names[k];
-    return "?";
-}
-
 /* --- optimizer and scheduler ------------------------------------------------------------------------ */
 
 static ct_status optim_kind(const ct_training_args *a, const char *path, ct_optim_kind *kind) {

@@ -204,7 +204,6 @@ ct_status ct_training_args_scheduler_config(const ct_training_args *a, ct_schedu
 /* Name of an interval / log level value ("steps", "warning"). */
 const char *ct_interval_name(ct_interval v);
 const char *ct_log_level_name(ct_log_level v);
-const char *ct_nan_inf_policy_name(ct_nan_inf_policy v);
 
 /* docs/config.md's whole text: a short introduction and a Markdown table of the schema (argument,
  * type, default, allowed values, description). tests/unit/test_args.c checks the file against it

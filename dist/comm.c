@@ -5,6 +5,7 @@
 #include "dist/comm.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +16,26 @@
 
 static const char *comm_name(const ct_comm *c) { return HAS_OP(c, name) ? c->ops->name : "custom"; }
 
-static ct_status named(const ct_comm *c, const char *collective, ct_status s) {
+/* Every wrapper ends here: the label set for this call is used up, and an error is prefixed with it
+ * (what the caller was doing) and the collective. */
+static ct_status named(ct_comm *c, const char *collective, ct_status s) {
+    char label[sizeof c->label];
+    memcpy(label, c->label, sizeof label);
+    c->label[0] = 0;
     if (s == CT_OK) return s;
+    if (label[0]) return ct_error_prefix(s, "%s (%s, rank %d/%d): ", label, collective, c->rank, c->world_size);
     return ct_error_prefix(s, "%s (rank %d/%d): ", collective, c->rank, c->world_size);
 }
 
-static ct_status unsupported(const ct_comm *c, const char *collective) {
+void ct_comm_set_label(ct_comm *c, const char *fmt, ...) {
+    CT_ASSERT(c && fmt);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->label, sizeof c->label, fmt, ap);
+    va_end(ap);
+}
+
+static ct_status unsupported(ct_comm *c, const char *collective) {
     return named(c, collective,
                  ct_error(CT_ERR_UNSUPPORTED, "not supported by the '%s' communicator", comm_name(c)));
 }

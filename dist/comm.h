@@ -75,6 +75,7 @@ struct ct_comm {
     int rank, world_size;
     int local_rank, local_world_size; /* within this node */
     double timeout_s;                 /* ddp_timeout */
+    char label[96];                   /* what the next collective is for (ct_comm_set_label) */
 };
 
 /* One process: rank 0 of 1. */
@@ -97,6 +98,11 @@ ct_status ct_comm_create_default(double timeout_s, ct_comm **out);
 /* The wrappers: validate (dtype, shapes, contiguity), then call the op; errors say
  * "<collective> (rank R/W): ...". */
 ct_status ct_comm_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op);
+/* Names what the NEXT wrapper call on c is for (printf format): its error then reads "<label>
+ * (<collective>, rank R/W): ...", e.g. "gradient all-reduce (bucket 3 of 7) (all_reduce, rank 1/2): no
+ * answer from the other ranks within 30 s (ddp_timeout)". That call uses the label up, whatever its
+ * outcome; an unlabelled call reads "<collective> (rank R/W): ...". */
+void ct_comm_set_label(ct_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 ct_status ct_comm_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req);
 ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req);
 ct_status ct_comm_broadcast(ct_comm *c, ct_tensor *t, int root);

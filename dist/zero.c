@@ -116,6 +116,8 @@ static ct_status reduce_scatter_grads(ct_optimizer *opt, ct_comm *c, ct_tensor *
         int64_t n_in = W * len;
         ct_tensor in = ct_tensor_view(stage, grads->dtype, grads->device, 1, &n_in);
         ct_tensor out = ct_tensor_view(recv, grads->dtype, grads->device, 1, &len);
+        ct_comm_set_label(c, "ZeRO-1 gradient reduce-scatter (elements %lld of %lld per shard)", (long long)t,
+                          (long long)S);
         CT_TRY(ct_comm_reduce_scatter(c, &in, &out, CT_SUM));
         int64_t mine = max64(0, min64(len, sh->count - t));
         if (mine > 0) memcpy(g + (size_t)(sh->offset + t) * es, recv, (size_t)mine * es);
@@ -133,6 +135,7 @@ static ct_status all_gather_params(ct_optimizer *opt, ct_comm *c, ct_tensor *par
     char *p = params->data;
     if (S * W == P) {
         ct_tensor in = ct_tensor_view(p + (size_t)sh->offset * es, params->dtype, params->device, 1, &S);
+        ct_comm_set_label(c, "ZeRO-1 parameter all-gather");
         return ct_comm_all_gather(c, &in, params);
     }
     int64_t k = chunk_of(opt, W, S);
@@ -144,6 +147,8 @@ static ct_status all_gather_params(ct_optimizer *opt, ct_comm *c, ct_tensor *par
         int64_t n_out = W * len;
         ct_tensor in = ct_tensor_view(send, params->dtype, params->device, 1, &len);
         ct_tensor out = ct_tensor_view(stage, params->dtype, params->device, 1, &n_out);
+        ct_comm_set_label(c, "ZeRO-1 parameter all-gather (elements %lld of %lld per shard)", (long long)t,
+                          (long long)S);
         CT_TRY(ct_comm_all_gather(c, &in, &out));
         for (int r = 0; r < W; r++) {
             if (r == c->rank) continue; /* already there */
@@ -179,18 +184,21 @@ static double sum_squares_scaled(const ct_tensor *t, double inv) {
  * largest magnitude (every rank takes the same branch: the sums it tests are all-reduced). */
 static ct_status global_norm(ct_comm *c, const ct_tensor *g, double *norm) {
     double ss = ct_op_sum_squares_det(g);
+    ct_comm_set_label(c, "ZeRO-1 gradient norm");
     CT_TRY(ct_comm_all_reduce_f64(c, &ss, 1, CT_SUM));
     if (!isinf(ss)) {
         *norm = sqrt(ss); /* NaN stays NaN */
         return CT_OK;
     }
     double big = max_abs(g);
+    ct_comm_set_label(c, "ZeRO-1 gradient norm (largest magnitude)");
     CT_TRY(ct_comm_all_reduce_f64(c, &big, 1, CT_MAX));
     if (isinf(big)) {
         *norm = INFINITY;
         return CT_OK;
     }
     ss = sum_squares_scaled(g, 1.0 / big);
+    ct_comm_set_label(c, "ZeRO-1 gradient norm (rescaled)");
     CT_TRY(ct_comm_all_reduce_f64(c, &ss, 1, CT_SUM));
     *norm = big * sqrt(ss);
     return CT_OK;

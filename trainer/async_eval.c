@@ -156,7 +156,7 @@ static void make_shadow(ct_async_eval *e, ct_metric_set metrics) {
 
 ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
     *out = NULL;
-    if (!t->make_model)
+    if (!t->priv->make_model)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_async: asynchronous evaluation needs a way to build a "
                         "model replica (ct_trainer_setup.make_model; run configs have one)");
     if (CT_TRAINER_HOOK(t, prediction_step) || CT_TRAINER_HOOK(t, get_eval_dataloader) ||
@@ -184,7 +184,7 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     ct_metric_set metrics = {0};
-    ct_status s = t->make_model(t->make_model_ctx, t->args.per_device_eval_batch_size, dev, &e->replica);
+    ct_status s = t->priv->make_model(t->priv->make_model_ctx, t->args.per_device_eval_batch_size, dev, &e->replica);
     if (s != CT_OK) s = ct_error_prefix(s, "asynchronous evaluation: the model replica: ");
     e->replica_built = s == CT_OK;
     if (s == CT_OK && (ct_tensor_numel(&e->replica.params.values) != ct_tensor_numel(&t->model->params.values) ||
@@ -193,7 +193,7 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
                      "trained model's (%lld vs %lld values)",
                      (long long)ct_tensor_numel(&e->replica.params.values),
                      (long long)ct_tensor_numel(&t->model->params.values));
-    if (s == CT_OK) s = ct_metric_set_from_json(t->metrics_spec, "metrics", &metrics);
+    if (s == CT_OK) s = ct_metric_set_from_json(t->priv->metrics_spec, "metrics", &metrics);
     if (s == CT_OK) {
         make_shadow(e, metrics);
         ct_model_train(&e->replica, false);

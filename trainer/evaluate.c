@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/format/h5io.h"
+#include "core/fs.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 
@@ -195,8 +196,11 @@ static ct_status gather_outputs(ct_trainer *t, eval_run *r) {
     ct_tensor o = first_rows_flat(&r->own_out, r->own_rows), l = first_rows_flat(&r->own_labels, r->own_rows),
               i = first_rows_flat(&r->own_idx, r->own_rows);
     ct_tensor go = {0}, gl = {0}, gi = {0};
+    ct_comm_set_label(t->comm, "evaluation outputs to rank 0");
     ct_status s = ct_comm_gather_v(t->comm, &o, 0, &go);
+    if (s == CT_OK) ct_comm_set_label(t->comm, "evaluation labels to rank 0");
     if (s == CT_OK) s = ct_comm_gather_v(t->comm, &l, 0, &gl);
+    if (s == CT_OK) ct_comm_set_label(t->comm, "evaluation sample indices to rank 0");
     if (s == CT_OK) s = ct_comm_gather_v(t->comm, &i, 0, &gi);
     if (s == CT_OK && t->rank == 0) {
         int64_t n = p->predictions.shape[0], got = ct_tensor_numel(&gi);
@@ -245,7 +249,7 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         else if (r->out) place_rows(r->out, b, &outputs);
         r->samples += b->valid;
         r->steps++;
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+        ct_callback_args a = ct_trainer_callback_args(t);
         CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_PREDICTION_STEP, &a));
     }
     return CT_OK;
@@ -256,6 +260,7 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
 static ct_status reduce_across_processes(ct_trainer *t, eval_run *r) {
     if (t->world_size <= 1) return CT_OK;
     CT_TRY(ct_metric_set_reduce(&t->metrics, t->comm, 0));
+    ct_comm_set_label(t->comm, "evaluation sample count");
     CT_TRY(ct_comm_all_reduce_i64(t->comm, &r->samples, 1, CT_SUM));
     return r->out ? gather_outputs(t, r) : CT_OK;
 }
@@ -267,11 +272,13 @@ ct_status ct_trainer_share_json(ct_trainer *t, json_t **m) {
     char *text = t->rank == 0 ? json_dumps(*m, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
     int64_t len = text ? (int64_t)strlen(text) + 1 : 0;
     if (t->rank == 0 && !text) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_comm_set_label(t->comm, "metrics from rank 0 (length)");
     ct_status s = ct_comm_all_reduce_i64(t->comm, &len, 1, CT_MAX);
     ct_tensor buf = {0};
     int64_t words = (len + 7) / 8;
     if (s == CT_OK) s = ct_tensor_alloc(&buf, CT_I64, CT_CPU, 1, &words);
     if (s == CT_OK && text) memcpy(buf.data, text, (size_t)len);
+    if (s == CT_OK) ct_comm_set_label(t->comm, "metrics from rank 0");
     if (s == CT_OK) s = ct_comm_broadcast(t->comm, &buf, 0);
     free(text);
     if (s == CT_OK && t->rank != 0) {
@@ -381,8 +388,8 @@ static ct_status evaluate_one(ct_trainer *t, ct_dataset *ds, const char *prefix,
     json_object_update(all, m);
     ct_status s = ct_trainer_log(t, json_deep_copy(m));
     if (s == CT_OK) {
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
-                              .metrics = m};
+        ct_callback_args a = ct_trainer_callback_args(t);
+        a.metrics = m;
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
     json_decref(m);
@@ -418,9 +425,9 @@ ct_status ct_trainer_default_evaluate(ct_trainer *t, ct_dataset *eval_set, const
 ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *metric_key_prefix, json_t **metrics) {
     *metrics = NULL;
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, json_t **) = CT_TRAINER_HOOK(t, evaluate);
-    ct_memory_tracker_start(t->memory, CT_MEM_EVAL);
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_EVAL);
     ct_status s = (f ? f : ct_trainer_default_evaluate)(t, eval_set, metric_key_prefix, metrics);
-    s = ct_memory_tracker_stop(t->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
+    s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
     if (s != CT_OK) return ct_error_prefix(s, "evaluate: ");
     if (!*metrics) return ct_error(CT_ERR_STATE, "evaluate: the hook returned no metrics");
     return CT_OK;
@@ -431,8 +438,8 @@ ct_status ct_trainer_default_predict(ct_trainer *t, ct_dataset *test_set, const 
     if (!test_set) return ct_error(CT_ERR_STATE, "no test dataset was given");
     eval_run r = {.ds = test_set, .test = true, .out = out};
     CT_TRY(evaluation_loop(t, &r, metric_key_prefix ? metric_key_prefix : "test", &out->metrics));
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
-                          .metrics = out->metrics};
+    ct_callback_args a = ct_trainer_callback_args(t);
+    a.metrics = out->metrics;
     return ct_callbacks_fire(&t->callbacks, CT_ON_PREDICT, &a);
 }
 
@@ -440,9 +447,9 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
                              ct_prediction_output *out) {
     memset(out, 0, sizeof *out);
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, ct_prediction_output *) = CT_TRAINER_HOOK(t, predict);
-    ct_memory_tracker_start(t->memory, CT_MEM_TEST);
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_TEST);
     ct_status s = (f ? f : ct_trainer_default_predict)(t, test_set, metric_key_prefix, out);
-    s = ct_memory_tracker_stop(t->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
+    s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
     if (s != CT_OK) {
         ct_prediction_output_free(out);
         return ct_error_prefix(s, "predict: ");
@@ -476,19 +483,26 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
             if (x[r * c + k] > x[r * c + best]) best = k;
         y[r] = best;
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    /* core/fs.h's durable atomic write: HDF5 writes the temporary by name, then it is committed */
+    ct_atomic_file af;
+    ct_status s = ct_atomic_file_open(&af, file);
+    if (s == CT_OK && (s = ct_atomic_file_close_fd(&af)) != CT_OK) ct_atomic_file_discard(&af);
+    if (s != CT_OK) {
+        ct_tensor_free(&pred);
+        return s;
+    }
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", tmp) : ct_h5_write_tensor(f, "logits", logits);
+    hid_t f = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", af.tmp) : ct_h5_write_tensor(f, "logits", logits);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
     if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
     if (s == CT_OK && p->generated.data) s = ct_h5_write_tensor(f, "generated", &p->generated);
-    if (f >= 0) H5Fclose(f);
+    /* HDF5 writes out what it buffered at the close: a failed close is a file not whole */
+    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot write '%s'", af.tmp);
     ct_h5_unlock();
     ct_tensor_free(&pred);
-    if (s == CT_OK && rename(tmp, file) != 0) s = ct_error(CT_ERR_IO, "cannot rename '%s' to '%s'", tmp, file);
-    if (s != CT_OK) remove(tmp);
+    if (s == CT_OK) s = ct_atomic_file_commit(&af);
+    if (s != CT_OK) ct_atomic_file_discard(&af);
     return s;
 }

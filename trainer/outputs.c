@@ -1,6 +1,5 @@
 /* What the Trainer writes to output_dir, as Hugging Face writes it: the model, trainer_state.json,
  * <split>_results.json and all_results.json, and the metrics printed at the end of a run. */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,24 +8,9 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/fs.h"
+#include "core/json.h"
 #include "model/model_io.h"
 #include "trainer/trainer_impl.h"
-
-/* Writes a JSON value to `file` through a temporary name, indented as Hugging Face's files. */
-ct_status ct_write_json_file(const json_t *v, const char *file) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", file) >= (int)sizeof tmp)
-        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", file);
-    if (json_dump_file(v, tmp, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) != 0) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "cannot write '%s'", tmp);
-    }
-    if (rename(tmp, file) != 0) {
-        remove(tmp);
-        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", tmp, file, strerror(errno));
-    }
-    return CT_OK;
-}
 
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) { return ct_trainer_save_model_from(t, dir, NULL, NULL); }
 
@@ -41,11 +25,11 @@ ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_te
     json_t *args;
     CT_TRY(ct_training_args_to_json(&t->args, &args));
     snprintf(path, sizeof path, "%s/training_args.json", dir);
-    ct_status s = ct_write_json_file(args, path);
+    ct_status s = ct_json_write_file(args, path);
     json_decref(args);
     if (s == CT_OK && t->config) {
         snprintf(path, sizeof path, "%s/run_config.json", dir);
-        s = ct_write_json_file(t->config, path);
+        s = ct_json_write_file(t->config, path);
     }
     return s;
 }
@@ -148,7 +132,7 @@ ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t
     CT_TRY(ct_make_dirs(t->args.output_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_results.json", t->args.output_dir, split);
-    CT_TRY(ct_write_json_file(metrics, path));
+    CT_TRY(ct_json_write_file(metrics, path));
     /* all_results.json accumulates every split's metrics, as Hugging Face's save_metrics(combined=True). */
     snprintf(path, sizeof path, "%s/all_results.json", t->args.output_dir);
     json_error_t err;
@@ -158,7 +142,7 @@ ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t
         all = json_object();
     }
     json_object_update(all, (json_t *)metrics);
-    ct_status s = ct_write_json_file(all, path);
+    ct_status s = ct_json_write_file(all, path);
     json_decref(all);
     return s;
 }

@@ -20,10 +20,10 @@ void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) 
         .state = &t->state,
         .callbacks = &t->callbacks,
         .control = &t->control,
-        .progress = &t->progress,
-        .saved_step = &t->saved_step,
-        .saved_epoch_done = &t->saved_epoch_done,
-        .saver = &t->saver,
+        .progress = &t->priv->progress,
+        .saved_step = &t->priv->saved_step,
+        .saved_epoch_done = &t->priv->saved_epoch_done,
+        .saver = &t->priv->saver,
     };
 }
 

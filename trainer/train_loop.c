@@ -13,11 +13,12 @@
  * mean of that over the steps since the last log, and train_loss the mean over all steps, as HF.
  *
  * nan_inf_policy: before anything is updated, the step's loss sum and gradient norm are checked
- * (trainer/nan_inf.c: one verdict for every process). "error" ends the run naming the step, the
- * quantity and the rank; "stop" first saves the checkpoint of the last good step; "skip" finishes
- * the step without an update, as Hugging Face finishes a step the AMP grad scaler skipped: gradients
- * dropped, the optimizer's step count and the scheduler unchanged, global_step and the data advance,
- * a warning names the step, and the logs count the skipped steps ("nan_inf_skipped"). */
+ * (trainer/step_agree.c: one verdict for every process, agreed with the step's loss totals). "error"
+ * ends the run naming the step, the quantity and the rank; "stop" first saves the checkpoint of the
+ * last good step; "skip" finishes the step without an update, as Hugging Face finishes a step the
+ * AMP grad scaler skipped: gradients dropped, the optimizer's step count and the scheduler
+ * unchanged, global_step and the data advance, a warning names the step, and the logs count the
+ * skipped steps ("nan_inf_skipped"). */
 #define _GNU_SOURCE /* sigaction */
 #include <math.h>
 #include <signal.h>
@@ -29,8 +30,6 @@
 
 #include "core/log.h"
 #include "core/ops/ops.h"
-#include "dist/zero.h"
-#include "optim/clip.h"
 #include "trainer/async_eval.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
@@ -48,12 +47,8 @@ static void on_stop_signal(int sig) { stop_signal = sig; }
 
 int ct_trainer_stop_signal(void) { return stop_signal; }
 
-static ct_callback_args event_args(ct_trainer *t) {
-    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
-}
-
 static ct_status fire(ct_trainer *t, ct_event e) {
-    ct_callback_args a = event_args(t);
+    ct_callback_args a = ct_trainer_callback_args(t);
     return ct_callbacks_fire(&t->callbacks, e, &a);
 }
 
@@ -118,9 +113,9 @@ static ct_status evaluate_during_training(ct_trainer *t, bool feed, bool *is_new
 static ct_status submit_snapshot(ct_trainer *t) {
     /* As a synchronous evaluation's on_evaluate would: the request is served. */
     t->control.should_evaluate = false;
-    if (!t->async_eval) return CT_OK;
+    if (!t->priv->async_eval) return CT_OK;
     bool accepted;
-    return ct_async_eval_submit(t->async_eval, &accepted);
+    return ct_async_eval_submit(t->priv->async_eval, &accepted);
 }
 
 /* Rank 0: the message every process handles for result r (compute_metrics runs here, on the
@@ -152,7 +147,10 @@ static ct_status keep_best(ct_trainer *t, int64_t step, const ct_async_result *r
     bool exists = stat(dir, &st) == 0;
     if (!exists && (t->args.save_strategy == CT_INTERVAL_BEST || t->args.load_best_model_at_end)) {
         if (r) CT_TRY(ct_async_save_model_checkpoint(t, r, dir));
-        if (t->world_size > 1) CT_TRY(ct_comm_barrier(t->comm)); /* the others point at it after it exists */
+        if (t->world_size > 1) {
+            ct_comm_set_label(t->comm, "best-model checkpoint of step %lld written", (long long)step);
+            CT_TRY(ct_comm_barrier(t->comm)); /* the others point at it after it exists */
+        }
         exists = true;
     }
     if (exists) snprintf(t->state.best_model_checkpoint, sizeof t->state.best_model_checkpoint, "%s", dir);
@@ -175,8 +173,8 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     t->state.epoch = epoch;
     ct_status s = ct_trainer_log(t, json_deep_copy(metrics));
     if (s == CT_OK) {
-        ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
-                              .metrics = metrics};
+        ct_callback_args a = ct_trainer_callback_args(t);
+        a.metrics = metrics;
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
     if (s == CT_OK) s = feed_scheduler(t, metrics);
@@ -193,10 +191,13 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
 /* Every finished result, oldest first, on every process (collective when there are several). */
 static ct_status take_async_results(ct_trainer *t) {
     if (!t->args.eval_async) return CT_OK;
-    int64_t n = t->async_eval ? ct_async_eval_ready(t->async_eval) : 0;
-    if (t->world_size > 1) CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
+    int64_t n = t->priv->async_eval ? ct_async_eval_ready(t->priv->async_eval) : 0;
+    if (t->world_size > 1) {
+        ct_comm_set_label(t->comm, "asynchronous evaluation results ready");
+        CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
+    }
     for (int64_t i = 0; i < n; i++) {
-        ct_async_result *r = t->async_eval ? ct_async_eval_take(t->async_eval) : NULL;
+        ct_async_result *r = t->priv->async_eval ? ct_async_eval_take(t->priv->async_eval) : NULL;
         json_t *msg = r ? result_message(t, r) : NULL;
         ct_status s = r && !msg ? ct_error(CT_ERR_NOMEM, "out of memory") : CT_OK;
         if (s == CT_OK) s = ct_trainer_share_json(t, &msg);
@@ -215,7 +216,7 @@ static ct_status take_async_results(ct_trainer *t) {
 /* The end of training: what is running or waiting finishes and is handled. */
 static ct_status finish_async_evaluations(ct_trainer *t) {
     if (!t->args.eval_async) return CT_OK;
-    if (t->async_eval) ct_async_eval_drain(t->async_eval, false);
+    if (t->priv->async_eval) ct_async_eval_drain(t->priv->async_eval, false);
     return take_async_results(t);
 }
 
@@ -227,7 +228,7 @@ static double round4(double x) {
 }
 
 static ct_status maybe_log_save_evaluate(ct_trainer *t) {
-    ct_train_progress *L = &t->progress;
+    ct_train_progress *L = &t->priv->progress;
     if (t->control.should_log && t->state.global_step > L->last_logged_step) {
         int64_t steps = t->state.global_step - L->last_logged_step;
         json_t *logs = json_object();
@@ -250,12 +251,13 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         if (t->args.save_strategy == CT_INTERVAL_BEST) t->control.should_save = is_new_best;
     }
     /* continuous: the next evaluation starts on the newest weights as soon as the last one ended */
-    if (t->args.eval_strategy == CT_INTERVAL_CONTINUOUS && t->async_eval && ct_async_eval_idle(t->async_eval))
+    ct_async_eval *ae = t->priv->async_eval;
+    if (t->args.eval_strategy == CT_INTERVAL_CONTINUOUS && ae && ct_async_eval_idle(ae))
         CT_TRY(submit_snapshot(t));
     if (t->control.should_save) {
         CT_TRY(ct_trainer_save_checkpoint(t));
         /* A save that failed while on_save_error is "continue" saved nothing to announce. */
-        if (t->saved_step == t->state.global_step)
+        if (t->priv->saved_step == t->state.global_step)
             CT_TRY(fire(t, CT_ON_SAVE));
         else
             t->control.should_save = false;
@@ -269,19 +271,23 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
  * "continue" let the run go on (the warning said why). */
 static ct_status save_before_stopping(ct_trainer *t, char *dir, size_t cap, bool *saved) {
     snprintf(dir, cap, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
-    if (t->saved_step != t->state.global_step || t->saved_epoch_done != t->progress.epoch_done)
+    if (t->priv->saved_step != t->state.global_step || t->priv->saved_epoch_done != t->priv->progress.epoch_done)
         CT_TRY(ct_trainer_save_checkpoint(t));
     CT_TRY(ct_trainer_async_save_drain(t));
-    *saved = t->saved_step == t->state.global_step;
+    *saved = t->priv->saved_step == t->state.global_step;
     return CT_OK;
 }
 
 /* After a signal asked to stop: save a checkpoint here, at a step boundary, and stop with
- * CT_ERR_INTERRUPTED. */
-static ct_status honour_stop_signal(ct_trainer *t) {
-    int64_t sig = stop_signal;
+ * CT_ERR_INTERRUPTED. agreed: the signal every process agreed on already (the step's agreement), or
+ * -1 to agree now. */
+static ct_status honour_stop_signal(ct_trainer *t, int agreed) {
+    int64_t sig = agreed >= 0 ? agreed : stop_signal;
     /* All processes stop at the same step, or the checkpoint's collectives would not pair up. */
-    if (t->world_size > 1) CT_TRY(ct_comm_all_reduce_i64(t->comm, &sig, 1, CT_MAX));
+    if (agreed < 0 && t->world_size > 1) {
+        ct_comm_set_label(t->comm, "stop-signal agreement");
+        CT_TRY(ct_comm_all_reduce_i64(t->comm, &sig, 1, CT_MAX));
+    }
     if (!sig) return CT_OK;
     stop_signal = (sig_atomic_t)sig;
     char dir[CT_ARGS_PATH_MAX + 32];
@@ -297,7 +303,7 @@ static ct_status honour_stop_signal(ct_trainer *t) {
 }
 
 /* nan_inf_policy on a step whose loss or gradient norm is not finite (c, the same on every process;
- * trainer/nan_inf.c). "error" and "stop" return the error that ends the run; "skip" returns CT_OK
+ * trainer/step_agree.c). "error" and "stop" return the error that ends the run; "skip" returns CT_OK
  * and the caller finishes the step without an update, as Hugging Face finishes one the AMP grad
  * scaler skipped: on_pre_optimizer_step (fired here unless pre_fired) and on_optimizer_step fire, the
  * scheduler does not step, global_step advances. */
@@ -306,11 +312,11 @@ static ct_status nan_inf_step(ct_trainer *t, const ct_step_check *c, int64_t epo
     ct_nan_inf_describe(t, c, epoch, what, sizeof what);
     switch (t->args.nan_inf_policy) {
     case CT_NAN_INF_SKIP:
-        t->progress.nan_inf_skipped++;
+        t->priv->progress.nan_inf_skipped++;
         if (t->rank == 0)
             ct_log_warning("%s; its update is skipped (nan_inf_policy 'skip', %lld step%s skipped so far)", what,
-                           (long long)t->progress.nan_inf_skipped,
-                           t->progress.nan_inf_skipped == 1 ? "" : "s");
+                           (long long)t->priv->progress.nan_inf_skipped,
+                           t->priv->progress.nan_inf_skipped == 1 ? "" : "s");
         return pre_fired ? CT_OK : fire(t, CT_ON_PRE_OPTIMIZER_STEP);
     case CT_NAN_INF_STOP: {
         /* the last good state: step global_step, which this step's work has not touched (its
@@ -333,13 +339,12 @@ static ct_status nan_inf_step(ct_trainer *t, const ct_step_check *c, int64_t epo
                     "update, 'stop' save the last good step first)", what);
 }
 
-/* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
- * asked to stop the epoch or the run. */
-static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
-                                int64_t steps_in_epoch, bool *stop) {
-    ct_train_progress *L = &t->progress;
-    ct_loss_value step_loss = {0, 0};
-    double step_flos = 0;
+/* The micro-batches [first, first + n) of the epoch: forward, loss and backward of each, the
+ * gradient sums of every process gathered by the distribution strategy during the last backward.
+ * *loss and *flops: this process's own. */
+static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
+                                      int64_t steps_in_epoch, ct_loss_value *loss, double *flops) {
+    ct_dist *dist = &t->priv->dist;
     int64_t n_train = ct_dataset_length(t->train_dataset), B = t->args.per_device_train_batch_size;
     for (int64_t i = 0; i < n; i++) {
         int64_t step = first + i;
@@ -354,83 +359,83 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
                           epoch * n_train + b->index * B * t->world_size + (int64_t)t->rank * B);
         ct_loss_value lv = {0, 0};
         /* Only the last micro-batch communicates: its backward sends finished gradient buckets. */
-        bool sync = t->ddp && i + 1 == n;
-        if (sync) ct_ddp_begin_step(t->ddp);
+        bool last = i + 1 == n;
+        if (last) ct_dist_begin_step(dist);
         /* In the short last global batch some processes may have no samples: they add nothing but
          * still take part in the step's collectives. */
         ct_status s = b->rows > 0 ? ct_trainer_training_step(t, b, &lv) : CT_OK;
-        if (sync) {
-            ct_status f = ct_ddp_finish_step(t->ddp, s == CT_OK);
+        if (last) {
+            ct_status f = ct_dist_finish_grads(dist, s == CT_OK);
             if (s == CT_OK) s = f;
         }
         CT_TRY(s);
-        step_loss = ct_loss_value_add(step_loss, lv);
-        if (b->rows > 0) step_flos += ct_trainer_floating_point_ops(t, b);
-        if (i + 1 < n) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
+        *loss = ct_loss_value_add(*loss, lv);
+        if (b->rows > 0) *flops += ct_trainer_floating_point_ops(t, b);
+        if (!last) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
-    /* Every process's gradient sums, loss, count and flops: the step is that of one global batch. */
-    bool zero1 = ct_trainer_uses_zero1(t);
-    double local_loss = step_loss.sum;
-    if (t->world_size > 1) {
-        double totals[3] = {step_loss.sum, step_loss.count, step_flos};
-        CT_TRY(ct_comm_all_reduce_f64(t->comm, totals, 3, CT_SUM));
-        step_loss = (ct_loss_value){totals[0], totals[1]};
-        step_flos = totals[2];
-    }
-    double loss = ct_loss_value_mean(step_loss);
-    ct_tensor *grads = &t->model->params.grads;
-    double lr = ct_scheduler_lr(t->lr_scheduler);
-    double scale = step_loss.count > 0 ? 1.0 / step_loss.count : 1.0;
-    /* nan_inf_policy: the loss and the gradient norm are checked before anything is updated; the
-     * progress (what a checkpoint of the last good step holds) changes only after the verdict. */
-    ct_step_check check;
-    bool pre_fired = false, clip = t->args.max_grad_norm > 0;
-    double norm = NAN;
-    if (zero1) {
-        /* The loss first; the gradient norm is global inside the step (the same on every rank), which
-         * then fails alike everywhere with nothing updated. */
-        CT_TRY(ct_nan_inf_check(t, local_loss, step_loss.sum, false, 0, &check));
-        if (!check.bad) {
-            /* reduce-scatter, scale, clip by the global norm, update the shard, all-gather */
-            CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
-            pre_fired = true;
-            /* the norm is computed even without clipping: a NaN gradient must not reach the weights */
-            ct_status s = ct_zero1_step(t->optimizer, t->comm, grads, &t->model->params.values, lr, scale,
-                                        t->args.max_grad_norm, &norm);
-            if (s == CT_ERR_NUMERIC && !isfinite(norm))
-                check = (ct_step_check){.bad = true, .loss = false, .rank = -1, .value = norm};
-            else if (s != CT_OK)
-                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
-                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
-        }
-    } else {
-        if (step_loss.count > 0) ct_op_scale(grads, scale);
-        if (clip) {
-            /* a non-finite norm leaves the gradients as they are (CT_ERR_NUMERIC): the policy decides */
-            ct_status s = ct_clip_grad_norm(grads, t->args.max_grad_norm, &norm);
-            if (s != CT_OK && s != CT_ERR_NUMERIC)
-                return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ",
-                                       (long long)t->state.global_step + 1, (long long)epoch, loss);
-        } else {
-            norm = ct_op_l2_norm(grads); /* no clipping: one pass only to see NaN or inf */
-        }
-        CT_TRY(ct_nan_inf_check(t, local_loss, step_loss.sum, true, norm, &check));
-        if (!check.bad) {
-            CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
-            pre_fired = true;
-            CT_TRY(ct_optimizer_step(t->optimizer, lr));
+    return CT_OK;
+}
+
+/* The step's gradients scaled by 1 / (its total count) and clipped, checked by nan_inf_policy, and
+ * the optimizer's update (on_pre_optimizer_step first). *check: the verdict (on a bad one nothing
+ * was updated); *norm: the gradient norm, NaN when it was not computed. */
+static ct_status update(ct_trainer *t, const ct_step_totals *a, int64_t epoch, double lr, ct_step_check *check,
+                        double *norm, bool *pre_fired) {
+    ct_dist *dist = &t->priv->dist;
+    double scale = a->loss.count > 0 ? 1.0 / a->loss.count : 1.0, max_norm = t->args.max_grad_norm;
+    bool norm_known;
+    ct_status s = ct_dist_prepare_grads(dist, scale, max_norm, norm, &norm_known);
+    /* the loss and the gradient norm are checked before anything is updated */
+    *check = ct_nan_inf_verdict(a, norm_known, *norm);
+    if (s == CT_OK && !check->bad) {
+        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+        *pre_fired = true;
+        s = ct_dist_optimizer_step(dist, t->optimizer, lr, scale, max_norm, norm);
+        /* a norm known only inside the step (ZeRO-1) fails alike on every process, nothing updated */
+        if (s == CT_ERR_NUMERIC && !isfinite(*norm)) {
+            *check = (ct_step_check){.bad = true, .loss = false, .rank = -1, .value = *norm};
+            s = CT_OK;
         }
     }
-    if (check.bad) CT_TRY(nan_inf_step(t, &check, epoch, pre_fired)); /* returns only to skip the update */
+    if (s != CT_OK)
+        return ct_error_prefix(s, "optimizer step %lld (epoch %lld, loss %g): ", (long long)t->state.global_step + 1,
+                               (long long)epoch, ct_loss_value_mean(a->loss));
+    return CT_OK;
+}
+
+/* What the step adds to the progress after its update (or its skip): learning rate, gradient norm,
+ * flops and the loss to log. */
+static void record_step(ct_trainer *t, const ct_step_totals *a, double lr, double norm) {
+    ct_train_progress *L = &t->priv->progress;
+    bool clip = t->args.max_grad_norm > 0;
+    double loss = ct_loss_value_mean(a->loss);
     L->learning_rate = lr;
     L->has_grad_norm = clip;
     /* (a skipped step's norm is NaN when it was not computed: the loss decided first) */
     if (clip) L->grad_norm = norm;
-    t->state.total_flos += step_flos;
+    t->state.total_flos += a->flos;
     if (t->args.logging_nan_inf_filter && !isfinite(loss))
         L->tr_loss += L->tr_loss / (double)(1 + t->state.global_step - L->last_logged_step);
     else
         L->tr_loss += loss;
+}
+
+/* One optimizer step over the micro-batches [first, first + n) of the epoch; *stop when a callback
+ * asked to stop the epoch or the run. Every process's gradient sums (the strategy), loss, count and
+ * flops: the step is that of one global batch. */
+static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch, int64_t first, int64_t n,
+                                int64_t steps_in_epoch, bool *stop) {
+    ct_train_progress *L = &t->priv->progress;
+    ct_loss_value own_loss = {0, 0};
+    double own_flops = 0, lr = ct_scheduler_lr(t->lr_scheduler), norm = NAN;
+    CT_TRY(accumulate_gradients(t, loader, epoch, first, n, steps_in_epoch, &own_loss, &own_flops));
+    ct_step_totals totals;
+    CT_TRY(ct_step_agree(t, own_loss, own_flops, stop_signal, &totals));
+    ct_step_check check;
+    bool pre_fired = false;
+    CT_TRY(update(t, &totals, epoch, lr, &check, &norm, &pre_fired));
+    if (check.bad) CT_TRY(nan_inf_step(t, &check, epoch, pre_fired)); /* returns only to skip the update */
+    record_step(t, &totals, lr, norm);
     CT_TRY(fire(t, CT_ON_OPTIMIZER_STEP));
     /* Hugging Face steps the scheduler only when the optimizer stepped (AMP's skipped steps do not) */
     if (!check.bad) ct_scheduler_step(t->lr_scheduler);
@@ -444,7 +449,9 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     CT_TRY(maybe_log_save_evaluate(t));
     /* save_async: a finished save's error surfaces here; with several processes, one agreement */
     CT_TRY(ct_trainer_async_save_poll(t));
-    CT_TRY(honour_stop_signal(t));
+    /* with several processes, the signal the step's agreement found (one received later stops the
+     * run at the next step's end) */
+    CT_TRY(honour_stop_signal(t, t->world_size > 1 ? totals.signal : -1));
     *stop = t->control.should_epoch_stop || t->control.should_training_stop;
     return CT_OK;
 }
@@ -460,11 +467,11 @@ static ct_status run_epoch(ct_trainer *t, ct_loader *loader, int64_t epoch, int6
         CT_TRY(optimizer_step(t, loader, epoch, first, n, steps_in_epoch, &stop));
     }
     CT_TRY(fire(t, CT_ON_EPOCH_END));
-    t->progress.epoch = epoch;
-    t->progress.next_batch = steps_in_epoch;
-    t->progress.epoch_done = true;
+    t->priv->progress.epoch = epoch;
+    t->priv->progress.next_batch = steps_in_epoch;
+    t->priv->progress.epoch_done = true;
     CT_TRY(maybe_log_save_evaluate(t));
-    return honour_stop_signal(t);
+    return honour_stop_signal(t, -1);
 }
 
 void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps) {
@@ -492,15 +499,15 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     }
     if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
-    t->progress = (ct_train_progress){.grad_norm = NAN};
+    t->priv->progress = (ct_train_progress){.grad_norm = NAN};
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
-    CT_TRY(ct_trainer_broadcast_params(t));
+    CT_TRY(ct_dist_broadcast_params(&t->priv->dist));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
     ct_trainer_log_run_summary(t, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
-    t->train_start_time = ct_trainer_now();
-    ct_train_progress *L = &t->progress;
+    t->priv->train_start_time = ct_trainer_now();
+    ct_train_progress *L = &t->priv->progress;
     CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
     /* A resumed run evaluated on start the first time; doing it again would add a log entry the
      * uninterrupted run does not have. */
@@ -521,7 +528,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
     L->total_loss += L->tr_loss;
     L->tr_loss = 0;
-    double runtime = ct_trainer_now() - t->train_start_time;
+    double runtime = ct_trainer_now() - t->priv->train_start_time;
     double train_loss = L->total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
     json_t *m = json_object();
     ct_trainer_speed_metrics(m, "train", runtime,
@@ -531,7 +538,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     json_object_set_new(m, "train_loss", json_real(train_loss));
     if (L->nan_inf_skipped > 0) json_object_set_new(m, "nan_inf_skipped", json_integer(L->nan_inf_skipped));
     /* HF: the memory report joins the metrics before they are logged. */
-    ct_status ms = ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, CT_OK, m);
+    ct_status ms = ct_memory_tracker_stop(t->priv->memory, CT_MEM_TRAIN, CT_OK, m);
     if (ms != CT_OK) {
         json_decref(m);
         return ms;
@@ -551,10 +558,10 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     if ((t->args.eval_strategy != CT_INTERVAL_NO || t->args.eval_on_start) && t->n_eval == 0)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_strategy: is '%s' but no evaluation dataset was given",
                         ct_interval_name(t->args.eval_strategy));
-    ct_memory_tracker_start(t->memory, CT_MEM_TRAIN);
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_TRAIN);
     ct_loader *loader;
     ct_status ls = ct_trainer_get_train_dataloader(t, &loader);
-    if (ls != CT_OK) return ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, ls, NULL);
+    if (ls != CT_OK) return ct_memory_tracker_stop(t->priv->memory, CT_MEM_TRAIN, ls, NULL);
     bool flush = ct_set_flush_denormal(true);
     /* SIGTERM / SIGINT (pre-emption, Ctrl-C) stop the run at the next step boundary with a checkpoint. */
     struct sigaction act = {.sa_handler = on_stop_signal}, old_term, old_int;
@@ -562,25 +569,22 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     stop_signal = 0;
     sigaction(SIGTERM, &act, &old_term);
     sigaction(SIGINT, &act, &old_int);
-    /* Plain DDP sums gradients in buckets during backward; ZeRO-1 reduce-scatters them instead. */
-    ct_status s = t->world_size > 1 && !ct_trainer_uses_zero1(t) ? ct_ddp_create(t, &t->ddp) : CT_OK;
     /* The evaluator of eval_async runs on the world's process zero (see take_async_results). */
-    if (s == CT_OK && t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->async_eval);
+    ct_status s = CT_OK;
+    if (t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->priv->async_eval);
     if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
     /* Saves still being written (save_async) complete before training returns, on every path: the
      * checkpoint of a stop signal is whole on disk then. The first error stays. */
     s = ct_trainer_async_save_end_train(t, s);
     /* After an error or a stop signal a waiting snapshot is dropped and a running evaluation ends
      * unreported: nothing of it was written. */
-    ct_async_eval_free(t->async_eval);
-    t->async_eval = NULL;
-    ct_ddp_free(t->ddp);
-    t->ddp = NULL;
+    ct_async_eval_free(t->priv->async_eval);
+    t->priv->async_eval = NULL;
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);
     ct_set_flush_denormal(flush);
     ct_loader_free(loader);
-    s = ct_memory_tracker_stop(t->memory, CT_MEM_TRAIN, s, NULL); /* a failed run's stage is dropped */
+    s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_TRAIN, s, NULL); /* a failed run's stage is dropped */
     if (s != CT_OK) ct_train_output_free(out);
     return s;
 }

@@ -13,7 +13,6 @@
 #include "callbacks/tensorboard.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
-#include "dist/zero.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 
@@ -23,6 +22,11 @@ _Static_assert(CT_LOG_PASSIVE == CT_LOG_LEVEL_PASSIVE && CT_LOG_DEBUG == CT_LOG_
                    CT_LOG_INFO == CT_LOG_LEVEL_INFO && CT_LOG_WARNING == CT_LOG_LEVEL_WARNING &&
                    CT_LOG_ERROR == CT_LOG_LEVEL_ERROR && CT_LOG_CRITICAL == CT_LOG_LEVEL_CRITICAL,
                "ct_log_level and core/log.h levels differ");
+
+/* trainer.h's rule: priv is the public struct's last member (new public members go before it, and
+ * internals behind it). */
+_Static_assert(offsetof(ct_trainer, priv) + sizeof(struct ct_trainer_private *) == sizeof(ct_trainer),
+               "ct_trainer: priv must stay the last member");
 
 static ct_status hook_error(ct_status s, const char *hook) {
     return s == CT_OK ? s : ct_error_prefix(s, "%s: ", hook);
@@ -82,12 +86,11 @@ ct_status ct_trainer_default_create_optimizer(ct_trainer *t) {
     if (t->optimizer) return CT_OK;
     ct_optim_config c;
     CT_TRY(ct_training_args_optim_config(&t->args, &c));
-    /* ZeRO-1: this process keeps the optimizer state of its shard of the parameters only. */
-    if (ct_trainer_uses_zero1(t)) return ct_zero1_create(&c, &t->model->params, t->comm, &t->optimizer);
-    return ct_optimizer_create(&c, &t->model->params, &t->optimizer);
+    /* the strategy's optimizer: with ZeRO-1, the state of this process's shard of the parameters only */
+    return ct_dist_create_optimizer(&t->priv->dist, &c, &t->optimizer);
 }
 
-bool ct_trainer_uses_zero1(const ct_trainer *t) { return strcmp(t->args.optimizer_sharding, "zero1") == 0; }
+bool ct_trainer_uses_zero1(const ct_trainer *t) { return t->priv->dist.strategy->shards_optimizer; }
 
 ct_status ct_trainer_default_create_scheduler(ct_trainer *t, int64_t num_training_steps) {
     if (t->lr_scheduler) return CT_OK;
@@ -161,10 +164,10 @@ ct_status ct_trainer_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_valu
 }
 
 ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss) {
-    if (b->rows > t->dloss.shape[0])
+    if (b->rows > t->priv->dloss.shape[0])
         return ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld",
-                        (long long)b->rows, (long long)t->dloss.shape[0]);
-    ct_tensor outputs, dl = ct_tensor_rows(&t->dloss, 0, b->rows);
+                        (long long)b->rows, (long long)t->priv->dloss.shape[0]);
+    ct_tensor outputs, dl = ct_tensor_rows(&t->priv->dloss, 0, b->rows);
     CT_TRY(ct_trainer_compute_loss(t, b, loss, &outputs, &dl));
     return ct_model_backward(t->model, &dl);
 }
@@ -199,6 +202,11 @@ double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b) {
     return (f ? f : ct_trainer_default_floating_point_ops)(t, b);
 }
 
+ct_callback_args ct_trainer_callback_args(ct_trainer *t) {
+    return (ct_callback_args){.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control,
+                              .config = t->config};
+}
+
 /* --- logging ------------------------------------------------------------------------------------------ */
 
 ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
@@ -211,7 +219,8 @@ ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
     ct_status s = ct_trainer_state_log(&t->state, entry);
     json_decref(entry);
     CT_TRY(s);
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control, .logs = logs};
+    ct_callback_args a = ct_trainer_callback_args(t);
+    a.logs = logs;
     return ct_callbacks_fire(&t->callbacks, CT_ON_LOG, &a);
 }
 
@@ -269,15 +278,16 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
     /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
     if (!args->skip_memory_metrics)
-        CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device}, &t->memory));
-    ct_memory_tracker_start(t->memory, CT_MEM_INIT);
+        CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device},
+                                        &t->priv->memory));
+    ct_memory_tracker_start(t->priv->memory, CT_MEM_INIT);
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
     if (in->comm) {
         t->comm = in->comm;
     } else {
         CT_TRY(ct_comm_create_default((double)t->args.ddp_timeout, &t->comm));
-        t->owns_comm = true;
+        t->priv->owns_comm = true;
     }
     t->rank = t->comm->rank;
     t->world_size = t->comm->world_size;
@@ -287,11 +297,14 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
                                           (int)t->args.log_level_replica));
     if (t->world_size > 1) CT_TRY(check_same_config(t, in->config));
     t->model = in->model;
+    /* The distribution strategy, chosen once here. */
+    ct_dist_setup ds = {.comm = t->comm, .model = t->model, .bucket_cap_mb = t->args.ddp_bucket_cap_mb};
+    CT_TRY(ct_dist_init(&t->priv->dist, ct_dist_strategy_for(t->args.optimizer_sharding, t->world_size), &ds));
     if (in->loss) {
         t->loss = in->loss;
     } else {
         CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &t->loss));
-        t->owns_loss = true;
+        t->priv->owns_loss = true;
     }
     t->train_dataset = in->train_dataset;
     if (in->n_eval < 0 || in->n_eval > CT_TRAINER_MAX_EVAL_SETS)
@@ -304,9 +317,10 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     }
     t->config = in->config ? json_incref(in->config) : NULL;
     CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
-    if (in->metrics && !(t->metrics_spec = json_deep_copy(in->metrics))) return ct_error(CT_ERR_NOMEM, "out of memory");
-    t->make_model = in->make_model;
-    t->make_model_ctx = in->make_model_ctx;
+    if (in->metrics && !(t->priv->metrics_spec = json_deep_copy(in->metrics)))
+        return ct_error(CT_ERR_NOMEM, "out of memory");
+    t->priv->make_model = in->make_model;
+    t->priv->make_model_ctx = in->make_model_ctx;
     CT_TRY(ct_trainer_state_init(&t->state));
     t->state.is_world_process_zero = ct_trainer_is_world_process_zero(t);
     t->state.is_local_process_zero = ct_trainer_is_local_process_zero(t);
@@ -314,15 +328,15 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     dshape[0] = t->args.per_device_train_batch_size;
     for (int i = 0; i < t->model->out_shape.ndim; i++) dshape[i + 1] = t->model->out_shape.dims[i];
     if (t->train_dataset)
-        CT_TRY(ct_tensor_alloc(&t->dloss, t->model->params.dtype, CT_CPU, t->model->out_shape.ndim + 1, dshape));
+        CT_TRY(ct_tensor_alloc(&t->priv->dloss, t->model->params.dtype, CT_CPU, t->model->out_shape.ndim + 1, dshape));
     CT_TRY(install_callbacks(t));
     while (in->callbacks && in->callbacks->n > 0) {
         ct_callback *cb = ct_callback_list_pop(in->callbacks, ct_callback_name(in->callbacks->items[0]));
         CT_TRY(ct_callback_list_add(&t->callbacks, cb));
     }
-    ct_callback_args a = {.trainer = t, .args = &t->args, .state = &t->state, .control = &t->control};
+    ct_callback_args a = ct_trainer_callback_args(t);
     CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a));
-    return ct_memory_tracker_stop(t->memory, CT_MEM_INIT, CT_OK, NULL);
+    return ct_memory_tracker_stop(t->priv->memory, CT_MEM_INIT, CT_OK, NULL);
 }
 
 ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
@@ -330,27 +344,30 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
     memset(t, 0, sizeof *t);
     t->ops = ops;
     t->world_size = 1;
-    t->saved_step = -1;
+    t->priv->saved_step = -1;
+    if (!(t->priv = calloc(1, sizeof *t->priv))) return ct_error(CT_ERR_NOMEM, "trainer: out of memory");
     ct_status s = init(t, args, in);
     if (s != CT_OK) ct_trainer_free(t);
     return s;
 }
 
 void ct_trainer_free(ct_trainer *t) {
-    if (!t) return;
+    if (!t || !t->priv) return;
     ct_trainer_async_save_free(t);
     ct_callback_list_free(&t->callbacks);
     ct_optimizer_destroy(t->optimizer);
     ct_scheduler_destroy(t->lr_scheduler);
     ct_metric_set_free(&t->metrics);
-    json_decref(t->metrics_spec);
+    json_decref(t->priv->metrics_spec);
     ct_trainer_state_free(&t->state);
-    if (t->owns_loss) ct_loss_free(t->loss);
-    ct_tensor_free(&t->dloss);
+    if (t->priv->owns_loss) ct_loss_free(t->loss);
+    ct_tensor_free(&t->priv->dloss);
     json_decref(t->config);
     ct_training_args_free(&t->args);
-    if (t->owns_comm) ct_comm_free(t->comm);
-    ct_memory_tracker_free(t->memory);
+    if (t->priv->owns_comm) ct_comm_free(t->comm);
+    ct_memory_tracker_free(t->priv->memory);
+    ct_dist_free(&t->priv->dist);
+    free(t->priv);
     const ct_trainer_ops *ops = t->ops;
     memset(t, 0, sizeof *t);
     t->ops = ops;
@@ -395,7 +412,4 @@ void ct_trainer_log_run_summary(const ct_trainer *t, int64_t max_steps, int64_t 
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb) { return ct_callback_list_add(&t->callbacks, cb); }
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name) {
     return ct_callback_list_pop(&t->callbacks, name);
-}
-bool ct_trainer_remove_callback(ct_trainer *t, const char *name) {
-    return ct_callback_list_remove(&t->callbacks, name);
 }

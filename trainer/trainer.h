@@ -33,7 +33,6 @@
 
 #include "callbacks/callback.h"
 #include "callbacks/state.h"
-#include "checkpoint/snapshot.h" /* ct_train_progress */
 #include "config/args.h"
 #include "core/status.h"
 #include "data/dataset.h"
@@ -138,12 +137,17 @@ typedef struct ct_trainer_setup {
     void *make_model_ctx;
 } ct_trainer_setup;
 
+/* The trainer. Its members are what a subclass (an application's hooks) reads; the rule for this
+ * struct, which applications embed as the first member of their own: members are only ever
+ * appended, and everything the trainer keeps for itself lives behind `priv` (trainer/trainer_impl.h),
+ * which stays the last member. So an application compiled against an older header still finds every
+ * member where it was. */
+struct ct_trainer_private;
 struct ct_trainer {
     const ct_trainer_ops *ops;
     ct_training_args args;
     ct_model *model;
     ct_loss *loss;
-    bool owns_loss;
     ct_dataset *train_dataset;
     int n_eval;
     ct_dataset *eval_datasets[CT_TRAINER_MAX_EVAL_SETS];
@@ -156,24 +160,10 @@ struct ct_trainer {
     ct_trainer_control control;
     ct_callback_list callbacks;
     ct_comm *comm; /* rank and world size come from it */
-    bool owns_comm;
     int rank, world_size;
-    /* internal: the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
-    ct_tensor dloss;
-    double train_start_time;
-    ct_train_progress progress; /* internal: where the training loop is, saved in checkpoints */
-    int64_t saved_step;         /* internal: global_step of the last checkpoint written (-1: none) */
-    bool saved_epoch_done;      /* and its progress.epoch_done */
-    struct ct_ddp *ddp;         /* internal: gradient buckets while a data-parallel run trains */
-    struct ct_async_saver *saver; /* internal: save_async's writer thread and the save in flight
-                                   * (checkpoint/checkpoint_async.h); created by the first save */
-    /* internal: asynchronous evaluation (eval_async; trainer/async_eval.h) */
-    ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
-    void *make_model_ctx;
-    json_t *metrics_spec;           /* the metrics list the trainer was built with (a copy), for replicas */
-    struct ct_async_eval *async_eval; /* the evaluator while training runs (world process zero only) */
-    struct ct_memory_tracker *memory; /* internal: the memory report (trainer/memory.h); NULL when
-                                       * skip_memory_metrics */
+    /* The trainer's own state (trainer/trainer_impl.h); allocated by ct_trainer_init, freed by
+     * ct_trainer_free. Stays the last member. */
+    struct ct_trainer_private *priv;
 };
 
 /* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar
@@ -187,7 +177,9 @@ void ct_trainer_free(ct_trainer *t);
  * output_dir) or a checkpoint directory; the resumed run continues exactly where the checkpoint was
  * taken (same batches, same numbers as the uninterrupted run). While it runs, SIGTERM and SIGINT
  * stop it at the next optimizer-step boundary: it saves a checkpoint there and returns
- * CT_ERR_INTERRUPTED (ct_trainer_stop_signal() then says which signal). */
+ * CT_ERR_INTERRUPTED (ct_trainer_stop_signal() then says which signal). With several processes the
+ * signal is agreed in the step's one agreement, after its micro-batches: one that arrives later
+ * stops the run at the end of the following step, on every process alike. */
 ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct_train_output *out);
 /* The signal that stopped the last ct_trainer_train (0: none). */
 int ct_trainer_stop_signal(void);
@@ -255,7 +247,7 @@ void ct_trainer_log_run_summary(const ct_trainer *t, int64_t max_steps, int64_t 
  * in flight (save_async) completes first; with save_async this one is then written by the writer
  * thread and committed later (checkpoint/checkpoint_async.h). Collective with several processes. A
  * save that fails leaves nothing of itself on disk and earlier checkpoints untouched; on_save_error
- * "stop" returns its error, "continue" a warning and CT_OK with t->saved_step no longer this step
+ * "stop" returns its error, "continue" a warning and CT_OK with this step no longer counted as saved
  * (how the caller tells that nothing was saved). */
 ct_status ct_trainer_save_checkpoint(ct_trainer *t);
 /* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
@@ -273,6 +265,5 @@ ct_status ct_trainer_load_best_model(ct_trainer *t);
 /* Callbacks (the trainer owns what it is given). */
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name);
-bool ct_trainer_remove_callback(ct_trainer *t, const char *name);
 
 #endif

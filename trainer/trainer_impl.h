@@ -2,7 +2,9 @@
 #ifndef CT_TRAINER_IMPL_H
 #define CT_TRAINER_IMPL_H
 
+#include "checkpoint/snapshot.h"
 #include "core/fs.h"
+#include "dist/strategy.h"
 #include "trainer/trainer.h"
 
 /* The application's hook `member` when its ops table has one (not NULL, and the table was written
@@ -11,19 +13,36 @@
     ((t)->ops && (t)->ops->size >= offsetof(ct_trainer_ops, member) + sizeof((t)->ops->member) ? (t)->ops->member \
                                                                                                 : NULL)
 
-/* Data parallelism (trainer/ddp.c): rank 0's parameters and buffers to every process; the gradient
- * sums of every process added up (bucketed non-blocking all-reduce). No-ops for one process. */
-ct_status ct_trainer_broadcast_params(ct_trainer *t);
-/* The gradient buckets of a data-parallel run, cut for t's model and ddp_bucket_cap_mb. For an
- * optimizer step: ct_ddp_begin_step before the backward of its last micro-batch (buckets then start
- * while backward runs), ct_ddp_finish_step after it (starts the rest when start_rest, waits for all
- * started; after a failure pass false: only the started ones are waited for). */
-typedef struct ct_ddp ct_ddp;
-ct_status ct_ddp_create(ct_trainer *t, ct_ddp **out);
-void ct_ddp_free(ct_ddp *d);
-int ct_ddp_num_buckets(const ct_ddp *d);
-void ct_ddp_begin_step(ct_ddp *d);
-ct_status ct_ddp_finish_step(ct_ddp *d, bool start_rest);
+/* What the trainer keeps for itself (ct_trainer's priv): applications never see these members, so
+ * they may change freely. */
+struct ct_trainer_private {
+    bool owns_loss, owns_comm;
+    /* the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
+    ct_tensor dloss;
+    double train_start_time;
+    /* the distribution strategy (dist/strategy.h), chosen once at init from optimizer_sharding and
+     * the world size */
+    ct_dist dist;
+    /* asynchronous evaluation (eval_async; trainer/async_eval.h): the model builder of the setup, the
+     * metrics list the trainer was built with (a copy, for replicas), the evaluator while training
+     * runs (world process zero only) */
+    ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
+    void *make_model_ctx;
+    json_t *metrics_spec;
+    struct ct_async_eval *async_eval;
+    struct ct_memory_tracker *memory; /* the memory report (trainer/memory.h); NULL when skip_memory_metrics */
+    /* where the training loop is (saved in checkpoints), the global_step of the last checkpoint
+     * written (-1: none) and its progress.epoch_done, and save_async's writer
+     * (checkpoint/checkpoint_async.h): what trainer/snapshot.c hands to checkpoint/ */
+    ct_train_progress progress;
+    int64_t saved_step;
+    bool saved_epoch_done;
+    struct ct_async_saver *saver;
+};
+
+/* The arguments of a callback event: the trainer, its arguments, state and control, and the run
+ * config (the event's payload, logs or metrics, is the caller's to add). */
+ct_callback_args ct_trainer_callback_args(ct_trainer *t);
 
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (dist/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);
@@ -52,19 +71,30 @@ double ct_trainer_now(void);
  * <split>_steps_per_second, rounded as HF rounds them. */
 void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps);
 
-/* nan_inf_policy (trainer/nan_inf.c): what one optimizer step's numbers say, the same on every
- * process. Collective with several processes (one 8-byte all-reduce): the verdict from this
- * process's own loss sum (its micro-batches), the step's all-reduced loss sum and, when norm_known,
- * the gradient norm this process computed. ct_nan_inf_describe writes "optimizer step N (epoch E): the
- * loss is nan, first on rank R of W" or "...: the gradient norm is inf while the loss is finite". */
+/* The step's one agreement (trainer/step_agree.c; collective with several processes: one small
+ * float64 all-reduce): from this process's own loss (sum, count) and flops over the step's
+ * micro-batches and the stop signal it has seen, the step's totals over every process, the first
+ * process whose own loss sum was not finite and the stop signal any process received. The same on
+ * every process. */
+typedef struct ct_step_totals {
+    ct_loss_value loss; /* the step's loss sum and count over every process */
+    double flos;
+    int bad_rank; /* the first process whose own loss sum was not finite; -1: none */
+    int signal;   /* SIGTERM when a process received it, else SIGINT when one did, else 0 */
+} ct_step_totals;
+ct_status ct_step_agree(ct_trainer *t, ct_loss_value local, double flos, int signal, ct_step_totals *out);
+
+/* nan_inf_policy: what one optimizer step's numbers say, the same on every process, from the step's
+ * agreement and, when norm_known, the gradient norm (computed from the summed gradients).
+ * ct_nan_inf_describe writes "optimizer step N (epoch E): the loss is nan, first on rank R of W" or
+ * "...: the gradient norm is inf while the loss is finite". */
 typedef struct ct_step_check {
     bool bad;     /* the loss or the gradient norm is NaN or infinite */
     bool loss;    /* it is the loss (else the gradient norm) */
     int rank;     /* the first process whose own loss was not finite; -1 when none or not known */
     double value; /* the offending value: the loss sum or the norm */
 } ct_step_check;
-ct_status ct_nan_inf_check(ct_trainer *t, double local_loss_sum, double loss_sum, bool norm_known, double norm,
-                           ct_step_check *out);
+ct_step_check ct_nan_inf_verdict(const ct_step_totals *a, bool norm_known, double norm);
 void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t epoch, char *buf, size_t cap);
 
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
@@ -83,7 +113,5 @@ ct_status ct_trainer_async_save_poll(ct_trainer *t);
 ct_status ct_trainer_async_save_drain(ct_trainer *t);
 ct_status ct_trainer_async_save_end_train(ct_trainer *t, ct_status s);
 void ct_trainer_async_save_free(ct_trainer *t);
-/* Writes v to file (indented, keys sorted) through a temporary name and a rename. */
-ct_status ct_write_json_file(const json_t *v, const char *file);
 
 #endif

@@ -23,7 +23,6 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "core/util.h"
-#include "trainer/trainer.h"
 
 /* --- the writer ----------------------------------------------------------------------------------- */
 
@@ -463,7 +462,7 @@ static ct_status tb_train_begin(ct_callback *cb, const ct_callback_args *a) {
     json_t *args;
     CT_TRY(args_json(c, a->args, &args));
     ct_status s = add_json_text(c->w, "args", args, false, false, now);
-    const json_t *model = a->trainer && a->trainer->config ? json_object_get(a->trainer->config, "model") : NULL;
+    const json_t *model = a->config ? json_object_get(a->config, "model") : NULL;
     if (s == CT_OK && model) s = add_json_text(c->w, "model_config", model, true, true, now);
     if (s == CT_OK) s = ct_tb_writer_add_hparams(c->w, args, now);
     json_decref(args);

@@ -1,4 +1,4 @@
-/* Gradient buckets sent while backward runs (trainer/ddp.c), seen through a recording communicator
+/* Gradient buckets sent while backward runs (dist/strategy_ddp.c), seen through a recording communicator
  * that plays rank 0 of 2 and mirrors itself as rank 1 (every SUM doubles, MIN/MAX keep the value):
  *  - the buckets cover the flat gradient buffer exactly once, from its end down, cut at parameter
  *    boundaries, the first one at most 1 MiB (unless one parameter is larger) and the others about

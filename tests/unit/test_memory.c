@@ -24,7 +24,7 @@
 #include "testlib.h"
 #include "trainer_fixture.h"
 #include "trainer/memory.h"
-#include "trainer/trainer.h"
+#include "trainer/trainer_impl.h" /* the tracker is internal (priv) */
 
 #define MiB ((int64_t)1 << 20)
 
@@ -326,7 +326,7 @@ static void test_trainer(bool skip) {
     setup.eval_datasets[0] = eval;
     ct_trainer t;
     CHECK_OK(ct_trainer_init(&t, NULL, &a, &setup));
-    CHECK((t.memory != NULL) == !skip, "%s: tracker %p", label, (void *)t.memory);
+    CHECK((t.priv->memory != NULL) == !skip, "%s: tracker %p", label, (void *)t.priv->memory);
     ct_train_output out;
     CHECK_OK(ct_trainer_train(&t, NULL, &out));
     json_t *em = NULL;

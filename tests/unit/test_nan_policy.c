@@ -1,4 +1,4 @@
-/* nan_inf_policy (trainer/train_loop.c, trainer/nan_inf.c) on one process.
+/* nan_inf_policy (trainer/train_loop.c, trainer/step_agree.c) on one process.
  *
  * A trainer subclass poisons chosen optimizer steps through its compute_loss hook, in one micro-batch
  * of the step (accumulation 2): a NaN loss with NaN gradients, an infinite gradient under a finite
@@ -29,6 +29,7 @@
 #include "model/layers.h"
 #include "model/model_io.h"
 #include "testlib.h"
+#include "trainer/trainer_impl.h"
 #include "trainer_fixture.h"
 #include "trainer/trainer.h"
 
@@ -214,7 +215,7 @@ static outcome *run(const ct_training_args *a, const char *resume, poison mode, 
         }
         o->log = without_timings(nt.base.state.log_history);
         o->global_step = nt.base.state.global_step;
-        o->nan_inf_skipped = nt.base.progress.nan_inf_skipped;
+        o->nan_inf_skipped = nt.base.priv->progress.nan_inf_skipped;
         o->optim_steps = nt.base.optimizer ? nt.base.optimizer->step : -1;
         copy_tensor(&o->weights, &m.params.values);
         ct_callback *cb = ct_trainer_pop_callback(&nt.base, "watcher");
