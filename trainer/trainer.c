@@ -344,8 +344,8 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
     memset(t, 0, sizeof *t);
     t->ops = ops;
     t->world_size = 1;
-    t->priv->saved_step = -1;
     if (!(t->priv = calloc(1, sizeof *t->priv))) return ct_error(CT_ERR_NOMEM, "trainer: out of memory");
+    t->priv->saved_step = -1;
     ct_status s = init(t, args, in);
     if (s != CT_OK) ct_trainer_free(t);
     return s;
