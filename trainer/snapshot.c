@@ -76,6 +76,7 @@ ct_status ct_trainer_async_save_end_train(ct_trainer *t, ct_status st) {
 }
 
 void ct_trainer_async_save_free(ct_trainer *t) {
+    if (!t->priv->saver) return; /* no save_async ever ran (or init failed before it could) */
     ct_checkpoint_snapshot s;
     ct_trainer_checkpoint_snapshot(t, &s);
     ct_checkpoint_async_free(&s);

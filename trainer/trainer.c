@@ -90,7 +90,10 @@ ct_status ct_trainer_default_create_optimizer(ct_trainer *t) {
     return ct_dist_create_optimizer(&t->priv->dist, &c, &t->optimizer);
 }
 
-bool ct_trainer_uses_zero1(const ct_trainer *t) { return t->priv->dist.strategy->shards_optimizer; }
+/* (false on a trainer whose init failed before the strategy was chosen: ct_trainer_free asks too) */
+bool ct_trainer_uses_zero1(const ct_trainer *t) {
+    return t->priv->dist.strategy && t->priv->dist.strategy->shards_optimizer;
+}
 
 ct_status ct_trainer_default_create_scheduler(ct_trainer *t, int64_t num_training_steps) {
     if (t->lr_scheduler) return CT_OK;

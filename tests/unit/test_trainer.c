@@ -620,6 +620,28 @@ static void test_outputs(void) {
     ct_training_args_free(&a);
 }
 
+/* A failed ct_trainer_init leaves nothing to free and a trainer that ct_trainer_free accepts: every
+ * early exit (no model, invalid arguments, with and without the memory report) goes through the
+ * same clean-up as a trainer that was built, whose private state may then be half made. */
+static void test_failed_init(void) {
+    ct_model m;
+    if (make_model(&m, 6, 4, CT_F32, 8) != CT_OK) abort();
+    for (int memory = 0; memory < 2; memory++) {
+        ct_training_args a;
+        test_args(&a, "failed_init");
+        a.skip_memory_metrics = !memory;
+        ct_trainer t;
+        CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){0}), CT_ERR_INVALID_ARG, "trainer: no model");
+        ct_trainer_free(&t);
+        a.learning_rate = -1;
+        CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m}), CT_ERR_CONFIG,
+                  "learning_rate");
+        ct_trainer_free(&t);
+        ct_training_args_free(&a);
+    }
+    ct_model_free(&m);
+}
+
 int main(void) {
     ct_test_begin("test_trainer");
     if (!(tmp_root = ct_fixture_tmp_root("ct_test_trainer"))) return 1;
@@ -638,6 +660,7 @@ int main(void) {
     test_outputs();
     test_compute_metrics();
     test_eval_batch_independence();
+    test_failed_init();
     ct_fixture_cleanup();
     return ct_test_finish();
 }
