@@ -1,7 +1,11 @@
 /* The model card (see model_card.h): README.md built section by section into memory, then written
  * through a temporary file. Numbers are printed the way Hugging Face's card prints them, which is
  * Python's: repr() for floats (0.003, 5e-05, 2.0) and, in the results, 4 decimals for values that
- * have more (_maybe_round). */
+ * have more (_maybe_round).
+ *
+ * Why one long file: each section follows Hugging Face's modelcard.py in order (metadata, results,
+ * hyperparameters, the training-results table, framework versions), and the Python number formatting
+ * they share is only used here. */
 #include "report/model_card.h"
 
 #include <H5public.h>

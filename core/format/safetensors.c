@@ -1,5 +1,9 @@
 /* The safetensors format (see safetensors.h): the header's JSON through jansson, validated in full
- * before any tensor is read; tensors read with pread so only the header is held in memory. */
+ * before any tensor is read; tensors read with pread so only the header is held in memory.
+ *
+ * Why one long file: the reader's validation (every field, offset and overlap checked, the file
+ * being untrusted input that the fuzz target feeds) and the writer share the dtype and shape rules,
+ * and reading them side by side is how the two stay each other's inverse. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -25,7 +25,9 @@
  * refuses further work ("unusable"), as comm_mpi.c does, and destroy gives the NCCL stream a few
  * seconds to finish, then aborts the NCCL communicator instead of waiting for it.
  *
- * Compiled only in builds with both CUDA and MPI; comm_nccl_off.c beside it stands in otherwise. */
+ * Compiled only in builds with both CUDA and MPI; comm_nccl_off.c beside it stands in otherwise.
+ * Why one long file: the collectives, the event polling, the watchdog thread and the teardown all
+ * follow one set of rules about what is still in flight on the GPU, which splitting would scatter. */
 #include "dist/comm.h"
 
 #include <cuda_runtime_api.h>
