@@ -27,12 +27,6 @@ typedef struct progress_cb {
     double loss;
 } progress_cb;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* tqdm's format: MM:SS, or H:MM:SS from an hour on. */
 static void fmt_time(double s, char *buf, size_t n) {
     long t = (long)(s + 0.5);
@@ -49,7 +43,7 @@ static int terminal_columns(FILE *f) {
 }
 
 static void draw(progress_cb *p) {
-    double elapsed = now_seconds() - p->start_time;
+    double elapsed = ct_monotonic_seconds() - p->start_time;
     int64_t done = p->current - p->start_step;
     char el[32], rem[32] = "?", rate[32] = "?it/s", right[160];
     fmt_time(elapsed, el, sizeof el);
@@ -90,7 +84,7 @@ static void draw(progress_cb *p) {
         fprintf(p->stream, "%3d%% %s", (int)(100 * frac), right + 2);
     }
     fflush(p->stream);
-    p->last_draw = now_seconds();
+    p->last_draw = ct_monotonic_seconds();
 }
 
 static ct_status progress_train_begin(ct_callback *cb, const ct_callback_args *a) {
@@ -99,7 +93,7 @@ static ct_status progress_train_begin(ct_callback *cb, const ct_callback_args *a
     if (!p->active) return CT_OK;
     p->total = a->state->max_steps;
     p->start_step = p->current = a->state->global_step;
-    p->start_time = now_seconds();
+    p->start_time = ct_monotonic_seconds();
     p->has_loss = false;
     draw(p);
     return CT_OK;
@@ -109,7 +103,7 @@ static ct_status progress_step_end(ct_callback *cb, const ct_callback_args *a) {
     progress_cb *p = ct_container_of(cb, progress_cb, base);
     if (!p->active) return CT_OK;
     p->current = a->state->global_step;
-    if (p->current >= p->total || now_seconds() - p->last_draw >= 0.1) draw(p);
+    if (p->current >= p->total || ct_monotonic_seconds() - p->last_draw >= 0.1) draw(p);
     return CT_OK;
 }
 

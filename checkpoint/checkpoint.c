@@ -16,14 +16,9 @@
 #include "core/fs.h"
 #include "core/log.h"
 #include "model/model_io.h"
+#include "core/util.h"
 
 #define PREFIX "checkpoint-"
-
-double ct_checkpoint_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, const ct_trainer_control *control,
                                              ct_trainer_state *state) {

@@ -22,6 +22,7 @@
 #include "checkpoint/checkpoint_impl.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "core/util.h"
 
 #define MSG_CAP 2048
 #define WRITER_NICE 10
@@ -172,7 +173,7 @@ static void hand_deletions(ct_async_saver *sv);
 /* The save in flight is over (committed, or failed): its image becomes the spare. */
 static void finish_job(ct_async_saver *sv, bool committed) {
     wait_writer_idle(sv);
-    sv->finishing_ms += (ct_checkpoint_now() - sv->round_start) * 1e3;
+    sv->finishing_ms += (ct_monotonic_seconds() - sv->round_start) * 1e3;
     if (sv->job)
         ct_log_debug("%s: %s; after the hand-over the training thread spent %.2f ms on it (polls, waits, "
                      "agreement, rotation) [training thread: %.3f ms]",
@@ -244,9 +245,9 @@ static ct_status advance_once(ct_checkpoint_snapshot *snap, bool block);
 static ct_status advance(ct_checkpoint_snapshot *snap, bool block) {
     ct_async_saver *sv = *snap->saver;
     if (!sv || sv->phase == PHASE_IDLE) return CT_OK;
-    sv->round_start = ct_checkpoint_now();
+    sv->round_start = ct_monotonic_seconds();
     ct_status s = advance_once(snap, block);
-    if (sv->phase != PHASE_IDLE) sv->finishing_ms += (ct_checkpoint_now() - sv->round_start) * 1e3;
+    if (sv->phase != PHASE_IDLE) sv->finishing_ms += (ct_monotonic_seconds() - sv->round_start) * 1e3;
     return s;
 }
 
@@ -366,7 +367,7 @@ static bool all_parts_on_disk(const ct_checkpoint_snapshot *snap, const ct_check
 static void drain_local(ct_checkpoint_snapshot *snap) {
     ct_async_saver *sv = *snap->saver;
     if (!sv || sv->phase == PHASE_IDLE) return;
-    sv->round_start = ct_checkpoint_now();
+    sv->round_start = ct_monotonic_seconds();
     wait_writer_idle(sv);
     ct_checkpoint_image *job = sv->job;
     bool committed = false; /* as far as this process knows */
@@ -422,7 +423,7 @@ void ct_checkpoint_async_free(ct_checkpoint_snapshot *snap) {
 
 ct_status ct_checkpoint_save(ct_checkpoint_snapshot *snap, const char *dir, const char *tmp,
                              const char *prev_best) {
-    double t0 = ct_checkpoint_now();
+    double t0 = ct_monotonic_seconds();
     bool async = snap->args->save_async;
     ct_checkpoint_image *s;
     ct_async_saver *sv = NULL;
@@ -438,7 +439,7 @@ ct_status ct_checkpoint_save(ct_checkpoint_snapshot *snap, const char *dir, cons
     snprintf(s->prev_best, sizeof s->prev_best, "%s", prev_best);
     if (async) {
         hand_over(snap, sv, s);
-        double ms = (ct_checkpoint_now() - t0) * 1e3;
+        double ms = (ct_monotonic_seconds() - t0) * 1e3;
         ct_log_debug("%s: snapshot taken and handed to the writer in %.2f ms [training thread: %.3f ms]", dir, ms, ms);
         return CT_OK;
     }
@@ -459,7 +460,7 @@ ct_status ct_checkpoint_save(ct_checkpoint_snapshot *snap, const char *dir, cons
     /* Committed: a failed rotation is not a failed save (the new checkpoint is whole). */
     st = shared ? ct_checkpoint_rotate(snap) : CT_OK;
     if (snap->world_size > 1) st = ct_checkpoint_agree(snap, st, dir, "rotating checkpoints", NULL);
-    double ms = (ct_checkpoint_now() - t0) * 1e3;
+    double ms = (ct_monotonic_seconds() - t0) * 1e3;
     ct_log_debug("%s: written synchronously in %.2f ms [training thread: %.3f ms]", dir, ms, ms);
     return st;
 }

@@ -63,7 +63,4 @@ void ct_checkpoint_newest(const char *output_dir, char *out, size_t cap);
 /* stat-equal: the same directory under two names. */
 bool ct_checkpoint_same_path(const char *a, const char *b);
 
-/* Seconds on a monotonic clock (for the debug lines' timings). */
-double ct_checkpoint_now(void);
-
 #endif

@@ -17,6 +17,7 @@
 #include "model/loss.h"
 #include "model/model.h"
 #include "optim/optimizer.h"
+#include "core/util.h"
 
 static const char *const MLP_SPEC =
     "{\"type\": \"sequential\", \"layers\": [{\"type\": \"flatten\"},"
@@ -41,12 +42,6 @@ typedef struct demo_opts {
     uint64_t seed;
     bool json;
 } demo_opts;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* Everything run() owns, so one cleanup path releases it whichever step failed. */
 typedef struct demo_state {
@@ -113,7 +108,7 @@ static ct_status setup(const demo_opts *o, demo_state *d) {
 /* Accuracy over the test set, counting only rows the eval sampler marks as real. */
 static ct_status evaluate(demo_state *d, double *accuracy, double *seconds) {
     ct_model_train(&d->model, false);
-    double t0 = now();
+    double t0 = ct_monotonic_seconds();
     int64_t correct = 0, total = 0;
     CT_TRY(ct_loader_start_epoch(d->test_loader, 0));
     for (;;) {
@@ -133,7 +128,7 @@ static ct_status evaluate(demo_state *d, double *accuracy, double *seconds) {
         }
         total += b->valid;
     }
-    *seconds = now() - t0;
+    *seconds = ct_monotonic_seconds() - t0;
     *accuracy = (double)correct / (double)total;
     ct_model_train(&d->model, true);
     return CT_OK;
@@ -149,7 +144,7 @@ static ct_status train(const demo_opts *o, demo_state *d) {
     for (int epoch = 0; epoch < o->epochs; epoch++) {
         CT_TRY(ct_loader_start_epoch(d->train_loader, epoch));
         ct_loss_value epoch_loss = {0, 0};
-        double t0 = now();
+        double t0 = ct_monotonic_seconds();
         for (;;) {
             ct_batch *b;
             CT_TRY(ct_loader_next(d->train_loader, &b));
@@ -166,7 +161,7 @@ static ct_status train(const demo_opts *o, demo_state *d) {
             CT_TRY(ct_optimizer_step(d->opt, o->lr));
             epoch_loss = ct_loss_value_add(epoch_loss, lv);
         }
-        double dt = now() - t0, et;
+        double dt = ct_monotonic_seconds() - t0, et;
         t_train += dt;
         CT_TRY(evaluate(d, &accuracy, &et));
         t_eval += et;

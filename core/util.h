@@ -1,4 +1,4 @@
-/* Small helpers shared by every area: container_of for vtable "subclassing", min/max. */
+/* Small helpers shared by every area: container_of for vtable "subclassing", min/max, the clock. */
 #ifndef CT_UTIL_H
 #define CT_UTIL_H
 
@@ -12,5 +12,17 @@
 #define CT_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define CT_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define CT_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Seconds on the monotonic clock, for durations (runtimes, timeouts, redraw intervals): never
+ * moved by changes of the wall clock. */
+double ct_monotonic_seconds(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -34,9 +34,6 @@ typedef enum ct_poll {
  * The caller words the error: it knows what it was waiting for. */
 ct_poll ct_poll_until(ct_poll (*test)(void *ctx), void *ctx, double timeout_s);
 
-/* Seconds on the monotonic clock, for the callers' own deadlines. */
-double ct_poll_clock_s(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -13,6 +13,7 @@
 
 #include "core/fs.h"
 #include "trainer/trainer_impl.h"
+#include "core/util.h"
 
 void ct_hp_results_free(ct_hp_results *r) {
     for (int64_t i = 0; r->trials && i < r->n_trials; i++) {
@@ -161,10 +162,10 @@ ct_status ct_hp_search_run(const ct_hp_space *space, const ct_hp_search_opts *o,
             fflush(stderr);
             free(p);
         }
-        double t0 = ct_trainer_now();
+        double t0 = ct_monotonic_seconds();
         ct_status s = run_trial(ctx, t);
         if (s == CT_OK) s = score(o, out, t, &stop);
-        t->seconds = ct_trainer_now() - t0;
+        t->seconds = ct_monotonic_seconds() - t0;
         if (s != CT_OK) {
             t->failed = true;
             t->objective = NAN;

@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
+#include "core/util.h"
 
 typedef struct eval_run {
     ct_dataset *ds;
@@ -302,10 +303,10 @@ static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double 
     CT_TRY(ct_tensor_alloc(&r->sample_weight, CT_F64, CT_CPU, 1, bs));
     bool was_training = t->model->root->training;
     ct_model_train(t->model, false);
-    double t0 = ct_trainer_now();
+    double t0 = ct_monotonic_seconds();
     ct_status s = run_batches(t, r, loader);
     if (s == CT_OK) s = reduce_across_processes(t, r);
-    *runtime = ct_trainer_now() - t0;
+    *runtime = ct_monotonic_seconds() - t0;
     ct_model_train(t->model, was_training);
     return s;
 }
@@ -349,9 +350,9 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     ct_status s = run_loop(t, r, loader, &runtime);
     /* Seq2SeqTrainer: the generated continuations join the kept outputs; their time counts. */
     if (s == CT_OK && r->out && !r->detached && t->args.predict_with_generate) {
-        double t0 = ct_trainer_now();
+        double t0 = ct_monotonic_seconds();
         s = ct_trainer_generate_outputs(t, r->ds, &r->out->generated);
-        runtime += ct_trainer_now() - t0;
+        runtime += ct_monotonic_seconds() - t0;
     }
     ct_loader_free(loader);
     ct_tensor_free(&r->sample_loss);

@@ -33,12 +33,7 @@
 #include "trainer/async_eval.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
-
-double ct_trainer_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+#include "core/util.h"
 
 /* The signal that asked the run to stop (0: none). Set by the handler, read at step boundaries. */
 static volatile sig_atomic_t stop_signal;
@@ -506,7 +501,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_trainer_log_run_summary(t, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
-    t->priv->train_start_time = ct_trainer_now();
+    t->priv->train_start_time = ct_monotonic_seconds();
     ct_train_progress *L = &t->priv->progress;
     CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
     /* A resumed run evaluated on start the first time; doing it again would add a log entry the
@@ -528,7 +523,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
     L->total_loss += L->tr_loss;
     L->tr_loss = 0;
-    double runtime = ct_trainer_now() - t->priv->train_start_time;
+    double runtime = ct_monotonic_seconds() - t->priv->train_start_time;
     double train_loss = L->total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
     json_t *m = json_object();
     ct_trainer_speed_metrics(m, "train", runtime,

@@ -65,8 +65,6 @@ ct_status ct_trainer_generate_outputs(ct_trainer *t, ct_dataset *ds, ct_tensor *
 /* ct_trainer_save_model with copies of the model's flat parameters and buffers (a snapshot) instead
  * of its live weights (NULL: the live ones). */
 ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_tensor *values, const ct_tensor *buffers);
-/* Seconds on a monotonic clock. */
-double ct_trainer_now(void);
 /* Adds Hugging Face's speed_metrics to m: <split>_runtime, <split>_samples_per_second and
  * <split>_steps_per_second, rounded as HF rounds them. */
 void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, double samples, double steps);

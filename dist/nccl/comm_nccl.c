@@ -43,11 +43,12 @@
 
 #include "backends/cuda/cuda_rt.h"
 #include "dist/poll.h"
+#include "core/util.h"
 
 typedef struct nccl_req {
     struct nccl_req *next;  /* in the in-flight list or the pool */
     cudaEvent_t done;       /* recorded on the NCCL stream after the collective */
-    double started;         /* when it was posted (ct_poll_clock_s) */
+    double started;         /* when it was posted (ct_monotonic_seconds) */
     bool waited;            /* ct_comm_wait ordered the caller's stream after it */
     ct_comm_request *cpu;   /* a CPU tensor's request, owned by the MPI communicator */
 } nccl_req;
@@ -302,7 +303,7 @@ static ct_status nccl_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, c
         return s;
     }
     CT_CUDA_CHECK(cudaEventRecord(r->done, m->stream));
-    r->started = ct_poll_clock_s();
+    r->started = ct_monotonic_seconds();
     pthread_mutex_lock(&m->mu);
     r->next = m->inflight;
     m->inflight = r;
@@ -322,7 +323,7 @@ static ct_status nccl_wait(ct_comm *c, ct_comm_request *req) {
     /* On an unusable communicator the request stays in flight, left to destroy. */
     CT_TRY(usable(m));
     CT_TRY(async_error(m, "all_reduce"));
-    if (cudaEventQuery(r->done) == cudaErrorNotReady && ct_poll_clock_s() - r->started >= m->base.timeout_s)
+    if (cudaEventQuery(r->done) == cudaErrorNotReady && ct_monotonic_seconds() - r->started >= m->base.timeout_s)
         return give_up(m, "all_reduce",
                        ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)",
                                 m->base.timeout_s));
@@ -485,7 +486,7 @@ static void nccl_abort(ct_comm *c, int code) {
  * requests are pending. Called with m->mu held. */
 static bool overdue(nccl_comm *m, char *why, size_t cap) {
     bool pending = false;
-    double now = ct_poll_clock_s();
+    double now = ct_monotonic_seconds();
     for (nccl_req *r = m->inflight; r; r = r->next) {
         cudaError_t e = cudaEventQuery(r->done);
         if (e == cudaSuccess) continue;
