@@ -85,11 +85,16 @@ static void str_repr(FILE *f, const char *s) {
     fputc(q, f);
 }
 
-void ct_py_repr(FILE *f, const json_t *v) {
-    if (!v) {
-        fputs("None", f);
-        return;
-    }
+/* The two notations the walker writes: Python's repr (the printer's lines, as Hugging Face prints
+ * logs) and one-line JSON (the JSON-lines logger). They differ only in how strings, literals and
+ * non-finite floats come out. */
+typedef struct notation {
+    void (*string)(FILE *f, const char *s);
+    const char *true_text, *false_text, *none_text;
+    bool nonfinite_as_none; /* JSON has no NaN or infinity */
+} notation;
+
+static void write_value(FILE *f, const json_t *v, const notation *n) {
     char buf[48];
     switch (json_typeof(v)) {
     case JSON_OBJECT: {
@@ -99,9 +104,9 @@ void ct_py_repr(FILE *f, const json_t *v) {
         int i = 0;
         json_object_foreach((json_t *)v, key, val) {
             if (i++) fputs(", ", f);
-            str_repr(f, key);
+            n->string(f, key);
             fputs(": ", f);
-            ct_py_repr(f, val);
+            write_value(f, val, n);
         }
         fputc('}', f);
         break;
@@ -112,21 +117,44 @@ void ct_py_repr(FILE *f, const json_t *v) {
         const json_t *val;
         json_array_foreach(v, i, val) {
             if (i) fputs(", ", f);
-            ct_py_repr(f, val);
+            write_value(f, val, n);
         }
         fputc(']', f);
         break;
     }
-    case JSON_STRING: str_repr(f, json_string_value(v)); break;
+    case JSON_STRING: n->string(f, json_string_value(v)); break;
     case JSON_INTEGER: fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
     case JSON_REAL:
+        if (n->nonfinite_as_none && !isfinite(json_real_value(v))) {
+            fputs(n->none_text, f);
+            break;
+        }
         ct_py_float_repr(json_real_value(v), buf, sizeof buf);
         fputs(buf, f);
         break;
-    case JSON_TRUE: fputs("True", f); break;
-    case JSON_FALSE: fputs("False", f); break;
-    case JSON_NULL: fputs("None", f); break;
+    case JSON_TRUE: fputs(n->true_text, f); break;
+    case JSON_FALSE: fputs(n->false_text, f); break;
+    case JSON_NULL: fputs(n->none_text, f); break;
     }
+}
+
+static void json_str(FILE *f, const char *s) {
+    json_t *t = json_string(s);
+    char *text = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL;
+    fputs(text ? text : "\"\"", f);
+    free(text);
+    json_decref(t);
+}
+
+static const notation PYTHON = {str_repr, "True", "False", "None", false};
+static const notation JSON_LINE = {json_str, "true", "false", "null", true};
+
+void ct_py_repr(FILE *f, const json_t *v) {
+    if (!v) {
+        fputs("None", f);
+        return;
+    }
+    write_value(f, v, &PYTHON);
 }
 
 void ct_py_print_logs(FILE *f, const json_t *logs, bool round_epoch) {
@@ -152,54 +180,4 @@ void ct_py_print_logs(FILE *f, const json_t *logs, bool round_epoch) {
     fputs("}\n", f);
 }
 
-static void json_str(FILE *f, const char *s) {
-    json_t *t = json_string(s);
-    char *text = t ? json_dumps(t, JSON_ENCODE_ANY) : NULL;
-    fputs(text ? text : "\"\"", f);
-    free(text);
-    json_decref(t);
-}
-
-void ct_json_dump_line(FILE *f, const json_t *v) {
-    char buf[48];
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: {
-        fputc('{', f);
-        const char *key;
-        const json_t *val;
-        int i = 0;
-        json_object_foreach((json_t *)v, key, val) {
-            if (i++) fputs(", ", f);
-            json_str(f, key);
-            fputs(": ", f);
-            ct_json_dump_line(f, val);
-        }
-        fputc('}', f);
-        break;
-    }
-    case JSON_ARRAY: {
-        fputc('[', f);
-        size_t i;
-        const json_t *val;
-        json_array_foreach(v, i, val) {
-            if (i) fputs(", ", f);
-            ct_json_dump_line(f, val);
-        }
-        fputc(']', f);
-        break;
-    }
-    case JSON_STRING: json_str(f, json_string_value(v)); break;
-    case JSON_INTEGER: fprintf(f, "%" JSON_INTEGER_FORMAT, json_integer_value(v)); break;
-    case JSON_REAL:
-        if (!isfinite(json_real_value(v))) {
-            fputs("null", f);
-            break;
-        }
-        ct_py_float_repr(json_real_value(v), buf, sizeof buf);
-        fputs(buf, f);
-        break;
-    case JSON_TRUE: fputs("true", f); break;
-    case JSON_FALSE: fputs("false", f); break;
-    case JSON_NULL: fputs("null", f); break;
-    }
-}
+void ct_json_dump_line(FILE *f, const json_t *v) { write_value(f, v, &JSON_LINE); }
