@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/json.h"
+
 /* Members appended to ct_metric_ops later are absent from tables written earlier. */
 #define HAS_OP(ops, member) ((ops)->size >= offsetof(ct_metric_ops, member) + sizeof((ops)->member) && (ops)->member)
 
@@ -357,6 +359,28 @@ ct_status ct_metric_key(const char *prefix, const char *name, char *buf, size_t 
         return ct_error(CT_ERR_INVALID_ARG, "metric key '%s_%s' is longer than %zu characters", prefix ? prefix : "",
                         name, cap - 1);
     return CT_OK;
+}
+
+ct_status ct_metric_spec_error(ct_status s, const char *path) {
+    if (s == CT_OK) return s;
+    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
+}
+
+ct_status ct_metric_kind_index(const char *name, const char *const *names, const char *family, const char *path,
+                               int *kind) {
+    for (int i = 0; names[i]; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *kind = i;
+            return CT_OK;
+        }
+    *kind = -1;
+    const char *hint = ct_closest_word(name, names);
+    if (hint) return ct_error(CT_ERR_CONFIG, "%s: unknown %s metric '%s', did you mean '%s'?", path, family, name, hint);
+    char known[512] = "";
+    size_t len = 0;
+    for (int i = 0; names[i] && len < sizeof known; i++)
+        len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", names[i]);
+    return ct_error(CT_ERR_CONFIG, "%s: unknown %s metric '%s' (known: %s)", path, family, name, known);
 }
 
 ct_status ct_metric_put(json_t *out, const char *prefix, const char *name, double value) {

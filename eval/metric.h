@@ -162,6 +162,13 @@ bool ct_metric_compatible(const ct_metric *a, const ct_metric *b);
 
 /* "<prefix>_<name>" into buf (just name for prefix "" or NULL); CT_ERR_INVALID_ARG when it does not fit. */
 ct_status ct_metric_key(const char *prefix, const char *name, char *buf, size_t cap);
+/* Constructor errors are about a spec's values: s as a config error at the spec's JSON path
+ * (CT_ERR_INVALID_ARG becomes CT_ERR_CONFIG, the message gets "<path>: "); CT_OK stays CT_OK. */
+ct_status ct_metric_spec_error(ct_status s, const char *path);
+/* *kind = the index of name in the NULL-terminated list names; otherwise CT_ERR_CONFIG "<path>:
+ * unknown <family> metric '<name>'" with the nearest name as a hint, or the list when none is near. */
+ct_status ct_metric_kind_index(const char *name, const char *const *names, const char *family, const char *path,
+                               int *kind);
 /* out["<prefix>_<name>"] = value (null when not finite). */
 ct_status ct_metric_put(json_t *out, const char *prefix, const char *name, double value);
 /* For metrics over class scores: outputs [rows, C] (C >= 1) float32/float64, labels int64/int32 [rows]

@@ -301,22 +301,16 @@ static ct_status unknown_metric(const char *path, const char *what, const char *
     return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s' (known: %s)", path, what, name, known);
 }
 
-/* Constructor errors are about the spec's values: report them as config errors at its path. */
-static ct_status at_path(ct_status s, const char *path) {
-    if (s == CT_OK) return s;
-    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
-}
-
 static ct_status metric_from_name(const char *name, const char *path, ct_metric **out) {
-    if (strcmp(name, "loss") == 0) return at_path(ct_loss_metric_create(out), path);
-    if (strcmp(name, "accuracy") == 0) return at_path(ct_accuracy_metric_create(out), path);
+    if (strcmp(name, "loss") == 0) return ct_metric_spec_error(ct_loss_metric_create(out), path);
+    if (strcmp(name, "accuracy") == 0) return ct_metric_spec_error(ct_accuracy_metric_create(out), path);
     if (strcmp(name, "top_k_accuracy") == 0)
         return ct_error(CT_ERR_CONFIG,
                         "%s: 'top_k_accuracy' needs its k: write {\"type\": \"top_k_accuracy\", \"k\": 5} or "
                         "\"top_5_accuracy\"",
                         path);
     int64_t k = parse_top_k_name(name);
-    if (k > 0) return at_path(ct_top_k_accuracy_metric_create(k, out), path);
+    if (k > 0) return ct_metric_spec_error(ct_top_k_accuracy_metric_create(k, out), path);
     return unknown_metric(path, "metric", name);
 }
 
@@ -340,7 +334,7 @@ ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **
         int64_t k;
         CT_TRY(ct_json_int(spec, path, "k", true, 0, &k));
         if (k < 1) return ct_error(CT_ERR_CONFIG, "%s.k: %lld; expected an integer >= 1", path, (long long)k);
-        return at_path(ct_top_k_accuracy_metric_create(k, out), path);
+        return ct_metric_spec_error(ct_top_k_accuracy_metric_create(k, out), path);
     }
     if (strcmp(type, "loss") == 0 || strcmp(type, "accuracy") == 0) {
         static const char *const keys[] = {"type", NULL};

@@ -376,12 +376,6 @@ bool ct_confusion_metric_knows(const char *name) {
     return name && parse_name(name, &a) >= 0;
 }
 
-/* Constructor errors are about the spec's values: report them as config errors at its path. */
-static ct_status at_path(ct_status s, const char *path) {
-    if (s == CT_OK) return s;
-    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
-}
-
 ct_status ct_confusion_metric_from_json(const json_t *spec, const char *path, ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;
@@ -391,7 +385,7 @@ ct_status ct_confusion_metric_from_json(const json_t *spec, const char *path, ct
         const char *name = json_string_value(spec);
         int kind = parse_name(name, &average);
         if (kind < 0) return ct_error(CT_ERR_CONFIG, "%s: '%s' is not a confusion-matrix metric", path, name);
-        return at_path(ct_confusion_metric_create((ct_confusion_kind)kind, average, out), path);
+        return ct_metric_spec_error(ct_confusion_metric_create((ct_confusion_kind)kind, average, out), path);
     }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"f1\") or an object with a \"type\"", path);
@@ -417,5 +411,5 @@ ct_status ct_confusion_metric_from_json(const json_t *spec, const char *path, ct
         static const char *const keys[] = {"type", NULL};
         CT_TRY(ct_json_check_keys(spec, path, keys));
     }
-    return at_path(ct_confusion_metric_create((ct_confusion_kind)kind, average, out), path);
+    return ct_metric_spec_error(ct_confusion_metric_create((ct_confusion_kind)kind, average, out), path);
 }

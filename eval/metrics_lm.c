@@ -324,49 +324,27 @@ ct_status ct_lm_metric_create(ct_lm_kind kind, int64_t ignore_index, ct_metric *
     return CT_OK;
 }
 
-static int kind_of(const char *name) {
-    for (int i = 0; kind_names[i]; i++)
-        if (strcmp(name, kind_names[i]) == 0) return i;
-    return -1;
-}
-
-static ct_status unknown(const char *path, const char *name) {
-    const char *hint = ct_closest_word(name, kind_names);
-    if (hint)
-        return ct_error(CT_ERR_CONFIG, "%s: unknown language-model metric '%s', did you mean '%s'?", path, name, hint);
-    return ct_error(CT_ERR_CONFIG,
-                    "%s: unknown language-model metric '%s' (known: token_loss, perplexity, token_accuracy)", path,
-                    name);
-}
-
-static ct_status at_path(ct_status s, const char *path) {
-    if (s == CT_OK) return s;
-    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
-}
-
 ct_status ct_lm_metric_from_json(const json_t *spec, const char *path, ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;
     if (!path) path = "metric";
     if (json_is_string(spec)) {
-        int kind = kind_of(json_string_value(spec));
-        if (kind < 0) return unknown(path, json_string_value(spec));
-        return at_path(ct_lm_metric_create((ct_lm_kind)kind, -100, out), path);
+        int kind;
+        CT_TRY(ct_metric_kind_index(json_string_value(spec), kind_names, "language-model", path, &kind));
+        return ct_metric_spec_error(ct_lm_metric_create((ct_lm_kind)kind, -100, out), path);
     }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"perplexity\") or an object with a \"type\"",
                         path);
     const char *type;
     CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
-    int kind = kind_of(type);
-    if (kind < 0) {
-        char type_path[512];
-        snprintf(type_path, sizeof type_path, "%s.type", path);
-        return unknown(type_path, type);
-    }
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    int kind;
+    CT_TRY(ct_metric_kind_index(type, kind_names, "language-model", type_path, &kind));
     static const char *const keys[] = {"type", "ignore_index", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     int64_t ignore;
     CT_TRY(ct_json_int(spec, path, "ignore_index", false, -100, &ignore));
-    return at_path(ct_lm_metric_create((ct_lm_kind)kind, ignore, out), path);
+    return ct_metric_spec_error(ct_lm_metric_create((ct_lm_kind)kind, ignore, out), path);
 }

@@ -408,42 +408,23 @@ ct_status ct_ranking_metric_create(ct_ranking_kind kind, ct_ranking_average aver
     return CT_OK;
 }
 
-static int kind_of(const char *name) {
-    for (int i = 0; ct_ranking_metric_names[i]; i++)
-        if (strcmp(name, ct_ranking_metric_names[i]) == 0) return i;
-    return -1;
-}
-
-static ct_status unknown(const char *path, const char *name) {
-    const char *hint = ct_closest_word(name, ct_ranking_metric_names);
-    if (hint) return ct_error(CT_ERR_CONFIG, "%s: unknown ranking metric '%s', did you mean '%s'?", path, name, hint);
-    return ct_error(CT_ERR_CONFIG, "%s: unknown ranking metric '%s' (known: auroc, average_precision)", path, name);
-}
-
-static ct_status at_path(ct_status s, const char *path) {
-    if (s == CT_OK) return s;
-    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
-}
-
 ct_status ct_ranking_metric_from_json(const json_t *spec, const char *path, ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;
     if (!path) path = "metric";
     if (json_is_string(spec)) {
-        int kind = kind_of(json_string_value(spec));
-        if (kind < 0) return unknown(path, json_string_value(spec));
-        return at_path(ct_ranking_metric_create((ct_ranking_kind)kind, CT_RANKING_MACRO, out), path);
+        int kind;
+        CT_TRY(ct_metric_kind_index(json_string_value(spec), ct_ranking_metric_names, "ranking", path, &kind));
+        return ct_metric_spec_error(ct_ranking_metric_create((ct_ranking_kind)kind, CT_RANKING_MACRO, out), path);
     }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"auroc\") or an object with a \"type\"", path);
     const char *type;
     CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
-    int kind = kind_of(type);
-    if (kind < 0) {
-        char type_path[512];
-        snprintf(type_path, sizeof type_path, "%s.type", path);
-        return unknown(type_path, type);
-    }
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    int kind;
+    CT_TRY(ct_metric_kind_index(type, ct_ranking_metric_names, "ranking", type_path, &kind));
     static const char *const keys[] = {"type", "average", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     const char *average;
@@ -455,7 +436,7 @@ ct_status ct_ranking_metric_from_json(const json_t *spec, const char *path, ct_m
             return ct_error(CT_ERR_CONFIG, "%s.average: unknown value '%s', did you mean '%s'?", path, average, hint);
         return ct_error(CT_ERR_CONFIG, "%s.average: unknown value '%s' (allowed: macro, weighted)", path, average);
     }
-    return at_path(ct_ranking_metric_create((ct_ranking_kind)kind,
+    return ct_metric_spec_error(ct_ranking_metric_create((ct_ranking_kind)kind,
                                             strcmp(average, "weighted") == 0 ? CT_RANKING_WEIGHTED : CT_RANKING_MACRO,
                                             out),
                    path);

@@ -410,48 +410,28 @@ ct_status ct_regression_metric_create(ct_regression_kind kind, int64_t num_outpu
     return CT_OK;
 }
 
-static ct_status at_path(ct_status s, const char *path) {
-    if (s == CT_OK) return s;
-    return ct_error_prefix(s == CT_ERR_INVALID_ARG ? CT_ERR_CONFIG : s, "%s: ", path);
-}
-
-static int kind_of(const char *name) {
-    for (int i = 0; kind_names[i]; i++)
-        if (strcmp(name, kind_names[i]) == 0) return i;
-    return -1;
-}
-
-static ct_status unknown(const char *path, const char *name) {
-    const char *hint = ct_closest_word(name, kind_names);
-    if (hint)
-        return ct_error(CT_ERR_CONFIG, "%s: unknown regression metric '%s', did you mean '%s'?", path, name, hint);
-    return ct_error(CT_ERR_CONFIG, "%s: unknown regression metric '%s' (known: mse, rmse, mae, r2)", path, name);
-}
-
 ct_status ct_regression_metric_from_json(const json_t *spec, const char *path, ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;
     if (!path) path = "metric";
     if (json_is_string(spec)) {
-        int kind = kind_of(json_string_value(spec));
-        if (kind < 0) return unknown(path, json_string_value(spec));
-        return at_path(ct_regression_metric_create((ct_regression_kind)kind, 0, out), path);
+        int kind;
+        CT_TRY(ct_metric_kind_index(json_string_value(spec), kind_names, "regression", path, &kind));
+        return ct_metric_spec_error(ct_regression_metric_create((ct_regression_kind)kind, 0, out), path);
     }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"r2\") or an object with a \"type\"", path);
     const char *type;
     CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
-    int kind = kind_of(type);
-    if (kind < 0) {
-        char type_path[512];
-        snprintf(type_path, sizeof type_path, "%s.type", path);
-        return unknown(type_path, type);
-    }
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    int kind;
+    CT_TRY(ct_metric_kind_index(type, kind_names, "regression", type_path, &kind));
     static const char *const keys[] = {"type", "num_outputs", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     int64_t k;
     CT_TRY(ct_json_int(spec, path, "num_outputs", false, 0, &k));
     if (json_object_get(spec, "num_outputs") && k < 1)
         return ct_error(CT_ERR_CONFIG, "%s.num_outputs: %lld; expected an integer >= 1", path, (long long)k);
-    return at_path(ct_regression_metric_create((ct_regression_kind)kind, k, out), path);
+    return ct_metric_spec_error(ct_regression_metric_create((ct_regression_kind)kind, k, out), path);
 }
