@@ -173,20 +173,24 @@ static ct_status req_finish(mpi_comm *m, mpi_req *r, const char *what) {
 
 /* --- collectives ---------------------------------------------------------------------------------- */
 
-/* Posts the all-reduce of t in chunks; *out is the in-flight record. */
-static ct_status post_all_reduce(mpi_comm *m, ct_tensor *t, ct_reduce op, mpi_req **out) {
+/* Posts t's all-reduce (in place) or broadcast from root in chunks of at most m->chunk elements
+ * (MPI counts are ints); *out is the in-flight record. */
+static ct_status post_chunks(mpi_comm *m, ct_tensor *t, bool broadcast, ct_reduce op, int root, mpi_req **out) {
+    const char *what = broadcast ? "broadcast" : "all_reduce";
     CT_TRY(usable(m));
     CT_TRY(need_cpu(t, "tensor"));
     int64_t n = ct_tensor_numel(t), chunks = n == 0 ? 1 : (n + m->chunk - 1) / m->chunk;
-    if (chunks > INT_MAX) return need_int_count(chunks, "chunks of all_reduce");
+    if (chunks > INT_MAX) return need_int_count(chunks, broadcast ? "chunks of broadcast" : "chunks of all_reduce");
     mpi_req *r = req_get(m, (int)chunks);
     if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request of %lld chunks", (long long)chunks);
     size_t es = ct_dtype_size(t->dtype);
     for (int64_t k = 0; k < chunks; k++) {
         int64_t off = k * m->chunk, count = n - off < m->chunk ? n - off : m->chunk;
         char *p = off ? (char *)t->data + (size_t)off * es : t->data;
-        int rc = MPI_Iallreduce(MPI_IN_PLACE, p, (int)count, mpi_type(t->dtype), mpi_op(op), m->comm, &r->reqs[k]);
-        if (rc != MPI_SUCCESS) return give_up(m, "all_reduce", mpi_error(rc, "MPI_Iallreduce"));
+        int rc = broadcast ? MPI_Ibcast(p, (int)count, mpi_type(t->dtype), root, m->comm, &r->reqs[k])
+                           : MPI_Iallreduce(MPI_IN_PLACE, p, (int)count, mpi_type(t->dtype), mpi_op(op), m->comm,
+                                            &r->reqs[k]);
+        if (rc != MPI_SUCCESS) return give_up(m, what, mpi_error(rc, broadcast ? "MPI_Ibcast" : "MPI_Iallreduce"));
         r->n++;
     }
     *out = r;
@@ -195,15 +199,15 @@ static ct_status post_all_reduce(mpi_comm *m, ct_tensor *t, ct_reduce op, mpi_re
 
 static ct_status mpi_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
     mpi_comm *m = (mpi_comm *)c;
-    mpi_req *r;
-    CT_TRY(post_all_reduce(m, t, op, &r));
+    mpi_req *r = NULL;
+    CT_TRY(post_chunks(m, t, false, op, 0, &r));
     return req_finish(m, r, "all_reduce");
 }
 
 static ct_status mpi_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req) {
     mpi_comm *m = (mpi_comm *)c;
-    mpi_req *r;
-    CT_TRY(post_all_reduce(m, t, op, &r));
+    mpi_req *r = NULL;
+    CT_TRY(post_chunks(m, t, false, op, 0, &r));
     /* Without a progress thread, MPI moves data only inside MPI calls: one test now gets the first
      * round going while the caller goes back to computing. */
     int done = 0;
@@ -222,20 +226,8 @@ static ct_status mpi_wait(ct_comm *c, ct_comm_request *req) {
 
 static ct_status mpi_broadcast(ct_comm *c, ct_tensor *t, int root) {
     mpi_comm *m = (mpi_comm *)c;
-    CT_TRY(usable(m));
-    CT_TRY(need_cpu(t, "tensor"));
-    int64_t n = ct_tensor_numel(t), chunks = n == 0 ? 1 : (n + m->chunk - 1) / m->chunk;
-    if (chunks > INT_MAX) return need_int_count(chunks, "chunks of broadcast");
-    mpi_req *r = req_get(m, (int)chunks);
-    if (!r) return ct_error(CT_ERR_NOMEM, "cannot allocate a request of %lld chunks", (long long)chunks);
-    size_t es = ct_dtype_size(t->dtype);
-    for (int64_t k = 0; k < chunks; k++) {
-        int64_t off = k * m->chunk, count = n - off < m->chunk ? n - off : m->chunk;
-        char *p = off ? (char *)t->data + (size_t)off * es : t->data;
-        int rc = MPI_Ibcast(p, (int)count, mpi_type(t->dtype), root, m->comm, &r->reqs[k]);
-        if (rc != MPI_SUCCESS) return give_up(m, "broadcast", mpi_error(rc, "MPI_Ibcast"));
-        r->n++;
-    }
+    mpi_req *r = NULL;
+    CT_TRY(post_chunks(m, t, true, CT_SUM, root, &r));
     return req_finish(m, r, "broadcast");
 }
 
