@@ -46,7 +46,8 @@ uint64_t ct_comm_test_hash(const ct_comm_test *ct, uint64_t tag, int q, int64_t 
 
 /* A non-zero integer in [-bound, bound]. */
 static int64_t ival(const ct_comm_test *ct, uint64_t tag, int q, int64_t i, int64_t bound) {
-    int64_t v = (int64_t)(ct_comm_test_hash(ct, tag, q, i) % (uint64_t)(2 * bound + 1)) - bound;
+    /* in uint64: with one rank the i64 bound is 2^62, and 2 * bound + 1 is past INT64_MAX */
+    int64_t v = (int64_t)(ct_comm_test_hash(ct, tag, q, i) % (2 * (uint64_t)bound + 1)) - bound;
     return v ? v : 1;
 }
 
