@@ -169,23 +169,12 @@ static void note(counting *m, const char *kind) {
     m->n++;
 }
 
-/* Rank 1 mirrors rank 0: a SUM doubles, MIN and MAX keep the value. */
-static void mirror_sum(ct_tensor *t) {
-    int64_t n = ct_tensor_numel(t);
-    if (t->dtype == CT_F32)
-        for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] *= 2;
-    else if (t->dtype == CT_F64)
-        for (int64_t i = 0; i < n; i++) ((double *)t->data)[i] *= 2;
-    else
-        for (int64_t i = 0; i < n; i++) ((int64_t *)t->data)[i] *= 2;
-}
-
 static ct_status k_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
     counting *m = (counting *)c;
     note(m, "all_reduce");
     if (strncmp(c->label, "step agreement", 14) == 0 && ++m->agreements == m->fail_agreement_at)
         return ct_error(CT_ERR_STATE, "no answer from the other ranks within 1 s (ddp_timeout)");
-    if (op == CT_SUM) mirror_sum(t);
+    if (op == CT_SUM) ct_test_mirror_sum(t);
     return CT_OK;
 }
 
@@ -204,7 +193,7 @@ static ct_status k_wait(ct_comm *c, ct_comm_request *r) {
     free(r);
     if (++m->waits == m->fail_wait_at)
         return ct_error(CT_ERR_STATE, "no answer from the other ranks within 1 s (ddp_timeout)");
-    mirror_sum(&v);
+    ct_test_mirror_sum(&v);
     return CT_OK;
 }
 
@@ -226,7 +215,7 @@ static ct_status k_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
 static ct_status k_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
     note((counting *)c, "reduce_scatter");
     memcpy(out->data, in->data, (size_t)ct_tensor_numel(out) * ct_dtype_size(out->dtype));
-    if (op == CT_SUM) mirror_sum(out);
+    if (op == CT_SUM) ct_test_mirror_sum(out);
     return CT_OK;
 }
 

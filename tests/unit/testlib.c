@@ -199,3 +199,13 @@ double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, 
     printf("%s: worst relative gradient error %.3g\n", label, worst);
     return worst;
 }
+
+void ct_test_mirror_sum(ct_tensor *t) {
+    int64_t n = ct_tensor_numel(t);
+    if (t->dtype == CT_F32)
+        for (int64_t i = 0; i < n; i++) ((float *)t->data)[i] *= 2;
+    else if (t->dtype == CT_F64)
+        for (int64_t i = 0; i < n; i++) ((double *)t->data)[i] *= 2;
+    else
+        for (int64_t i = 0; i < n; i++) ((int64_t *)t->data)[i] *= 2;
+}

@@ -88,4 +88,8 @@ ct_gradcheck_opts ct_gradcheck_defaults(int64_t batch);
  * against central finite differences. Records checks; returns the worst relative error seen. */
 double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, const ct_gradcheck_opts *opts);
 
+/* For fake two-rank communicators whose other rank mirrors this one: t doubled in place (f32, f64 or
+ * i64), which is what a SUM over both ranks gives (MIN and MAX keep the value). */
+void ct_test_mirror_sum(ct_tensor *t);
+
 #endif
