@@ -1,8 +1,8 @@
 /* The optimizer step's one agreement (trainer/step_agree.c) and the collectives a training step makes:
  *  - the encoding: W in-process ranks (threads over a communicator of their own, summing in rank
  *    order) agree through ct_step_agree on the loss sum, count and flops (exactly the rank-order
- *    sums), on the first rank whose own loss was not finite (bits packed 48 to a double: W up to 100
- *    crosses words) and on the stop signal (SIGTERM over SIGINT, as a MAX gave), the same on every
+ *    sums), on the first rank whose own loss was not finite (bits packed 48 to a double: W up to 800
+ *    crosses words and the 768 ranks the step keeps on the stack) and on the stop signal (SIGTERM over SIGINT, as a MAX gave), the same on every
  *    rank; the verdict names the loss before the gradient norm;
  *  - the count: through a communicator that plays rank 0 of 2 and counts every collective with the
  *    label it was called under, a data-parallel step (ddp, and zero1) makes exactly ONE blocking
@@ -26,7 +26,7 @@
 
 /* --- W ranks as threads ------------------------------------------------------------------------ */
 
-#define MAX_W 100
+#define MAX_W 800
 
 typedef struct thread_world {
     int W;
@@ -83,7 +83,7 @@ static void *rank_main(void *arg) {
 static void test_encoding(void) {
     ct_rng rng;
     ct_rng_init(&rng, 20261127, 0, CT_RNG_USER);
-    static const int worlds[] = {1, 2, 3, 5, 47, 48, 49, 100};
+    static const int worlds[] = {1, 2, 3, 5, 47, 48, 49, 100, 800}; /* 800: past the 768 on the stack */
     static rank_case rc[MAX_W];
     for (size_t k = 0; k < sizeof worlds / sizeof *worlds; k++) {
         for (int round = 0; round < 6; round++) {
@@ -97,8 +97,9 @@ static void test_encoding(void) {
                 rc[r].comm.base = (ct_comm){.ops = &thread_ops, .rank = r, .world_size = W, .timeout_s = 60};
                 rc[r].comm.world = &world;
                 double u = ct_rng_uniform(&rng);
-                /* round 0: all finite, no signal; later rounds poison a few ranks and signal some */
-                bool bad = round > 0 && u < (round == 1 ? 0.5 : 0.15);
+                /* round 0: all finite, no signal; later rounds poison a few ranks and signal some; the
+                 * last one only the last rank, whose bit is in the last word */
+                bool bad = round == 5 ? r == W - 1 : round > 0 && u < (round == 1 ? 0.5 : 0.15);
                 rc[r].loss = (ct_loss_value){bad ? (u < 0.05 ? NAN : INFINITY) : ct_rng_uniform(&rng) * 10,
                                              (double)(int)(ct_rng_uniform(&rng) * 32)};
                 rc[r].flos = ct_rng_uniform(&rng) * 1e9;
