@@ -48,7 +48,9 @@ ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_sh
     model->root = root;
     model->opts = *opts;
     if (model->opts.dtype != CT_F32 && model->opts.dtype != CT_F64) model->opts.dtype = CT_F32;
-    ct_params_init(&model->params, model->opts.dtype, model->opts.device);
+    /* Layers initialise their parameters on the host (their init writes elements); the store
+     * moves to the device after, so a model on a GPU starts from the same values as on the CPU. */
+    ct_params_init(&model->params, model->opts.dtype, CT_CPU);
     ct_arena_init(&model->arena, model->opts.device);
     model->step.seed = opts->seed;
     ct_status s = CT_OK;
@@ -70,6 +72,7 @@ ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_sh
     ct_rng rng;
     ct_rng_init(&rng, opts->seed, 0, CT_RNG_INIT);
     ct_module_init(root, &rng);
+    if ((s = ct_params_move(&model->params, model->opts.device)) != CT_OK) goto fail;
     if ((s = reserve(model)) != CT_OK) goto fail;
     return CT_OK;
 fail:

@@ -46,6 +46,20 @@ ct_status ct_params_declare(ct_param_store *ps, const ct_module *owner, const ch
     return CT_OK;
 }
 
+/* Points every declared tensor at its slice of the flat buffers. */
+static void bind_views(ct_param_store *ps) {
+    size_t es = ct_dtype_size(ps->dtype);
+    for (int i = 0; i < ps->count; i++) {
+        ct_param *p = &ps->items[i];
+        bool buffer = (p->flags & CT_PARAM_BUFFER) != 0;
+        char *base = buffer ? ps->buffers.data : ps->values.data;
+        *p->value = ct_tensor_view(base + (size_t)p->offset * es, ps->dtype, ps->device, p->ndim, p->shape);
+        if (!buffer)
+            *p->grad = ct_tensor_view((char *)ps->grads.data + (size_t)p->offset * es, ps->dtype, ps->device,
+                                      p->ndim, p->shape);
+    }
+}
+
 ct_status ct_params_finalize(ct_param_store *ps) {
     if (ps->finalized) return CT_OK;
     /* 64-byte aligned starts keep every parameter's first element on a cache line and SIMD-aligned. */
@@ -60,17 +74,29 @@ ct_status ct_params_finalize(ct_param_store *ps) {
     CT_TRY(ct_tensor_alloc(&ps->values, ps->dtype, ps->device, 1, &n_values));
     CT_TRY(ct_tensor_alloc(&ps->grads, ps->dtype, ps->device, 1, &n_values));
     CT_TRY(ct_tensor_alloc(&ps->buffers, ps->dtype, ps->device, 1, &n_buffers));
-    size_t es = ct_dtype_size(ps->dtype);
-    for (int i = 0; i < ps->count; i++) {
-        ct_param *p = &ps->items[i];
-        bool buffer = (p->flags & CT_PARAM_BUFFER) != 0;
-        char *base = buffer ? ps->buffers.data : ps->values.data;
-        *p->value = ct_tensor_view(base + (size_t)p->offset * es, ps->dtype, ps->device, p->ndim, p->shape);
-        if (!buffer)
-            *p->grad = ct_tensor_view((char *)ps->grads.data + (size_t)p->offset * es, ps->dtype, ps->device,
-                                      p->ndim, p->shape);
-    }
+    bind_views(ps);
     ps->finalized = true;
+    return CT_OK;
+}
+
+ct_status ct_params_move(ct_param_store *ps, ct_device dev) {
+    if (!ps->finalized) return ct_error(CT_ERR_STATE, "parameter store: moved before it was finalized");
+    if (ct_device_eq(ps->device, dev)) return CT_OK;
+    ct_tensor v = {0}, g = {0}, b = {0};
+    ct_status s = ct_tensor_alloc(&v, ps->dtype, dev, 1, ps->values.shape);
+    if (s == CT_OK) s = ct_tensor_alloc(&g, ps->dtype, dev, 1, ps->grads.shape);
+    if (s == CT_OK) s = ct_tensor_alloc(&b, ps->dtype, dev, 1, ps->buffers.shape);
+    if (s == CT_OK) s = ct_tensor_copy_to(&v, &ps->values);
+    if (s == CT_OK) s = ct_tensor_copy_to(&g, &ps->grads);
+    if (s == CT_OK) s = ct_tensor_copy_to(&b, &ps->buffers);
+    if (s != CT_OK) {
+        ct_tensor_free(&v), ct_tensor_free(&g), ct_tensor_free(&b);
+        return ct_error_prefix(s, "parameter store: ");
+    }
+    ct_tensor_free(&ps->values), ct_tensor_free(&ps->grads), ct_tensor_free(&ps->buffers);
+    ps->values = v, ps->grads = g, ps->buffers = b;
+    ps->device = dev;
+    bind_views(ps);
     return CT_OK;
 }
 

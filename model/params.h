@@ -51,6 +51,9 @@ void ct_params_free(ct_param_store *ps);
 ct_status ct_params_declare(ct_param_store *ps, const ct_module *owner, const char *local, int ndim,
                             const int64_t *shape, unsigned flags, ct_tensor *value, ct_tensor *grad);
 ct_status ct_params_finalize(ct_param_store *ps);
+/* Moves the finalized flat buffers to dev (values, gradients and buffers copied) and points every
+ * declared tensor at its new slice; the old memory is freed. On failure nothing has moved. */
+ct_status ct_params_move(ct_param_store *ps, ct_device dev);
 
 /* Looks a parameter or buffer up by full name; NULL if absent. */
 const ct_param *ct_params_find(const ct_param_store *ps, const char *name);

@@ -7,6 +7,7 @@
 #include "core/ops/backend.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef CT_HAVE_CUDA
 extern const ct_backend_ops ct_backend_cuda;
@@ -15,10 +16,17 @@ extern const ct_backend_ops ct_backend_cuda;
 #define CT_BACKEND_CUDA_OR_NULL NULL
 #endif
 
-const ct_backend_ops *const ct_backends[CT_DEVICE_KINDS] = {
+const ct_backend_ops *ct_backends[CT_DEVICE_KINDS] = {
     [CT_DEVICE_CPU] = &ct_backend_cpu,
     [CT_DEVICE_CUDA] = CT_BACKEND_CUDA_OR_NULL,
 };
+
+/* CTRAINER_CHECKED_DEVICE puts the checked device (backends/checked/) in CUDA's place when the
+ * library loads, before any device memory can exist, so every lookup of the kind meets one table. */
+__attribute__((constructor)) static void settle_registry(void) {
+    const char *checked = getenv("CTRAINER_CHECKED_DEVICE");
+    if (checked && *checked && strcmp(checked, "0") != 0) ct_backends[CT_DEVICE_CUDA] = ct_backend_checked();
+}
 
 /* Kinds named in messages where no table (and so no table's name) is there. */
 static const char *const kind_names[CT_DEVICE_KINDS] = {[CT_DEVICE_CPU] = "CPU", [CT_DEVICE_CUDA] = "CUDA"};

@@ -123,14 +123,25 @@ typedef struct ct_backend_ops {
                       ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
     double (*sum_squares_det)(const ct_tensor *t);
     double (*l2_norm)(const ct_tensor *t);
+
+    /* --- around every kernel (NULL: nothing) ---------------------------------------------------- */
+    /* The dispatch calls op_begin before and op_end after each kernel it runs on this backend, from
+     * any thread, nested when a kernel runs other ops: the checked device opens its memory there. */
+    void (*op_begin)(void);
+    void (*op_end)(void);
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through
- * ct_backend_for_kind, which answers NULL where a kind is not compiled in. */
+ * ct_backend_for_kind, which answers NULL where a kind is not compiled in. ct_backend_checked
+ * (backends/checked/) serves the CUDA kind instead when CTRAINER_CHECKED_DEVICE is set: host memory
+ * the host may not touch outside ops, run by the CPU's kernels, so that tests catch host access to
+ * device memory on machines without a GPU. */
 extern const ct_backend_ops ct_backend_cpu;
+const ct_backend_ops *ct_backend_checked(void);
 
-/* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in. */
-extern const ct_backend_ops *const ct_backends[CT_DEVICE_KINDS];
+/* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in.
+ * Settled when the library loads (CTRAINER_CHECKED_DEVICE is read then), never changed after. */
+extern const ct_backend_ops *ct_backends[CT_DEVICE_KINDS];
 
 /* The table of a device kind, or NULL when this build has no backend for it. */
 static inline const ct_backend_ops *ct_backend_for_kind(ct_device_kind kind) {

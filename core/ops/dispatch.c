@@ -32,18 +32,24 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
     return b;
 }
 
-/* The kernel `op` of t's backend, called with the remaining arguments (CALL_RETURN: its value). */
+/* The kernel `op` of t's backend, called with the remaining arguments between the backend's
+ * op_begin and op_end (CALL_RETURN: its value). */
 #define CALL(t, op, ...)                                                                                               \
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
+        if (b_->op_begin) b_->op_begin();                                                                              \
         b_->op(__VA_ARGS__);                                                                                           \
+        if (b_->op_end) b_->op_end();                                                                                  \
     } while (0)
 #define CALL_RETURN(t, op, ...)                                                                                        \
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
-        return b_->op(__VA_ARGS__);                                                                                    \
+        if (b_->op_begin) b_->op_begin();                                                                              \
+        __typeof__(b_->op(__VA_ARGS__)) r_ = b_->op(__VA_ARGS__);                                                      \
+        if (b_->op_end) b_->op_end();                                                                                  \
+        return r_;                                                                                                     \
     } while (0)
 
 /* t (when given) lives on the same kind of device as the dispatching tensor ref. */

@@ -53,7 +53,7 @@ text = open(os.path.join(root, "CMakeLists.txt")).read()
 m = re.search(r"set\(CT_AREAS\s+([^)]*)\)", text)
 if not m:
     sys.exit("check_backends: no set(CT_AREAS ...) in CMakeLists.txt")
-areas = m.group(1).split() + ["backends/cpu", "backends/cuda", "cli"]
+areas = m.group(1).split() + ["backends/cpu", "backends/checked", "backends/cuda", "cli"]
 
 HAVE_CUDA_OK = ("backends/cuda/", "core/ops/")
 CUDA_INCLUDE_OK = ("backends/cuda/", "dist/nccl/comm_nccl.c")

@@ -22,13 +22,14 @@ def area_order():
         sys.exit("check_layers: no set(CT_AREAS ...) in CMakeLists.txt")
     areas = m.group(1).split()
     at = areas.index("core/ops") + 1
-    return areas[:at] + ["backends/cpu", "backends/cuda"] + areas[at:] + ["cli"]
+    return areas[:at] + ["backends/cpu", "backends/checked", "backends/cuda"] + areas[at:] + ["cli"]
 
 
 ORDER = area_order()
-# The two backends are side by side: neither may include the other.
+# The backends are side by side: none may include another.
 RANK = {a: i for i, a in enumerate(ORDER)}
 RANK["backends/cuda"] = RANK["backends/cpu"]
+RANK["backends/checked"] = RANK["backends/cpu"]
 
 
 def area_of(path):

@@ -14,10 +14,12 @@
 
 typedef void (*any_fn)(void);
 
-/* Members from `gemm` on are the kernels: all function pointers, in declaration order. */
+/* Members from `gemm` to `l2_norm` are the kernels: all function pointers, in declaration order
+ * (op_begin and op_end after them are optional). */
 static int missing_kernels(const ct_backend_ops *b) {
     int missing = 0;
-    for (size_t off = offsetof(ct_backend_ops, gemm); off + sizeof(any_fn) <= b->size; off += sizeof(any_fn)) {
+    size_t end = offsetof(ct_backend_ops, op_begin) < b->size ? offsetof(ct_backend_ops, op_begin) : b->size;
+    for (size_t off = offsetof(ct_backend_ops, gemm); off + sizeof(any_fn) <= end; off += sizeof(any_fn)) {
         any_fn f;
         memcpy(&f, (const char *)b + off, sizeof f);
         missing += f == NULL;

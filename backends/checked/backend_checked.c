@@ -1,0 +1,174 @@
+/* The checked device: a stand-in GPU for machines without one, on which every host access to device
+ * memory outside an op faults.
+ *
+ * With CTRAINER_CHECKED_DEVICE=1 in the environment, the "cuda" devices of the process are served by
+ * this backend instead of CUDA (core/ops/backend.c swaps it in before the first device is used). Its
+ * memory is host memory from mmap, kept PROT_NONE except while an op or a device copy runs: the
+ * dispatch (core/ops/dispatch.c) brackets every kernel with op_begin/op_end, which open every
+ * allocation for the kernel and close them again. The kernels are the CPU's, so a run on the checked
+ * device computes exactly what the same run on the CPU computes, and any code that reads or writes
+ * a device tensor's data directly, as it could not on a GPU, dies with SIGSEGV at that line. It is
+ * how the Trainer's device path is tested where no GPU is (and a way to check a custom layer for
+ * the same mistake): slow (two mprotect calls per allocation per op), never for real training.
+ *
+ * CTRAINER_CHECKED_DEVICE=N makes N devices ("cuda:0" .. "cuda:N-1"); all share one pool. */
+#include "core/ops/backend.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct region {
+    void *p;
+    size_t len; /* the mapping's length: the request rounded up to whole pages */
+    size_t bytes;
+} region;
+
+/* Every live allocation, and how many ops (over all threads) are running: memory is open while at
+ * least one runs, so one thread's op never closes memory under another's. */
+static struct {
+    pthread_mutex_t lock;
+    region *items;
+    int count, cap;
+    int active;
+    size_t allocated, peak;
+} pool = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static int n_devices = 1;
+
+/* Opens or closes every allocation; the pool's lock is held. */
+static void protect_all(int prot) {
+    for (int i = 0; i < pool.count; i++)
+        if (mprotect(pool.items[i].p, pool.items[i].len, prot) != 0) {
+            perror("checked device: mprotect");
+            abort();
+        }
+}
+
+static void checked_op_begin(void) {
+    pthread_mutex_lock(&pool.lock);
+    if (pool.active++ == 0) protect_all(PROT_READ | PROT_WRITE);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static void checked_op_end(void) {
+    pthread_mutex_lock(&pool.lock);
+    if (--pool.active == 0) protect_all(PROT_NONE);
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static int checked_device_count(void) { return n_devices; }
+
+static ct_status checked_alloc(int index, size_t bytes, void **out) {
+    (void)index;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t len = (bytes + page - 1) / page * page;
+    if (len == 0) len = page;
+    pthread_mutex_lock(&pool.lock);
+    ct_status s = CT_OK;
+    if (pool.count == pool.cap) {
+        int cap = pool.cap ? 2 * pool.cap : 64;
+        region *grown = realloc(pool.items, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            s = ct_error(CT_ERR_NOMEM, "checked device: out of memory for the allocation table");
+            goto done;
+        }
+        pool.items = grown;
+        pool.cap = cap;
+    }
+    /* Anonymous mappings start zeroed, as device memory from ct_device_alloc must. */
+    void *p = mmap(NULL, len, pool.active ? PROT_READ | PROT_WRITE : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        s = ct_error(CT_ERR_NOMEM, "checked device cuda:%d: cannot map %zu bytes", index, bytes);
+        goto done;
+    }
+    pool.items[pool.count++] = (region){p, len, bytes};
+    pool.allocated += bytes;
+    if (pool.allocated > pool.peak) pool.peak = pool.allocated;
+    *out = p;
+done:
+    pthread_mutex_unlock(&pool.lock);
+    return s;
+}
+
+static void checked_free(int index, void *p) {
+    (void)index;
+    pthread_mutex_lock(&pool.lock);
+    for (int i = 0; i < pool.count; i++)
+        if (pool.items[i].p == p) {
+            munmap(p, pool.items[i].len);
+            pool.allocated -= pool.items[i].bytes;
+            pool.items[i] = pool.items[--pool.count];
+            break;
+        }
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static ct_status checked_copy_bytes(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
+    (void)dd, (void)sd;
+    if (bytes == 0) return CT_OK;
+    checked_op_begin();
+    memmove(dst, src, bytes);
+    checked_op_end();
+    return CT_OK;
+}
+
+static void checked_memset_zero(int index, void *dst, size_t bytes) {
+    (void)index;
+    checked_op_begin();
+    memset(dst, 0, bytes);
+    checked_op_end();
+}
+
+static ct_status checked_synchronize(void) { return CT_OK; }
+
+static size_t checked_peak_allocated(int index) {
+    (void)index;
+    pthread_mutex_lock(&pool.lock);
+    size_t peak = pool.peak;
+    pthread_mutex_unlock(&pool.lock);
+    return peak;
+}
+
+static void checked_reset_peak(int index) {
+    (void)index;
+    pthread_mutex_lock(&pool.lock);
+    pool.peak = pool.allocated;
+    pthread_mutex_unlock(&pool.lock);
+}
+
+static void checked_describe(int index, char *buf, size_t cap) {
+    snprintf(buf, cap, "cuda:%d: checked device (host memory closed outside ops, CPU kernels; "
+                       "CTRAINER_CHECKED_DEVICE is set)", index);
+}
+
+static ct_backend_ops table;
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void make_table(void) {
+    const char *n = getenv("CTRAINER_CHECKED_DEVICE");
+    int count = n ? atoi(n) : 1;
+    n_devices = count > 0 && count <= 64 ? count : 1;
+    table = ct_backend_cpu;
+    table.size = sizeof table;
+    table.name = "cuda";
+    table.device_count = checked_device_count;
+    table.alloc = checked_alloc;
+    table.free = checked_free;
+    table.copy_bytes = checked_copy_bytes;
+    table.memset_zero = checked_memset_zero;
+    table.synchronize = checked_synchronize;
+    table.peak_allocated = checked_peak_allocated;
+    table.reset_peak = checked_reset_peak;
+    table.describe = checked_describe;
+    table.op_begin = checked_op_begin;
+    table.op_end = checked_op_end;
+}
+
+const ct_backend_ops *ct_backend_checked(void) {
+    pthread_once(&table_once, make_table);
+    return &table;
+}

@@ -1,0 +1,163 @@
+/* The checked device (backends/checked/): with CTRAINER_CHECKED_DEVICE set, "cuda" devices are host
+ * memory that the host may touch only inside ops and device copies. Checked here: the registry swaps
+ * it in, ops on it compute bit for bit what the CPU computes, a model built on it starts from the
+ * CPU's values and runs a step identically, and a host read or write of its memory outside an op
+ * dies with SIGSEGV (in a child process). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/device.h"
+#include "core/ops/backend.h"
+#include "core/tensor.h"
+#include "model/layers.h"
+#include "model/model.h"
+#include "testlib.h"
+
+static const ct_device GPU = {CT_DEVICE_CUDA, 0};
+
+/* A tensor on dev holding the given host values. */
+static ct_tensor on(ct_device dev, const float *host, int ndim, const int64_t *shape) {
+    ct_tensor t = {0}, h = ct_tensor_view((void *)host, CT_F32, CT_CPU, ndim, shape);
+    if (ct_tensor_alloc(&t, CT_F32, dev, ndim, shape) != CT_OK || ct_tensor_copy_to(&t, &h) != CT_OK)
+        ct_test_fail(__FILE__, __LINE__, "cannot place a tensor on the device");
+    return t;
+}
+
+static bool same_bits(const ct_tensor *dev, const ct_tensor *cpu) {
+    size_t n = ct_tensor_nbytes(cpu);
+    void *back = malloc(n);
+    ct_tensor h = ct_tensor_view(back, cpu->dtype, CT_CPU, cpu->ndim, cpu->shape);
+    bool same = ct_tensor_copy_to(&h, dev) == CT_OK && memcmp(back, cpu->data, n) == 0;
+    free(back);
+    return same;
+}
+
+static void fill_normal(float *x, int64_t n, ct_rng *rng) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ct_rng_normal(rng);
+}
+
+static void test_registry(void) {
+    const ct_backend_ops *b = ct_backend_for_kind(CT_DEVICE_CUDA);
+    CHECK(ct_device_count(CT_DEVICE_CUDA) == 2, "CTRAINER_CHECKED_DEVICE=2 gives 2 devices, not %d",
+          ct_device_count(CT_DEVICE_CUDA));
+    CHECK(b == ct_backend_checked(), "the CUDA kind is served by the checked device");
+    CHECK(ct_device_check(GPU) == CT_OK && ct_device_check((ct_device){CT_DEVICE_CUDA, 1}) == CT_OK,
+          "cuda:0 and cuda:1 are usable");
+    CHECK_ERR(ct_device_check((ct_device){CT_DEVICE_CUDA, 2}), CT_ERR_DEVICE, "2 CUDA device(s) visible");
+}
+
+/* A GEMM, an activation and an Adam step on the checked device give the CPU's bits. */
+static void test_ops_match_cpu(void) {
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    int64_t sa[2] = {7, 5}, sb[2] = {5, 3}, sc[2] = {7, 3};
+    float a[35], b[15], c[21];
+    fill_normal(a, 35, &rng), fill_normal(b, 15, &rng), fill_normal(c, 21, &rng);
+    ct_tensor ga = on(GPU, a, 2, sa), gb = on(GPU, b, 2, sb), gc = on(GPU, c, 2, sc), gy = on(GPU, c, 2, sc);
+    ct_tensor ca = on(CT_CPU, a, 2, sa), cb = on(CT_CPU, b, 2, sb), cc = on(CT_CPU, c, 2, sc), cy = on(CT_CPU, c, 2, sc);
+    ct_op_gemm(false, false, 1.5, &ga, &gb, 0.5, &gc);
+    ct_op_gemm(false, false, 1.5, &ca, &cb, 0.5, &cc);
+    CHECK(same_bits(&gc, &cc), "gemm on the checked device differs from the CPU's");
+    ct_op_activation_forward(CT_ACT_GELU, &gc, &gy);
+    ct_op_activation_forward(CT_ACT_GELU, &cc, &cy);
+    CHECK(same_bits(&gy, &cy), "gelu on the checked device differs from the CPU's");
+    CHECK(ct_op_all_finite(&gy), "all_finite reads device memory inside the op");
+    ct_tensor m1 = {0}, v1 = {0}, m2 = {0}, v2 = {0};
+    ct_tensor_alloc(&m1, CT_F32, GPU, 2, sc), ct_tensor_alloc(&v1, CT_F32, GPU, 2, sc);
+    ct_tensor_alloc(&m2, CT_F32, CT_CPU, 2, sc), ct_tensor_alloc(&v2, CT_F32, CT_CPU, 2, sc);
+    ct_adam_args args = {.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8, .weight_decay = 0.1, .decoupled_decay = true, .step = 1};
+    ct_op_adam_step(&gc, &gy, &m1, &v1, NULL, &args);
+    ct_op_adam_step(&cc, &cy, &m2, &v2, NULL, &args);
+    CHECK(same_bits(&gc, &cc) && same_bits(&v1, &v2), "an Adam step on the checked device differs from the CPU's");
+    ct_tensor *all[] = {&ga, &gb, &gc, &gy, &ca, &cb, &cc, &cy, &m1, &v1, &m2, &v2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
+}
+
+/* A host access in a child: true when the child died of SIGSEGV. */
+static bool host_access_faults(volatile float *p, bool write) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (write) p[0] = 1.0f;
+        else _exit(p[0] == 12345.0f ? 3 : 0);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV;
+}
+
+static void test_host_access_faults(void) {
+    int64_t n = 1000;
+    ct_tensor t = {0};
+    CHECK_OK(ct_tensor_alloc(&t, CT_F32, GPU, 1, &n));
+    CHECK(host_access_faults(t.data, false), "a host read of device memory outside an op does not fault");
+    CHECK(host_access_faults(t.data, true), "a host write of device memory outside an op does not fault");
+    ct_tensor h = {0};
+    CHECK_OK(ct_tensor_alloc(&h, CT_F32, CT_CPU, 1, &n));
+    CHECK(!host_access_faults(h.data, false) && !host_access_faults(h.data, true),
+          "host memory is not affected by the checked device");
+    /* Memory allocated while another thread's op runs opens with it and closes with it. */
+    ct_backend_checked()->op_begin();
+    ct_tensor u = {0};
+    CHECK_OK(ct_tensor_alloc(&u, CT_F32, GPU, 1, &n));
+    ((float *)u.data)[0] = 2.0f;
+    ct_backend_checked()->op_end();
+    CHECK(host_access_faults(u.data, false), "memory allocated inside an op stays open after it");
+    ct_tensor_free(&t), ct_tensor_free(&h), ct_tensor_free(&u);
+}
+
+/* An MLP built on the checked device starts from the CPU's initial values, and a forward and
+ * backward give the CPU's outputs and gradients. */
+static void test_model_on_device(void) {
+    json_t *spec = json_pack("{s:s, s:[i,i], s:i}", "type", "mlp", "hidden", 16, 8, "num_classes", 4);
+    ct_module *r1 = NULL, *r2 = NULL;
+    CHECK_OK(ct_module_from_json(spec, "model", &r1));
+    CHECK_OK(ct_module_from_json(spec, "model", &r2));
+    json_decref(spec);
+    if (!r1 || !r2) return;
+    ct_shape in = {.ndim = 1, .dims = {12}};
+    ct_model gm, cm;
+    ct_model_options o = {.dtype = CT_F32, .device = GPU, .max_batch = 5, .seed = ct_test_seed};
+    CHECK_OK(ct_model_build(&gm, r1, &in, &o));
+    o.device = CT_CPU;
+    CHECK_OK(ct_model_build(&cm, r2, &in, &o));
+    CHECK(ct_device_eq(gm.params.values.device, GPU), "the parameters live on the device");
+    CHECK(same_bits(&gm.params.values, &cm.params.values), "initial values on the device differ from the CPU's");
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 1, CT_RNG_USER);
+    float x[60], dy[20];
+    fill_normal(x, 60, &rng), fill_normal(dy, 20, &rng);
+    int64_t sx[2] = {5, 12}, sy[2] = {5, 4};
+    ct_tensor gx = on(GPU, x, 2, sx), cx = on(CT_CPU, x, 2, sx), gdy = on(GPU, dy, 2, sy), cdy = on(CT_CPU, dy, 2, sy);
+    ct_tensor gy, cy;
+    CHECK_OK(ct_model_forward(&gm, &gx, &gy));
+    CHECK_OK(ct_model_forward(&cm, &cx, &cy));
+    CHECK(same_bits(&gy, &cy), "the forward pass on the device differs from the CPU's");
+    CHECK_OK(ct_model_backward(&gm, &gdy));
+    CHECK_OK(ct_model_backward(&cm, &cdy));
+    CHECK(same_bits(&gm.params.grads, &cm.params.grads), "gradients on the device differ from the CPU's");
+    ct_tensor_free(&gx), ct_tensor_free(&cx), ct_tensor_free(&gdy), ct_tensor_free(&cdy);
+    ct_model_free(&gm), ct_model_free(&cm);
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    /* The registry reads the variable when the library loads: set it and start again. */
+    const char *want = getenv("CTRAINER_CHECKED_DEVICE");
+    if (!want || strcmp(want, "2") != 0) {
+        setenv("CTRAINER_CHECKED_DEVICE", "2", 1);
+        execv("/proc/self/exe", argv);
+        perror("test_checked_device: execv");
+        return 1;
+    }
+    ct_test_begin("checked_device");
+    test_registry();
+    test_ops_match_cpu();
+    test_host_access_faults();
+    test_model_on_device();
+    return ct_test_finish();
+}
