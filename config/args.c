@@ -170,6 +170,10 @@ typedef struct field_info {
       "Leave out the memory report (init/train/eval mem_*_delta metrics); measuring costs a little time.")            \
     X(disable_tqdm, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                           \
       "Hide the progress bar (it is also hidden when stderr is not a terminal).")                                      \
+    X(use_cpu, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                \
+      "Train and evaluate on the CPU even where a GPU is visible (device cpu).")                                      \
+    X(device, STRING, S_STR, "\"auto\"", NULL, NULL, 0, 0,                                                              \
+      "ctrainer: auto (a GPU where one is visible, each process its local rank's), cpu, cuda or cuda:N.")             \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
       "Seconds a process waits for the others in a collective before the whole job ends with an error.")               \
     X(ddp_bucket_cap_mb, INT, S_I64, "null", NULL, NULL, 0, 0,                                                         \
@@ -180,8 +184,8 @@ typedef struct field_info {
       "ctrainer: none (every process holds the optimizer state) or zero1 (each holds a shard; ZeRO stage 1).")        \
     X(eval_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
       "ctrainer: evaluate snapshots of the weights on a thread of their own while training goes on.")                 \
-    X(eval_device, STRING, S_STR, "\"cpu\"", NULL, NULL, 0, 0,                                                          \
-      "ctrainer: where asynchronous evaluations run: cpu or cuda:N.")                                                  \
+    X(eval_device, STRING, S_STR, "\"auto\"", NULL, NULL, 0, 0,                                                         \
+      "ctrainer: where asynchronous evaluations run: auto (the training device), cpu or cuda:N.")                    \
     X(eval_async_policy, STRING, S_STR, "\"latest\"", async_policy_names, NULL, 0, 0,                                   \
       "ctrainer: an evaluation due while one waits: latest replaces the waiting one, skip drops the new one, wait blocks.") \
     X(save_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
@@ -839,6 +843,11 @@ static ct_status check_steps(const char *path, const char *name, double v, const
     return CT_OK;
 }
 
+ct_status ct_training_args_device(const ct_training_args *a, int local_rank, ct_device *out) {
+    ct_status s = ct_device_resolve(a->use_cpu ? "cpu" : a->device, local_rank, out);
+    return s == CT_OK ? s : ct_error_prefix(s, "training_args.device: ");
+}
+
 ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     CT_ASSERT(a);
     char b1[32], b2[32];
@@ -917,9 +926,16 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "eval_confidence_level", "must be in (0, 1), got %g", a->eval_confidence_level);
     if (a->data_seed < -1)
         return bad(path, "data_seed", "must be >= 0 (or null: seed), got %lld", (long long)a->data_seed);
+    ct_device dev;
+    if (strcmp(a->device, "auto") != 0 && ct_device_parse(a->device, &dev) != CT_OK)
+        return bad(path, "device", "'%s' is not a device (expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\")",
+                   a->device);
+    if (a->use_cpu && strcmp(a->device, "auto") != 0 && strcmp(a->device, "cpu") != 0)
+        return bad(path, "device", "'%s' contradicts use_cpu true (leave device \"auto\" or set \"cpu\")", a->device);
     ct_device eval_dev;
-    if (ct_device_parse(a->eval_device, &eval_dev) != CT_OK)
-        return bad(path, "eval_device", "'%s' is not a device (expected \"cpu\" or \"cuda:N\")", a->eval_device);
+    if (strcmp(a->eval_device, "auto") != 0 && ct_device_parse(a->eval_device, &eval_dev) != CT_OK)
+        return bad(path, "eval_device", "'%s' is not a device (expected \"auto\", \"cpu\" or \"cuda:N\")",
+                   a->eval_device);
     if (a->eval_strategy == CT_INTERVAL_CONTINUOUS && !a->eval_async)
         return bad(path, "eval_strategy",
                    "'continuous' evaluates beside training, one evaluation after the other, and needs eval_async true");

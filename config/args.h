@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/device.h"
 #include "core/status.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
@@ -121,6 +122,9 @@ typedef struct ct_training_args {
     char logging_dir[CT_ARGS_PATH_MAX]; /* "" = HF's None: output_dir/runs/<date>_<host> */
     bool skip_memory_metrics;        /* true: no mem_* metrics */
     bool disable_tqdm;               /* false; the bar is also off when stderr is not a terminal */
+    /* the device */
+    bool use_cpu;                 /* false: a visible GPU is used (device "auto") */
+    char device[32];              /* ctrainer's own: "auto" (default), "cpu", "cuda" or "cuda:N" (ct_device_resolve) */
     /* several processes */
     int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
     int64_t ddp_bucket_cap_mb;    /* 0 = HF's None: 25 MiB buckets */
@@ -128,7 +132,7 @@ typedef struct ct_training_args {
     char optimizer_sharding[16];  /* ctrainer's own: "none" (DDP) or "zero1" (optimizer state sharded) */
     /* asynchronous evaluation and saving (ctrainer's own) */
     bool eval_async;              /* false: evaluations stop training; true: an evaluator thread runs them on snapshots */
-    char eval_device[32];         /* "cpu" (default) or "cuda:N": where the evaluator runs */
+    char eval_device[32];         /* "auto" (default: the training device), "cpu" or "cuda:N": where the evaluator runs */
     char eval_async_policy[16];   /* "latest": a newer snapshot replaces a waiting one; "skip": the new one is
                                    * dropped while one waits or runs; "wait": training waits for the slot */
     bool save_async;              /* false: saving stops training; true: written from a snapshot in the background */
@@ -139,6 +143,10 @@ typedef struct ct_training_args {
     int64_t seed;      /* 42 */
     int64_t data_seed; /* -1 = unset: seed */
 } ct_training_args;
+
+/* The device a process of local rank `local_rank` trains on: device, with use_cpu forcing the CPU
+ * (ct_device_resolve says how "auto" and "cuda" choose). Errors name training_args.device. */
+ct_status ct_training_args_device(const ct_training_args *a, int local_rank, ct_device *out);
 
 /* One row of the schema. */
 typedef enum ct_arg_type {

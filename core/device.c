@@ -37,3 +37,24 @@ const char *ct_device_str(ct_device d, char *buf, size_t cap) {
         snprintf(buf, cap, "cuda:%d", d.index);
     return buf;
 }
+
+ct_status ct_device_resolve(const char *spec, int local_rank, ct_device *out) {
+    bool any = spec && (strcmp(spec, "auto") == 0 || strcmp(spec, "cuda") == 0);
+    if (!any) {
+        CT_TRY(ct_device_parse(spec, out));
+        return ct_device_check(*out);
+    }
+    int n = ct_device_count(CT_DEVICE_CUDA);
+    if (n == 0 && strcmp(spec, "auto") == 0) {
+        *out = CT_CPU;
+        return CT_OK;
+    }
+    if (local_rank < 0) local_rank = 0;
+    if (n > 0 && local_rank >= n)
+        return ct_error(CT_ERR_DEVICE,
+                        "device %s: local rank %d has no GPU of its own (%d visible%s): start at most %d process(es) "
+                        "per node, or name a device",
+                        spec, local_rank, n, getenv("CUDA_VISIBLE_DEVICES") ? ", CUDA_VISIBLE_DEVICES is set" : "", n);
+    *out = (ct_device){CT_DEVICE_CUDA, local_rank};
+    return ct_device_check(*out);
+}

@@ -35,6 +35,13 @@ typedef struct ct_device {
 /* Parses "cpu", "cuda" (index 0) or "cuda:N". */
 ct_status ct_device_parse(const char *text, ct_device *out);
 
+/* The device a process uses for a spelling that may leave the GPU open: "auto" is the GPU of the
+ * process's local rank (its index among the processes of its node) where a GPU is visible, else
+ * the CPU; "cuda" is that GPU, an error where none is; "cpu" and "cuda:N" are taken as written.
+ * Every answer is checked (ct_device_check): a GPU this process cannot use is an error, never a
+ * silent fall back. Visible GPUs are those CUDA_VISIBLE_DEVICES leaves, as CUDA counts them. */
+ct_status ct_device_resolve(const char *spec, int local_rank, ct_device *out);
+
 /* Writes "cpu" or "cuda:N" into buf and returns buf. */
 const char *ct_device_str(ct_device d, char *buf, size_t cap);
 

@@ -3,6 +3,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,6 +171,15 @@ double ct_tensor_get(const ct_tensor *t, int64_t i) {
     }
     }
     return 0.0;
+}
+
+double ct_tensor_item(const ct_tensor *t, int64_t i) {
+    if (t->device.kind == CT_DEVICE_CPU) return ct_tensor_get(t, i);
+    uint64_t cell = 0; /* room for any dtype's element */
+    size_t es = ct_dtype_size(t->dtype);
+    if (ct_device_copy(&cell, CT_CPU, (const char *)t->data + (size_t)i * es, t->device, es) != CT_OK) return NAN;
+    ct_tensor one = ct_tensor_view(&cell, t->dtype, CT_CPU, 0, NULL);
+    return ct_tensor_get(&one, 0);
 }
 
 void ct_tensor_set(ct_tensor *t, int64_t i, double v) {

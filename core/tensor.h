@@ -84,6 +84,9 @@ void ct_tensor_copy_from_f64(ct_tensor *t, const double *src);
 void ct_tensor_copy_to_f64(const ct_tensor *t, double *dst);
 /* Element i of a float or integer CPU tensor as double. */
 double ct_tensor_get(const ct_tensor *t, int64_t i);
+/* Element i as a double wherever t lives (PyTorch's .item()): on a device one element is copied to
+ * the host first, so this is for messages and rare reads, never for loops. NaN if the copy fails. */
+double ct_tensor_item(const ct_tensor *t, int64_t i);
 void ct_tensor_set(ct_tensor *t, int64_t i, double v);
 
 /* A per-sample shape: the tensor shape without its leading batch dimension. */

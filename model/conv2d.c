@@ -15,6 +15,7 @@
 #include <stdlib.h>
 
 #include "core/json.h"
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/layers.h"
@@ -132,10 +133,11 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
-/* A following ReLU is applied by the CPU kernels while each sample's output is in cache. */
+/* A following ReLU is applied by the convolution kernels while each sample's output is in cache,
+ * on backends that have the fused kernels (the CPU's; the checked device's, which are the CPU's). */
 static bool fuse_activation(ct_module *m, int act) {
     conv2d *l = self(m);
-    l->geom.relu = act == CT_ACT_RELU && m->device.kind == CT_DEVICE_CPU;
+    l->geom.relu = act == CT_ACT_RELU && CT_BACKEND_HAS(m->device, conv2d_relu_backward);
     return l->geom.relu;
 }
 
@@ -144,7 +146,8 @@ static bool fuse_activation(ct_module *m, int act) {
 static bool fuse_maxpool(ct_module *m, const ct_pool2d_geom *p) {
     conv2d *l = self(m);
     const ct_conv2d_geom *g = &l->geom;
-    l->geom.pool2x2 = g->relu && m->device.kind == CT_DEVICE_CPU && p->kernel[0] == 2 && p->kernel[1] == 2 &&
+    l->geom.pool2x2 = g->relu && CT_BACKEND_HAS(m->device, conv2d_relu_pool_forward) &&
+                      CT_BACKEND_HAS(m->device, conv2d_relu_pool_backward) && p->kernel[0] == 2 && p->kernel[1] == 2 &&
                       p->stride[0] == 2 && p->stride[1] == 2 && p->padding[0] == 0 && p->padding[1] == 0 &&
                       p->dilation[0] == 1 && p->dilation[1] == 1 && p->in_h == g->out_h && p->in_w == g->out_w &&
                       p->channels == g->out_channels && g->out_h * g->out_w <= INT32_MAX;

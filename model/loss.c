@@ -33,9 +33,6 @@ static ct_status check_common(const ct_tensor *pred, const ct_tensor *target) {
     char a[128], b[128];
     if (pred->dtype != CT_F32 && pred->dtype != CT_F64)
         return ct_error(CT_ERR_DTYPE, "predictions %s must be f32 or f64", ct_tensor_str(pred, a, sizeof a));
-    if (pred->device.kind != CT_DEVICE_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "predictions %s: losses have no kernels for this device yet",
-                        ct_tensor_str(pred, a, sizeof a));
     if (!ct_device_eq(pred->device, target->device))
         return ct_error(CT_ERR_DEVICE, "target %s is not on the device of the predictions %s",
                         ct_tensor_str(target, b, sizeof b), ct_tensor_str(pred, a, sizeof a));

@@ -52,8 +52,7 @@ static ct_status bad_target(const xent_loss *x, const ct_tensor *pred, const ct_
     }
     char pos[96], t[128];
     ct_shape_str(target->ndim, idx, pos, sizeof pos);
-    long long v = target->dtype == CT_I64 ? (long long)((const int64_t *)target->data)[row]
-                                          : (long long)((const int32_t *)target->data)[row];
+    long long v = (long long)ct_tensor_item(target, row);
     return ct_error(CT_ERR_INVALID_ARG, "target %lld at %s of targets %s is outside [0, %lld) and is not "
                     "ignore_index %lld", v, pos, ct_tensor_str(target, t, sizeof t),
                     (long long)pred->shape[pred->ndim - 1], (long long)x->opts.ignore_index);

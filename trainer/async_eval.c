@@ -167,13 +167,11 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
                         : CT_TRAINER_HOOK(t, get_eval_dataloader) ? "get_eval_dataloader"
                                                                   : "evaluate");
     if (t->n_eval == 0) return ct_error(CT_ERR_CONFIG, "training_args.eval_async: no evaluation dataset was given");
-    ct_device dev;
-    CT_TRY(ct_device_parse(t->args.eval_device, &dev));
-    /* Models are built and initialised on the host today; placing one on a GPU comes with the GPU
-     * training path, which has yet to run on a GPU. */
-    if (dev.kind != CT_DEVICE_CPU)
-        return ct_error(CT_ERR_UNSUPPORTED, "training_args.eval_device: '%s': evaluation replicas run on the cpu in "
-                        "this version", t->args.eval_device);
+    /* "auto": the replica lives where the trained model does. */
+    ct_device dev = t->model->params.device;
+    if (strcmp(t->args.eval_device, "auto") != 0) CT_TRY(ct_device_parse(t->args.eval_device, &dev));
+    ct_status usable = ct_device_check(dev);
+    if (usable != CT_OK) return ct_error_prefix(usable, "training_args.eval_device: ");
     ct_async_eval *e = calloc(1, sizeof *e);
     if (!e) return ct_error(CT_ERR_NOMEM, "out of memory");
     e->t = t;

@@ -239,15 +239,19 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         CT_TRY(ct_loader_next(loader, &next));
         if (!next) break;
         if (next->rows == 0) continue;
-        const ct_batch *b = full_batch(r, next);
+        /* b on the host, db its copy on the model's device (b itself on the CPU): the step runs on
+         * db; the metrics and kept predictions read b's labels and a host copy of the outputs. */
+        const ct_batch *b = full_batch(r, next), *db;
+        CT_TRY(ct_trainer_prepare_inputs(t, b, &db));
         ct_loss_value loss;
-        ct_tensor outputs;
-        CT_TRY(ct_trainer_prediction_step(t, b, false, &loss, &outputs));
-        ct_eval_batch eb = {.outputs = &outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
-        CT_TRY(row_losses(t, r, b, &outputs, &eb));
+        ct_tensor outputs, host_outputs;
+        CT_TRY(ct_trainer_prediction_step(t, db, false, &loss, &outputs));
+        CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
+        ct_eval_batch eb = {.outputs = &host_outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
+        CT_TRY(row_losses(t, r, db, &outputs, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
-        if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &outputs));
-        else if (r->out) place_rows(r->out, b, &outputs);
+        if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &host_outputs));
+        else if (r->out) place_rows(r->out, b, &host_outputs);
         r->samples += b->valid;
         r->steps++;
         ct_callback_args a = ct_trainer_callback_args(t);

@@ -112,7 +112,7 @@ static ct_status build_model(ct_run *r) {
     int64_t max_batch = r->args.per_device_train_batch_size > r->args.per_device_eval_batch_size
                             ? r->args.per_device_train_batch_size
                             : r->args.per_device_eval_batch_size;
-    CT_TRY(model_from_config(r, max_batch, CT_CPU, &r->model));
+    CT_TRY(model_from_config(r, max_batch, r->device, &r->model));
     r->model_built = true;
     /* "init_from": weights from a safetensors file over the initialisation (model/model_safetensors.h). */
     const json_t *init = ct_run_config_section(&r->config, "init_from");
@@ -171,6 +171,8 @@ static ct_status open_data_fn(void *ctx) {
 }
 
 static ct_status build(ct_run *r, ct_run_purpose purpose, ct_comm *comm) {
+    /* A device this process cannot use fails before any data is read. */
+    CT_TRY(ct_run_config_annotate(&r->config, ct_training_args_device(&r->args, comm ? comm->local_rank : 0, &r->device)));
     open_data_ctx ctx = {r, purpose};
     CT_TRY(ct_comm_main_process_first(comm, true, "building datasets", open_data_fn, &ctx));
     CT_TRY(build_model(r));

@@ -25,6 +25,7 @@ typedef struct ct_run {
     ct_dataset *eval[CT_TRAINER_MAX_EVAL_SETS];
     char eval_names[CT_TRAINER_MAX_EVAL_SETS][64];
     ct_dataset *test;
+    ct_device device; /* training_args.device as resolved for this process: where the model is built */
     ct_model model;
     bool model_built;
     ct_loss *loss;
@@ -37,7 +38,8 @@ typedef enum ct_run_purpose { CT_RUN_TRAIN, CT_RUN_EVALUATE, CT_RUN_PREDICT } ct
 /* Takes ownership of *config (also on failure). Resolves the arguments (n overrides applied after
  * the config's training_args) and validates them, builds the data the purpose needs, the model (its
  * "num_classes" defaults to the data's for the mlp and cnn presets), the loss (default
- * cross_entropy) and the callbacks. On failure everything built so far is released.
+ * cross_entropy) and the callbacks. The model is built on training_args.device (ct_training_args_device:
+ * "auto" takes the GPU of the process's local rank where one is visible). On failure everything built so far is released.
  * Same as ct_run_resolve followed by ct_run_build(r, purpose, NULL). */
 ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,
                          ct_run_purpose purpose);

@@ -358,7 +358,9 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
         if (last) ct_dist_begin_step(dist);
         /* In the short last global batch some processes may have no samples: they add nothing but
          * still take part in the step's collectives. */
-        ct_status s = b->rows > 0 ? ct_trainer_training_step(t, b, &lv) : CT_OK;
+        const ct_batch *db = b;
+        ct_status s = b->rows > 0 ? ct_trainer_prepare_inputs(t, b, &db) : CT_OK;
+        if (s == CT_OK && b->rows > 0) s = ct_trainer_training_step(t, db, &lv);
         if (last) {
             ct_status f = ct_dist_finish_grads(dist, s == CT_OK);
             if (s == CT_OK) s = f;

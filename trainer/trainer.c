@@ -331,7 +331,8 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     dshape[0] = t->args.per_device_train_batch_size;
     for (int i = 0; i < t->model->out_shape.ndim; i++) dshape[i + 1] = t->model->out_shape.dims[i];
     if (t->train_dataset)
-        CT_TRY(ct_tensor_alloc(&t->priv->dloss, t->model->params.dtype, CT_CPU, t->model->out_shape.ndim + 1, dshape));
+        CT_TRY(ct_tensor_alloc(&t->priv->dloss, t->model->params.dtype, t->model->params.device,
+                               t->model->out_shape.ndim + 1, dshape));
     CT_TRY(install_callbacks(t));
     while (in->callbacks && in->callbacks->n > 0) {
         ct_callback *cb = ct_callback_list_pop(in->callbacks, ct_callback_name(in->callbacks->items[0]));
@@ -365,6 +366,7 @@ void ct_trainer_free(ct_trainer *t) {
     ct_trainer_state_free(&t->state);
     if (t->priv->owns_loss) ct_loss_free(t->loss);
     ct_tensor_free(&t->priv->dloss);
+    ct_trainer_free_device_batch(t);
     json_decref(t->config);
     ct_training_args_free(&t->args);
     if (t->priv->owns_comm) ct_comm_free(t->comm);

@@ -19,6 +19,10 @@ struct ct_trainer_private {
     bool owns_loss, owns_comm;
     /* the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
     ct_tensor dloss;
+    /* a batch's features and labels on the model's device, and outputs back on the host
+     * (trainer/device_batch.c): kept for the largest batch, unused on the CPU */
+    ct_batch device_batch;
+    ct_tensor device_features, device_labels, host_outputs;
     double train_start_time;
     /* the distribution strategy (dist/strategy.h), chosen once at init from optimizer_sharding and
      * the world size */
@@ -43,6 +47,13 @@ struct ct_trainer_private {
 /* The arguments of a callback event: the trainer, its arguments, state and control, and the run
  * config (the event's payload, logs or metrics, is the caller's to add). */
 ct_callback_args ct_trainer_callback_args(ct_trainer *t);
+
+/* trainer/device_batch.c: the batch the hooks see, its features and labels on the model's device
+ * (the host batch itself on the CPU; valid until the next call); a copy of outputs on the host (a
+ * view of outputs on the CPU; valid until the next call); and the release of their buffers. */
+ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const ct_batch **out);
+ct_status ct_trainer_outputs_to_host(ct_trainer *t, const ct_tensor *outputs, ct_tensor *host);
+void ct_trainer_free_device_batch(ct_trainer *t);
 
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (dist/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);

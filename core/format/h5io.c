@@ -50,8 +50,22 @@ bool ct_h5_exists(hid_t file, const char *name) {
     return H5Lexists(file, buf, H5P_DEFAULT) > 0;
 }
 
+/* A host tensor shaped like t (a device tensor): libhdf5 reads and writes host memory only, so
+ * device tensors pass through one. */
+static ct_status host_stage(const char *name, const ct_tensor *t, ct_tensor *host) {
+    ct_status s = ct_tensor_alloc(host, t->dtype, CT_CPU, t->ndim, t->shape);
+    return s == CT_OK ? s : ct_error_prefix(s, "hdf5: '%s': ", name);
+}
+
 ct_status ct_h5_write_tensor(hid_t file, const char *name, const ct_tensor *t) {
-    if (t->device.kind != CT_DEVICE_CPU) return ct_error(CT_ERR_DEVICE, "hdf5: '%s' is not on the CPU", name);
+    if (t->device.kind != CT_DEVICE_CPU) {
+        ct_tensor host = {0};
+        CT_TRY(host_stage(name, t, &host));
+        ct_status s = ct_tensor_copy_to(&host, t);
+        if (s == CT_OK) s = ct_h5_write_tensor(file, name, &host);
+        ct_tensor_free(&host);
+        return s;
+    }
     hsize_t dims[CT_MAX_DIMS];
     for (int i = 0; i < t->ndim; i++) dims[i] = (hsize_t)t->shape[i];
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
@@ -90,6 +104,18 @@ static ct_status open_dataset(hid_t file, const char *name, hid_t *ds, int *ndim
 }
 
 static ct_status read_all(hid_t ds, const char *name, ct_tensor *t) {
+    if (t->device.kind != CT_DEVICE_CPU) {
+        ct_tensor host = {0};
+        ct_status s = host_stage(name, t, &host);
+        if (s != CT_OK) {
+            H5Dclose(ds);
+            return s;
+        }
+        s = read_all(ds, name, &host);
+        if (s == CT_OK) s = ct_tensor_copy_to(t, &host);
+        ct_tensor_free(&host);
+        return s;
+    }
     herr_t rc = H5Dread(ds, mem_type(t->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, t->data);
     H5Dclose(ds);
     if (rc < 0) return ct_error(CT_ERR_FORMAT, "hdf5: cannot read dataset '%s' as %s", name, ct_dtype_name(t->dtype));

@@ -9,11 +9,11 @@
 
 #include "core/tensor.h"
 
-/* Writes t (a CPU tensor) as dataset `name`, creating parent groups. */
+/* Writes t as dataset `name`, creating parent groups (a tensor on a device through a host copy). */
 ct_status ct_h5_write_tensor(hid_t file, const char *name, const ct_tensor *t);
 /* Allocates *out with the dataset's shape and the given dtype and reads it. */
 ct_status ct_h5_read_tensor_alloc(hid_t file, const char *name, ct_dtype dt, ct_tensor *out);
-/* Reads into an existing tensor whose shape must equal the dataset's. */
+/* Reads into an existing tensor (on any device) whose shape must equal the dataset's. */
 ct_status ct_h5_read_into(hid_t file, const char *name, ct_tensor *t);
 bool ct_h5_exists(hid_t file, const char *name);
 

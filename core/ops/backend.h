@@ -151,6 +151,10 @@ static inline const ct_backend_ops *ct_backend_for_kind(ct_device_kind kind) {
 /* The table of a device's kind (NULL as above). */
 static inline const ct_backend_ops *ct_backend_for(ct_device d) { return ct_backend_for_kind(d.kind); }
 
+/* Whether device d's backend has the kernel `member`: layers ask before choosing a fused op that
+ * only some backends have. */
+#define CT_BACKEND_HAS(d, member) (ct_backend_for(d) != NULL && ct_backend_for(d)->member != NULL)
+
 #ifdef __cplusplus
 }
 #endif

@@ -101,7 +101,7 @@ hf = hf_args().to_dict()
 check(len(ours) >= 40, f"only {len(ours)} arguments dumped")
 # ctrainer's own arguments: they must NOT collide with a Hugging Face name, and keep their defaults.
 CTRAINER_ONLY = {"eval_bootstrap_resamples": 1000, "eval_confidence_level": 0.95, "optimizer_sharding": "none",
-                 "eval_async": False, "eval_device": "cpu", "eval_async_policy": "latest", "save_async": False,
+                 "eval_async": False, "eval_device": "auto", "device": "auto", "eval_async_policy": "latest", "save_async": False,
                  "nan_inf_policy": "error", "on_save_error": "stop"}
 for name, value in CTRAINER_ONLY.items():
     check(name not in hf, f"{name}: ctrainer's own argument now clashes with a Hugging Face field")

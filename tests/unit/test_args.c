@@ -215,7 +215,7 @@ static void test_set_text(void) {
     {
         ct_training_args b;
         ct_training_args_default(&b);
-        CHECK(!b.eval_async && !b.save_async && strcmp(b.eval_device, "cpu") == 0 &&
+        CHECK(!b.eval_async && !b.save_async && strcmp(b.eval_device, "auto") == 0 &&
                   strcmp(b.eval_async_policy, "latest") == 0,
               "async defaults");
         CHECK_OK(ct_training_args_set(&b, "eval_strategy", "continuous"));
@@ -227,13 +227,42 @@ static void test_set_text(void) {
         CHECK_MSG(ct_training_args_set(&b, "eval_async_policy", "latests"),
                   "eval_async_policy: unknown value 'latests', did you mean 'latest'? (allowed: latest, skip, wait)");
         CHECK_OK(ct_training_args_set(&b, "eval_device", "gpu"));
-        CHECK_MSG(ct_training_args_validate(&b), "eval_device: 'gpu' is not a device (expected \"cpu\" or \"cuda:N\")");
+        CHECK_MSG(ct_training_args_validate(&b),
+                  "eval_device: 'gpu' is not a device (expected \"auto\", \"cpu\" or \"cuda:N\")");
         CHECK_OK(ct_training_args_set(&b, "eval_device", "cuda:1"));
         CHECK_OK(ct_training_args_validate(&b));
         CHECK_MSG(ct_training_args_set(&b, "logging_strategy", "continuous"),
                   "logging_strategy: unknown value 'continuous' (allowed: no, steps, epoch)");
         b.logging_strategy = CT_INTERVAL_CONTINUOUS;
         CHECK_MSG(ct_training_args_validate(&b), "logging_strategy: 'continuous' is an eval_strategy only");
+        ct_training_args_free(&b);
+    }
+    /* The device (ctrainer's device, Hugging Face's use_cpu). */
+    {
+        ct_training_args b;
+        ct_training_args_default(&b);
+        CHECK(strcmp(b.device, "auto") == 0 && !b.use_cpu, "device defaults: auto, use_cpu false");
+        ct_device d;
+        CHECK_OK(ct_training_args_device(&b, 0, &d));
+        CHECK(d.kind == (ct_device_count(CT_DEVICE_CUDA) > 0 ? CT_DEVICE_CUDA : CT_DEVICE_CPU),
+              "auto takes a GPU exactly when one is visible");
+        CHECK_OK(ct_training_args_set(&b, "use_cpu", "true"));
+        CHECK_OK(ct_training_args_device(&b, 3, &d));
+        CHECK(d.kind == CT_DEVICE_CPU, "use_cpu forces the CPU");
+        CHECK_OK(ct_training_args_set(&b, "device", "cuda:1"));
+        CHECK_MSG(ct_training_args_validate(&b),
+                  "device: 'cuda:1' contradicts use_cpu true (leave device \"auto\" or set \"cpu\")");
+        CHECK_OK(ct_training_args_set(&b, "use_cpu", "false"));
+        CHECK_OK(ct_training_args_validate(&b));
+        CHECK_OK(ct_training_args_set(&b, "device", "gpu"));
+        CHECK_MSG(ct_training_args_validate(&b),
+                  "device: 'gpu' is not a device (expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\")");
+        CHECK_OK(ct_training_args_set(&b, "device", "cuda:99"));
+        CHECK_OK(ct_training_args_validate(&b));
+        CHECK_ERR(ct_training_args_device(&b, 0, &d), CT_ERR_DEVICE, "training_args.device: device cuda:99");
+        CHECK_OK(ct_training_args_set(&b, "device", "cpu"));
+        CHECK_OK(ct_training_args_device(&b, 5, &d));
+        CHECK(d.kind == CT_DEVICE_CPU, "cpu is the CPU on any local rank");
         ct_training_args_free(&b);
     }
     CHECK_OK(ct_training_args_set(&a, "log_level", "debug"));
