@@ -250,8 +250,6 @@ static ct_status read_optimizer(hid_t f, ct_optimizer *opt, const char *file, op
         const char *sname;
         ct_tensor *t;
         CT_TRY(ct_optimizer_state_get(opt, i, &sname, &t));
-        if (t->device.kind != CT_DEVICE_CPU)
-            return ct_error(CT_ERR_DEVICE, "%s: state tensor '%s' is not on the CPU", file, sname);
         if (t->dtype != CT_F32 && t->dtype != CT_F64)
             return ct_error(CT_ERR_DTYPE, "%s: state tensor '%s' is %s; f32 or f64 expected", file, sname,
                             ct_dtype_name(t->dtype));
@@ -279,8 +277,9 @@ ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
     if (f >= 0) H5Fclose(f);
     ct_h5_unlock();
     if (s == CT_OK) {
-        for (int i = 0; i < ld.n; i++) memcpy(ld.dst[i]->data, ld.tmp[i].data, ct_tensor_nbytes(ld.dst[i]));
-        s = ct_optimizer_set_step_count(opt, ld.step); /* cannot fail: checked >= 0 above */
+        /* The state goes where the optimizer keeps it (a device copy when it lives on a GPU). */
+        for (int i = 0; s == CT_OK && i < ld.n; i++) s = ct_tensor_copy_to(ld.dst[i], &ld.tmp[i]);
+        if (s == CT_OK) s = ct_optimizer_set_step_count(opt, ld.step); /* cannot fail: checked >= 0 above */
     }
     for (int i = 0; i < ld.n; i++) ct_tensor_free(&ld.tmp[i]);
     if (s != CT_OK) return ct_error_prefix(s, "load optimizer: ");

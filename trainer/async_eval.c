@@ -30,6 +30,7 @@ typedef struct result_node {
 struct ct_async_eval {
     ct_trainer *t;
     ct_trainer shadow; /* what the evaluation loop sees; never passed to ct_trainer_free */
+    struct ct_trainer_private shadow_priv; /* its device batch buffers: nothing else is used */
     ct_model replica;
     bool replica_built, keep_outputs, skip_policy, wait_policy;
     pthread_t thread;
@@ -140,6 +141,8 @@ static void make_shadow(ct_async_eval *e, ct_metric_set metrics) {
     const ct_trainer *t = e->t;
     ct_trainer *s = &e->shadow;
     memset(s, 0, sizeof *s);
+    memset(&e->shadow_priv, 0, sizeof e->shadow_priv);
+    s->priv = &e->shadow_priv;
     s->args = t->args; /* shares lr_scheduler_kwargs, which the evaluation never reads */
     s->model = &e->replica;
     s->loss = t->loss;
@@ -222,6 +225,7 @@ void ct_async_eval_free(ct_async_eval *e) {
         pthread_join(e->thread, NULL); /* a running evaluation finishes first */
         ct_metric_set_free(&e->shadow.metrics);
         ct_trainer_state_free(&e->shadow.state);
+        ct_trainer_free_device_batch(&e->shadow);
     }
     snapshot_free(e->waiting);
     while (e->head) {

@@ -29,8 +29,6 @@
             ct_abort_at(__FILE__, __LINE__, "%s: unsupported dtype %s", #fn, ct_dtype_name((t)->dtype)); \
     } while (0)
 
-#define CT_CHECK_CPU(t) CT_ASSERT((t)->device.kind == CT_DEVICE_CPU)
-
 /* One plane x[H, W] max-pooled with 2x2 windows, stride 2 (nn.MaxPool2d(2)): y[H/2, W/2] and each
  * window's argmax position in the plane, with ct_op_maxpool2d_forward's rules (backends/cpu/pool.c). */
 void ct_cpu_maxpool2x2_plane_f32(const float *x, int64_t H, int64_t W, float *y, int32_t *idx);

@@ -17,10 +17,10 @@
 #undef R
 #undef FN
 
-/* The data pointer of an optional tensor, after checking its type and length. */
+/* The data pointer of an optional tensor, after checking its type and length (the dispatch has
+ * checked that it sits on the op's device kind). */
 static void *opt_data(const ct_tensor *t, ct_dtype dt, int64_t n) {
     if (!t) return NULL;
-    CT_CHECK_CPU(t);
     CT_ASSERT(t->dtype == dt && ct_tensor_numel(t) == n);
     return t->data;
 }

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# checked_device.sh CTRAINER SOURCE_DIR RUNS_DIR: the Trainer's GPU path, on machines without a GPU.
+#
+# With CTRAINER_CHECKED_DEVICE=1, "cuda" is the checked device (backends/checked/): host memory that
+# faults when the host touches it outside an op, run by the CPU's kernels. Every run here is done
+# twice, with --device cpu and --device cuda, and must agree bit for bit (same kernels, same order),
+# so a crash means host code read device memory and a difference means the device path computes
+# something else:
+#   - an MLP with two eval sets, a test set and checkpoints: log history, model and optimizer state;
+#   - resuming across devices, both ways: the final model equals the uninterrupted run's;
+#   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
+#   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
+#   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps.
+set -u
+ctrainer=$1 src=$2 runs=$3/checked_device
+export CTRAINER_CHECKED_DEVICE=1
+passed=0 failed=0
+ok() { passed=$((passed + 1)); }
+bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
+rm -rf "$runs" && mkdir -p "$runs" && cd "$runs" || exit 1
+
+# Log histories without wall-clock entries (runtimes, rates) must be equal.
+same_history() {
+    /usr/bin/python3 - "$1/trainer_state.json" "$2/trainer_state.json" <<'EOF'
+import json, sys
+def history(path):
+    clock = ("runtime", "per_second", "total_flos")
+    return [{k: v for k, v in e.items() if not any(c in k for c in clock)} for e in json.load(open(path))["log_history"]]
+a, b = history(sys.argv[1]), history(sys.argv[2])
+if a != b:
+    for x, y in zip(a, b):
+        if x != y: print(f"first difference:\n  {x}\n  {y}")
+    sys.exit(1)
+print(f"{len(a)} log entries equal")
+EOF
+}
+
+mlp=$src/tests/cli/configs/tiny_sequential.json
+for dev in cpu cuda; do
+    "$ctrainer" train "$mlp" --device $dev --output_dir mlp-$dev --save_strategy steps --save_steps 16 \
+        >mlp-$dev.log 2>&1 || bad "MLP training on $dev: $(tail -1 mlp-$dev.log)"
+done
+same_history mlp-cpu mlp-cuda && ok || bad "MLP: the log histories on cpu and cuda differ"
+cmp -s mlp-cpu/model.h5 mlp-cuda/model.h5 && ok || bad "MLP: the final models on cpu and cuda differ"
+cmp -s mlp-cpu/checkpoint-32/optimizer.h5 mlp-cuda/checkpoint-32/optimizer.h5 && ok ||
+    bad "MLP: the optimizer states at step 32 on cpu and cuda differ"
+grep -q '"device": "cuda"' mlp-cuda/training_args.json && ok || bad "training_args.json does not record the device"
+
+# A checkpoint written on one device resumes on the other and ends where the uninterrupted run does.
+for pair in "cuda cpu" "cpu cuda"; do
+    set -- $pair
+    dir=resume-$1-to-$2
+    mkdir -p $dir && cp -r mlp-$1/checkpoint-16 $dir/
+    "$ctrainer" train "$mlp" --device $2 --output_dir $dir --overwrite_output_dir true --save_strategy steps \
+        --save_steps 16 --resume_from_checkpoint $dir/checkpoint-16 >$dir.log 2>&1 ||
+        bad "resuming a $1 checkpoint on $2: $(tail -1 $dir.log)"
+    cmp -s mlp-cpu/model.h5 $dir/model.h5 && ok || bad "a $1 checkpoint resumed on $2 ends with another model"
+done
+
+# Asynchronous evaluation beside training, its replica on the training device.
+"$ctrainer" train "$mlp" --device cuda --output_dir async-cuda --eval_async true --eval_async_policy wait \
+    >async-cuda.log 2>&1 || bad "eval_async on cuda: $(tail -1 async-cuda.log)"
+/usr/bin/python3 - mlp-cpu/trainer_state.json async-cuda/trainer_state.json <<'EOF' && ok || bad "eval_async on cuda evaluates differently"
+import json, sys
+def evals(path):
+    return sorted((e["step"], k, v) for e in json.load(open(path))["log_history"] for k, v in e.items()
+                  if k.startswith("eval_") and not any(c in k for c in ("runtime", "per_second")))
+a, b = evals(sys.argv[1]), evals(sys.argv[2])
+print(f"{len(a)} evaluation values, asynchronous on cuda {'equal' if a == b else 'DIFFERENT'}")
+sys.exit(0 if a == b and a else 1)
+EOF
+
+for dev in cpu cuda; do
+    "$ctrainer" evaluate "$mlp" --model mlp-cpu --device $dev --output_dir eval-$dev >eval-$dev.log 2>&1 ||
+        bad "evaluate on $dev: $(tail -1 eval-$dev.log)"
+    "$ctrainer" predict "$mlp" --model mlp-cpu --device $dev --output pred-$dev.h5 --output_dir pred-$dev \
+        >pred-$dev.log 2>&1 || bad "predict on $dev: $(tail -1 pred-$dev.log)"
+done
+/usr/bin/python3 - eval-cpu eval-cuda <<'EOF' && ok || bad "evaluate on cpu and cuda disagree"
+import json, sys, glob
+def load(d):
+    m = json.load(open(f"{d}/eval_results.json"))
+    return {k: v for k, v in m.items() if not any(c in k for c in ("runtime", "per_second"))}
+sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+EOF
+cmp -s pred-cpu.h5 pred-cuda.h5 && ok || bad "predictions on cpu and cuda differ"
+
+# The CNN preset: the fused convolution + ReLU + pooling kernels on the device too.
+cnn=$src/examples/configs/fashion_mnist_cnn.json
+for dev in cpu cuda; do
+    "$ctrainer" train "$cnn" --device $dev --output_dir cnn-$dev --set data.train.limit=256 --set data.eval.limit=64 \
+        --max_steps 4 --per_device_train_batch_size 32 --per_device_eval_batch_size 32 --eval_strategy steps \
+        --eval_steps 2 --logging_steps 1 --save_strategy no >cnn-$dev.log 2>&1 || bad "CNN on $dev: $(tail -1 cnn-$dev.log)"
+done
+same_history cnn-cpu cnn-cuda && ok || bad "CNN: the log histories on cpu and cuda differ"
+cmp -s cnn-cpu/model.h5 cnn-cuda/model.h5 && ok || bad "CNN: the final models on cpu and cuda differ"
+
+# The GPT example: embeddings, attention, layer norm, tied weights.
+mapfile -t corpus < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' 2>/dev/null | sort)
+if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}" --output "$runs/tok/train.bin" \
+    --val-output "$runs/tok/val.bin" --eot >tok.log 2>&1; then
+    for dev in cpu cuda; do
+        "$ctrainer" train "$src/examples/configs/fortunes_gpt.json" --device $dev --output_dir gpt-$dev \
+            --set "data.train.path=\"$runs/tok/train.bin\"" --set "data.eval.path=\"$runs/tok/val.bin\"" --set data.eval.limit=16 \
+            --per_device_train_batch_size 4 --per_device_eval_batch_size 8 --max_steps 4 --eval_steps 2 \
+            --logging_steps 1 --save_strategy no >gpt-$dev.log 2>&1 || bad "GPT on $dev: $(tail -1 gpt-$dev.log)"
+    done
+    same_history gpt-cpu gpt-cuda && ok || bad "GPT: the log histories on cpu and cuda differ"
+    cmp -s gpt-cpu/model.h5 gpt-cuda/model.h5 && ok || bad "GPT: the final models on cpu and cuda differ"
+else
+    bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
