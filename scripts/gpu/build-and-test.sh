@@ -8,8 +8,9 @@
 # (sm_90), MPI where OpenMPI was carried, and Ninja, without TensorBoard and training curves
 # (-DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF: the GPU tests need neither, and leaving out
 # protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L cuda,
-# which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), and ends
-# with a summary table. Each step's output goes to a log under $OUT (the folder whose contents come
+# which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), trains
+# the Fashion-MNIST MLP and CNN on the GPU and on the CPU and compares them (compare-devices.py),
+# and ends with a summary table. Each step's output goes to a log under $OUT (the folder whose contents come
 # back from the GPU machine; /tmp/out when unset); a failed step prints its last lines and the script
 # goes on where the next step still makes sense. Exit status: 0 when every step passed, 1 otherwise.
 #
@@ -20,6 +21,8 @@
 #   --deps DIR        where the .debs are unpacked (default /tmp/ctdeps)
 #   --debs DIR        where the .debs are (default .gpu-debs at the repository root)
 #   --cuda-arch N     CMAKE_CUDA_ARCHITECTURES (default 90: H100/H200)
+#   --data DIR        the Fashion-MNIST .gz files, for the GPU-against-CPU training comparison
+#                     (scripts/gpu/compare-devices.py; default /usr/share/datasets/fashion-mnist)
 #   -- CMD...         after the tests, run CMD (through bash -c) in the same environment; its output
 #                     goes to $OUT/extra.log and its status into the summary. E.g. a training run:
 #                     -- './build-gpu/ctrainer train examples/configs/fashion_mnist_mlp.json ...'
@@ -39,6 +42,7 @@ cuda_arch=90
 mpi=""
 run_unit=1
 extra=""
+data_dir=""
 while (($#)); do
   case "$1" in
     --mpi) mpi="${2:?--mpi needs ON or OFF}"; shift ;;
@@ -47,8 +51,9 @@ while (($#)); do
     --deps) deps="${2:?}"; shift ;;
     --debs) debs="${2:?}"; shift ;;
     --cuda-arch) cuda_arch="${2:?}"; shift ;;
+    --data) data_dir="${2:?}"; shift ;;
     --) shift; extra="$*"; break ;;
-    -h|--help) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-and-test: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -332,6 +337,19 @@ if ((built)); then
 else
   row tests skipped 0 "nothing built"
 fi
+# The Trainer on the GPU against the CPU: the Fashion-MNIST MLP and CNN, 300 steps each
+# (scripts/gpu/compare-devices.py); needs the dataset's .gz files (--data DIR or the default place).
+if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "${data_dir:-/usr/share/datasets/fashion-mnist}"/*ubyte.gz >/dev/null 2>&1; then
+  if step compare "$out/compare.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" "$python" \
+      "$root/scripts/gpu/compare-devices.py" "$build/ctrainer" "$out/compare" ${data_dir:+--data "$data_dir"}; then
+    row compare ok "$step_s" "$(grep -c ': ok:' "$out/compare.log") models agree; see compare.log"
+  else
+    row compare FAIL "$step_s" "see compare.log"
+  fi
+else
+  row compare skipped 0 "no ctrainer, python3 or Fashion-MNIST files (--data DIR)"
+fi
+
 if [[ -n "$extra" ]]; then
   : >"$out/extra.log"
   if step extra "$out/extra.log" bash -c '. "$1"; cd "$2" && bash -c "$3"' _ "$deps/env.sh" "$root" "$extra"; then
