@@ -60,6 +60,8 @@ ct_status ct_device_check(ct_device d);
 ct_status ct_device_alloc(ct_device d, size_t bytes, void **out);
 void ct_device_free(ct_device d, void *p);
 ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes);
+/* Zeroes bytes of memory on a device. */
+void ct_device_zero(ct_device d, void *p, size_t bytes);
 
 /* Bytes allocated on a device through ct_device_alloc at their peak since the start or the last
  * ct_device_reset_peak, which makes the peak the current count; -1 where the backend does not count

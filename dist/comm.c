@@ -79,13 +79,88 @@ static bool overlap(const ct_tensor *a, const ct_tensor *b) {
     return na && nb && pa < pb + nb && pb < pa + na;
 }
 
+/* --- host staging ------------------------------------------------------------------------------ */
+
+/* Whether c's collectives take t's memory themselves: host memory always, a device's when the
+ * communicator says so (NCCL: CUDA memory). Otherwise the wrappers stage: the collective runs on a
+ * host copy, and what it wrote is copied back; a GPU job without NCCL (MPI alone) trains correctly,
+ * at the cost of the copies and of overlapping nothing. */
+static bool takes(const ct_comm *c, const ct_tensor *t) {
+    return t->device.kind == CT_DEVICE_CPU ||
+           (HAS_OP(c, device_kinds) && (c->ops->device_kinds & (1u << (unsigned)t->device.kind)));
+}
+
+/* A host tensor holding t's values (empty for an empty t). */
+static ct_status stage_in(const ct_tensor *t, ct_tensor *host) {
+    *host = ct_tensor_view(NULL, t->dtype, CT_CPU, t->ndim, t->shape);
+    if (ct_tensor_numel(t) == 0) return CT_OK;
+    CT_TRY(ct_tensor_alloc(host, t->dtype, CT_CPU, t->ndim, t->shape));
+    ct_status s = ct_tensor_copy_to(host, t);
+    if (s != CT_OK) ct_tensor_free(host);
+    return s;
+}
+
+/* After the collective (status s) on host: its values back into t (when it succeeded), host freed. */
+static ct_status stage_out(ct_tensor *t, ct_tensor *host, ct_status s) {
+    if (s == CT_OK && host->data) s = ct_tensor_copy_to(t, host);
+    if (host->data) ct_tensor_free(host);
+    return s;
+}
+
+static ct_status staged_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
+    if (takes(c, t)) return c->ops->all_reduce(c, t, op);
+    ct_tensor h;
+    CT_TRY(stage_in(t, &h));
+    return stage_out(t, &h, c->ops->all_reduce(c, &h, op));
+}
+
+static ct_status staged_broadcast(ct_comm *c, ct_tensor *t, int root) {
+    if (takes(c, t)) return c->ops->broadcast(c, t, root);
+    ct_tensor h;
+    CT_TRY(stage_in(t, &h));
+    return stage_out(t, &h, c->ops->broadcast(c, &h, root));
+}
+
+/* `in` is either this rank's block of `out` (then it is staged as that block of out's copy) or apart. */
+static ct_status staged_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
+    if (takes(c, in) && takes(c, out)) return c->ops->all_gather(c, in, out);
+    ct_tensor ho, hi = {0};
+    CT_TRY(stage_in(out, &ho));
+    bool own_block = overlap(in, out);
+    ct_status s = CT_OK;
+    if (own_block) {
+        size_t at = (size_t)((char *)in->data - (char *)out->data);
+        hi = ct_tensor_view((char *)ho.data + at, in->dtype, CT_CPU, in->ndim, in->shape);
+    } else {
+        s = stage_in(in, &hi);
+    }
+    if (s == CT_OK) s = c->ops->all_gather(c, &hi, &ho);
+    if (!own_block && hi.data) ct_tensor_free(&hi);
+    return stage_out(out, &ho, s);
+}
+
+static ct_status staged_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
+    if (takes(c, in) && takes(c, out)) return c->ops->reduce_scatter(c, in, out, op);
+    ct_tensor hi, ho;
+    CT_TRY(stage_in(in, &hi));
+    ct_status s = stage_in(out, &ho);
+    if (s == CT_OK) s = stage_out(out, &ho, c->ops->reduce_scatter(c, &hi, &ho, op));
+    if (hi.data) ct_tensor_free(&hi);
+    return s;
+}
+
+/* A staged all_reduce_start has finished when it returns: its request is this marker, which
+ * ct_comm_wait answers at once. */
+static char staged_done;
+#define STAGED_DONE ((ct_comm_request *)&staged_done)
+
 ct_status ct_comm_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
     CT_ASSERT(c && c->ops && t);
     if (!HAS_OP(c, all_reduce)) return unsupported(c, "all_reduce");
     ct_status s = check_reducible(t, "tensor");
     if (s == CT_OK) s = check_op(op);
     if (s == CT_OK) s = check_data(t, "tensor");
-    if (s == CT_OK) s = c->ops->all_reduce(c, t, op);
+    if (s == CT_OK) s = staged_all_reduce(c, t, op);
     return named(c, "all_reduce", s);
 }
 
@@ -96,13 +171,19 @@ ct_status ct_comm_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_co
     ct_status s = check_reducible(t, "tensor");
     if (s == CT_OK) s = check_op(op);
     if (s == CT_OK) s = check_data(t, "tensor");
-    if (s == CT_OK) s = c->ops->all_reduce_start(c, t, op, req);
+    if (s == CT_OK && !takes(c, t)) {
+        s = staged_all_reduce(c, t, op);
+        if (s == CT_OK) *req = STAGED_DONE;
+    } else if (s == CT_OK) {
+        s = c->ops->all_reduce_start(c, t, op, req);
+    }
     if (s != CT_OK) *req = NULL;
     return named(c, "all_reduce_start", s);
 }
 
 ct_status ct_comm_wait(ct_comm *c, ct_comm_request *req) {
     CT_ASSERT(c && c->ops && req); /* a request comes from a successful start and is waited once */
+    if (req == STAGED_DONE) return named(c, "all_reduce", CT_OK);
     if (!HAS_OP(c, wait)) return unsupported(c, "all_reduce");
     /* The collective being waited for is the all-reduce (the only non-blocking one). */
     return named(c, "all_reduce", c->ops->wait(c, req));
@@ -113,7 +194,7 @@ ct_status ct_comm_broadcast(ct_comm *c, ct_tensor *t, int root) {
     if (!HAS_OP(c, broadcast)) return unsupported(c, "broadcast");
     ct_status s = check_root(c, root);
     if (s == CT_OK) s = check_data(t, "tensor");
-    if (s == CT_OK) s = c->ops->broadcast(c, t, root);
+    if (s == CT_OK) s = staged_broadcast(c, t, root);
     return named(c, "broadcast", s);
 }
 
@@ -136,7 +217,7 @@ ct_status ct_comm_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
     if (s == CT_OK && overlap(in, out) &&
         (char *)in->data != (char *)out->data + (size_t)(c->rank * n) * ct_dtype_size(in->dtype))
         s = ct_error(CT_ERR_INVALID_ARG, "in overlaps out other than as this rank's block %d of out", c->rank);
-    if (s == CT_OK) s = c->ops->all_gather(c, in, out);
+    if (s == CT_OK) s = staged_all_gather(c, in, out);
     return named(c, "all_gather", s);
 }
 
@@ -172,7 +253,7 @@ ct_status ct_comm_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out
                      ct_tensor_str(in, a, sizeof a), (long long)ct_tensor_numel(in), c->world_size,
                      ct_tensor_str(out, b, sizeof b), (long long)(c->world_size * n));
     if (s == CT_OK && overlap(in, out)) s = ct_error(CT_ERR_INVALID_ARG, "in and out overlap");
-    if (s == CT_OK) s = c->ops->reduce_scatter(c, in, out, op);
+    if (s == CT_OK) s = staged_reduce_scatter(c, in, out, op);
     return named(c, "reduce_scatter", s);
 }
 

@@ -4,15 +4,16 @@
  * (OpenMPI; `mpirun -np N ctrainer ...` or `srun`). ct_comm_create_default picks MPI when the process
  * was launched by mpirun/srun with more than one rank (OMPI_COMM_WORLD_SIZE / PMI_SIZE /
  * SLURM_STEP_NUM_TASKS > 1; not SLURM_NTASKS, which a batch script that is one process also has) and
- * single otherwise, so a plain `ctrainer train` never needs mpirun (single never touches MPI). The
- * GPU issue adds NCCL behind the same table.
+ * single otherwise, so a plain `ctrainer train` never needs mpirun (single never touches MPI). NCCL
+ * (dist/nccl/) is behind the same table for CUDA tensors.
  *
- * Buffers are ct_tensors (CPU for MPI: CT_ERR_DEVICE otherwise; single's no-op collectives accept
- * any device, its copies CPU only). Reductions (all_reduce, reduce_scatter) take f32, f64 and i64;
- * broadcast, all_gather and gather_v move any dtype. All-reduce is in place. Non-blocking all-reduce
- * returns a request completed by ct_comm_wait, so gradient buckets can travel while backward still
- * runs; MPI without a progress thread moves data only inside MPI calls, so each start (and each
- * wait) also pushes the buckets already in flight.
+ * Buffers are ct_tensors on any device: a communicator takes host memory and the device kinds it names
+ * (device_kinds: NCCL's CUDA); the wrappers stage other device tensors through a host copy, so MPI
+ * alone serves a GPU job too (gather_v takes host tensors only). Reductions (all_reduce,
+ * reduce_scatter) take f32, f64 and i64; broadcast, all_gather and gather_v move any dtype. All-reduce
+ * is in place. Non-blocking all-reduce returns a request completed by ct_comm_wait, so gradient buckets
+ * can travel while backward still runs; MPI without a progress thread moves data only inside MPI calls,
+ * so each start (and each wait) also pushes the buckets already in flight.
  *
  * Failure: every blocking call and every wait gives up after the communicator's timeout
  * (ddp_timeout seconds, default 1800) and returns CT_ERR_STATE naming the collective and the rank;
@@ -68,6 +69,10 @@ typedef struct ct_comm_ops {
     /* Ends the whole job with exit code `code` (never returns; NULL: exit(code) of this process). */
     void (*abort)(ct_comm *c, int code);
     void (*destroy)(ct_comm *c);
+    /* Device kinds besides the CPU whose memory the collectives take, as bits (1u << kind; NCCL:
+     * CUDA). 0: host memory only, and the wrappers stage a device tensor through a host copy (the
+     * non-blocking all-reduce then completes in its start). gather_v always takes host memory. */
+    unsigned device_kinds;
 } ct_comm_ops;
 
 struct ct_comm {

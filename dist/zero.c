@@ -35,6 +35,12 @@ ct_zero1_shard ct_zero1_partition(int64_t numel, int world_size, int rank) {
 
 static size_t esize(const ct_optimizer *opt) { return ct_dtype_size(opt->params.dtype); }
 
+/* The staging copies run where the buffers live (the flat buffers and the staging share a device;
+ * the host's memcpy on the CPU): n bytes from src to dst, and n zero bytes at dst. */
+static ct_status copy_on(ct_device d, void *dst, const void *src, size_t n) {
+    return n ? ct_device_copy(dst, d, src, d, n) : CT_OK;
+}
+
 /* Elements per rank block in one staged collective: the staging holds world blocks plus one. */
 static int64_t chunk_of(const ct_optimizer *opt, int world, int64_t S) {
     int64_t k = opt->scratch.data ? ct_tensor_numel(&opt->scratch) / (world + 1) : 0;
@@ -105,13 +111,14 @@ static ct_status reduce_scatter_grads(ct_optimizer *opt, ct_comm *c, ct_tensor *
     int64_t P = opt->full_numel, S = sh->shard_size, k = chunk_of(opt, W, S);
     size_t es = esize(opt);
     char *g = grads->data, *stage = opt->scratch.data, *recv = stage + (size_t)(W * k) * es;
+    ct_device dev = grads->device;
     for (int64_t t = 0; t < S; t += k) {
         int64_t len = min64(k, S - t);
         for (int r = 0; r < W; r++) {
             int64_t src = (int64_t)r * S + t, avail = max64(0, min64(len, P - src));
             char *dst = stage + (size_t)(r * len) * es;
-            if (avail > 0) memcpy(dst, g + (size_t)src * es, (size_t)avail * es);
-            if (avail < len) memset(dst + (size_t)avail * es, 0, (size_t)(len - avail) * es);
+            if (avail > 0) CT_TRY(copy_on(dev, dst, g + (size_t)src * es, (size_t)avail * es));
+            if (avail < len) ct_device_zero(dev, dst + (size_t)avail * es, (size_t)(len - avail) * es);
         }
         int64_t n_in = W * len;
         ct_tensor in = ct_tensor_view(stage, grads->dtype, grads->device, 1, &n_in);
@@ -120,7 +127,7 @@ static ct_status reduce_scatter_grads(ct_optimizer *opt, ct_comm *c, ct_tensor *
                           (long long)S);
         CT_TRY(ct_comm_reduce_scatter(c, &in, &out, CT_SUM));
         int64_t mine = max64(0, min64(len, sh->count - t));
-        if (mine > 0) memcpy(g + (size_t)(sh->offset + t) * es, recv, (size_t)mine * es);
+        if (mine > 0) CT_TRY(copy_on(dev, g + (size_t)(sh->offset + t) * es, recv, (size_t)mine * es));
     }
     return CT_OK;
 }
@@ -140,10 +147,11 @@ static ct_status all_gather_params(ct_optimizer *opt, ct_comm *c, ct_tensor *par
     }
     int64_t k = chunk_of(opt, W, S);
     char *stage = opt->scratch.data, *send = stage + (size_t)(W * k) * es;
+    ct_device dev = params->device;
     for (int64_t t = 0; t < S; t += k) {
         int64_t len = min64(k, S - t), mine = max64(0, min64(len, sh->count - t));
-        if (mine > 0) memcpy(send, p + (size_t)(sh->offset + t) * es, (size_t)mine * es);
-        if (mine < len) memset(send + (size_t)mine * es, 0, (size_t)(len - mine) * es);
+        if (mine > 0) CT_TRY(copy_on(dev, send, p + (size_t)(sh->offset + t) * es, (size_t)mine * es));
+        if (mine < len) ct_device_zero(dev, send + (size_t)mine * es, (size_t)(len - mine) * es);
         int64_t n_out = W * len;
         ct_tensor in = ct_tensor_view(send, params->dtype, params->device, 1, &len);
         ct_tensor out = ct_tensor_view(stage, params->dtype, params->device, 1, &n_out);
@@ -153,7 +161,7 @@ static ct_status all_gather_params(ct_optimizer *opt, ct_comm *c, ct_tensor *par
         for (int r = 0; r < W; r++) {
             if (r == c->rank) continue; /* already there */
             int64_t dst = (int64_t)r * S + t, avail = max64(0, min64(len, P - dst));
-            if (avail > 0) memcpy(p + (size_t)dst * es, stage + (size_t)(r * len) * es, (size_t)avail * es);
+            if (avail > 0) CT_TRY(copy_on(dev, p + (size_t)dst * es, stage + (size_t)(r * len) * es, (size_t)avail * es));
         }
     }
     return CT_OK;
@@ -190,14 +198,20 @@ static ct_status global_norm(ct_comm *c, const ct_tensor *g, double *norm) {
         *norm = sqrt(ss); /* NaN stays NaN */
         return CT_OK;
     }
-    double big = max_abs(g);
+    /* Rare (a norm beyond float64): the shard is read on the host. */
+    ct_tensor h = {0};
+    CT_TRY(ct_tensor_alloc(&h, g->dtype, CT_CPU, g->ndim, g->shape));
+    ct_status s = ct_tensor_copy_to(&h, g);
+    double big = s == CT_OK ? max_abs(&h) : 0;
     ct_comm_set_label(c, "ZeRO-1 gradient norm (largest magnitude)");
-    CT_TRY(ct_comm_all_reduce_f64(c, &big, 1, CT_MAX));
-    if (isinf(big)) {
+    if (s == CT_OK) s = ct_comm_all_reduce_f64(c, &big, 1, CT_MAX);
+    if (s != CT_OK || isinf(big)) {
+        ct_tensor_free(&h);
         *norm = INFINITY;
-        return CT_OK;
+        return s;
     }
-    ss = sum_squares_scaled(g, 1.0 / big);
+    ss = sum_squares_scaled(&h, 1.0 / big);
+    ct_tensor_free(&h);
     ct_comm_set_label(c, "ZeRO-1 gradient norm (rescaled)");
     CT_TRY(ct_comm_all_reduce_f64(c, &ss, 1, CT_SUM));
     *norm = big * sqrt(ss);
@@ -410,13 +424,17 @@ ct_status ct_zero1_scatter_state(ct_optimizer *shard, ct_comm *c, int root, ct_o
         const ct_tensor *src = s == CT_OK && c->rank == root ? ct_optimizer_state_find(full, name) : NULL;
         for (int64_t at = 0; s == CT_OK && at < P; at += L) {
             int64_t len = min64(L, P - at);
-            if (src) memcpy(shard->scratch.data, (const char *)src->data + (size_t)at * es, (size_t)len * es);
-            ct_tensor chunk = ct_tensor_view(shard->scratch.data, t->dtype, t->device, 1, &len);
-            s = ct_comm_broadcast(c, &chunk, root);
+            ct_device dev = shard->scratch.device;
+            if (src)
+                s = ct_device_copy(shard->scratch.data, dev, (const char *)src->data + (size_t)at * es, src->device,
+                                   (size_t)len * es);
+            ct_tensor chunk = ct_tensor_view(shard->scratch.data, t->dtype, dev, 1, &len);
+            if (s == CT_OK) s = ct_comm_broadcast(c, &chunk, root);
             int64_t lo = max64(at, sh.offset), hi = min64(at + len, sh.offset + sh.count);
             if (s == CT_OK && hi > lo)
-                memcpy((char *)t->data + (size_t)(lo - sh.offset) * es,
-                       (const char *)shard->scratch.data + (size_t)(lo - at) * es, (size_t)(hi - lo) * es);
+                s = ct_device_copy((char *)t->data + (size_t)(lo - sh.offset) * es, t->device,
+                                   (const char *)shard->scratch.data + (size_t)(lo - at) * es, dev,
+                                   (size_t)(hi - lo) * es);
         }
     }
     if (s == CT_OK) s = ct_optimizer_set_step_count(shard, step);

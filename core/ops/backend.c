@@ -80,6 +80,16 @@ ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd,
     return b->copy_bytes(dst, dd, src, sd, bytes);
 }
 
+void ct_device_zero(ct_device d, void *p, size_t bytes) {
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (bytes == 0) return;
+    if (!MEMBER(b, memset_zero)) {
+        char name[32];
+        ct_abort_at(__FILE__, __LINE__, "zero: no backend for device %s", ct_device_str(d, name, sizeof name));
+    }
+    b->memset_zero(d.index, p, bytes);
+}
+
 int64_t ct_device_peak_allocated(ct_device d) {
     const ct_backend_ops *b = ct_backend_for(d);
     return MEMBER(b, peak_allocated) ? (int64_t)b->peak_allocated(d.index) : -1;

@@ -602,6 +602,7 @@ static const ct_comm_ops nccl_ops = {
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
+    .device_kinds = 1u << CT_DEVICE_CUDA,
 };
 
 static ct_status cuda_failed(cudaError_t e, const char *what) {

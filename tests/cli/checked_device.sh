@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# checked_device.sh CTRAINER SOURCE_DIR RUNS_DIR: the Trainer's GPU path, on machines without a GPU.
+# checked_device.sh CTRAINER SOURCE_DIR RUNS_DIR [mpi]: the Trainer's GPU path, on machines without a GPU.
 #
 # With CTRAINER_CHECKED_DEVICE=1, "cuda" is the checked device (backends/checked/): host memory that
 # faults when the host touches it outside an op, run by the CPU's kernels. Every run here is done
@@ -10,9 +10,10 @@
 #   - resuming across devices, both ways: the final model equals the uninterrupted run's;
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
-#   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps.
+#   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps;
+#   - with "mpi" (a build with MPI): two processes, DDP and ZeRO-1, each on its own checked GPU.
 set -u
-ctrainer=$1 src=$2 runs=$3/checked_device
+ctrainer=$1 src=$2 runs=$3/checked_device with_mpi=${4:-}
 export CTRAINER_CHECKED_DEVICE=1
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
@@ -109,6 +110,24 @@ if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}"
     cmp -s gpt-cpu/model.h5 gpt-cuda/model.h5 && ok || bad "GPT: the final models on cpu and cuda differ"
 else
     bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
+fi
+
+# Two processes (mpirun, where the build has MPI): each takes the checked GPU of its local rank
+# (device auto); MPI takes host memory, so gradient buckets (DDP) and shards (ZeRO-1) travel through
+# host copies. The runs equal the two-process CPU runs.
+if [ "$with_mpi" = mpi ]; then
+    export CTRAINER_CHECKED_DEVICE=2 OMPI_MCA_rmaps_base_oversubscribe=1
+    for sharding in none zero1; do
+        for dev in cpu auto; do
+            mpirun -np 2 "$ctrainer" train "$mlp" --device $dev --output_dir ddp-$sharding-$dev --optimizer_sharding \
+                $sharding --ddp_bucket_cap_mb 1 --per_device_train_batch_size 32 --save_strategy no \
+                >ddp-$sharding-$dev.log 2>&1 || bad "2 processes ($sharding) on $dev: $(tail -1 ddp-$sharding-$dev.log)"
+        done
+        same_history ddp-$sharding-cpu ddp-$sharding-auto && ok || bad "2 processes ($sharding): cpu and cuda differ"
+        cmp -s ddp-$sharding-cpu/model.h5 ddp-$sharding-auto/model.h5 && ok ||
+            bad "2 processes ($sharding): the final models on cpu and cuda differ"
+    done
+    export CTRAINER_CHECKED_DEVICE=1
 fi
 
 echo "$passed passed, $failed failed"
