@@ -42,6 +42,11 @@ ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap);
  * and should_save are saved down. */
 ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, const ct_trainer_control *control,
                                              ct_trainer_state *state);
+/* Deletes what a run that died left in output_dir: checkpoint-<step>.tmp (a save not committed),
+ * .deleting (rotation's victims), .old (put back when its checkpoint is missing) and this host's
+ * orphaned temporaries of atomic writes; nothing else (leftovers.c). Only for the holder of
+ * output_dir's lock (core/dir_lock.h): no other run writes there then. */
+ct_status ct_checkpoint_clean_leftovers(const char *output_dir);
 /* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
  * with ct_checkpoint_list_free). */
 ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);

@@ -20,7 +20,10 @@
  *     output_dir moved (the best found by its step), a run resumed into another output_dir (the
  *     end-of-training clean-up of save_total_limit 1 keeps every checkpoint there, with a warning),
  *     a resumed run whose checkpoints moved (the name follows them), a best that is gone (a
- *     warning). */
+ *     warning);
+ *   - the clean-up of a dead run's leftovers deletes checkpoint-<step>.tmp and .deleting, puts a
+ *     .old back when its checkpoint is missing, deletes this host's orphaned atomic temporaries, and
+ *     leaves everything else (links, other names, live or foreign temporaries, checkpoints). */
 #define _GNU_SOURCE /* nftw */
 #include <dirent.h>
 #include <ftw.h>
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
@@ -587,6 +591,69 @@ static void test_best_that_does_not_resolve(void) {
     run_free(&a);
 }
 
+static void make_dir_with(const run *r, const char *name, const char *file) {
+    char p[4400];
+    path_in(p, sizeof p, r, name);
+    CHECK_OK(ct_make_dirs(p));
+    if (file) {
+        strcat(p, "/");
+        strcat(p, file);
+        put_file(p, name);
+    }
+}
+
+static void test_leftovers(void) {
+    run a, other;
+    run_init(&a, "leftovers", 7, 0);
+    run_init(&other, "leftovers_elsewhere", 7, 0);
+    make_dir_with(&a, "checkpoint-3.tmp", "model.h5");
+    make_dir_with(&a, "checkpoint-4.deleting", "model.h5");
+    make_dir_with(&a, "checkpoint-5.old", "model.h5"); /* checkpoint-5 missing: put back */
+    make_dir_with(&a, "checkpoint-6.old", "model.h5"); /* checkpoint-6 there: deleted */
+    make_dir_with(&a, "checkpoint-6", "model.h5");
+    make_dir_with(&other, "target", "precious");
+    char p[4400], target[4400];
+    path_in(target, sizeof target, &other, "target");
+    path_in(p, sizeof p, &a, "checkpoint-7.tmp");
+    CT_ASSERT(symlink(target, p) == 0);
+    const char *kept_dirs[] = {"notes.tmp", "checkpoint-08.tmp", "checkpoint-x.deleting", "checkpoint-10"};
+    for (size_t i = 0; i < sizeof kept_dirs / sizeof *kept_dirs; i++) make_dir_with(&a, kept_dirs[i], "f");
+    path_in(p, sizeof p, &a, "checkpoint-9.tmp");
+    put_file(p, "a file, not a save");
+    /* atomic temporaries: of a process of this host that ended, of this one, of another host */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (*c == '/' || *c == '.') *c = '_';
+    pid_t child = fork();
+    CT_ASSERT(child >= 0);
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    char dead[600], live[600];
+    snprintf(dead, sizeof dead, "trainer_state.json.tmp-%s-%ld", host, (long)child);
+    snprintf(live, sizeof live, "trainer_state.json.tmp-%s-%ld", host, (long)getpid());
+    const char *files[] = {dead, live, "model.h5.tmp-some-other-host-1"};
+    for (int i = 0; i < 3; i++) {
+        path_in(p, sizeof p, &a, files[i]);
+        put_file(p, "partial");
+    }
+    ct_log_set_level(CT_LOG_LEVEL_INFO);
+    CHECK_OK(ct_checkpoint_clean_leftovers(a.args.output_dir));
+    ct_log_set_level(CT_LOG_LEVEL_WARNING);
+    const char *gone[] = {"checkpoint-3.tmp", "checkpoint-4.deleting", "checkpoint-5.old", "checkpoint-6.old", dead};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) CHECK(!has(&a, gone[i]), "%s was left", gone[i]);
+    const char *kept[] = {"checkpoint-5/model.h5",  "checkpoint-6/model.h5", "checkpoint-7.tmp", "checkpoint-9.tmp",
+                          "notes.tmp/f", "checkpoint-08.tmp/f", "checkpoint-x.deleting/f", "checkpoint-10/f", live,
+                          "model.h5.tmp-some-other-host-1"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) CHECK(has(&a, kept[i]), "%s was deleted", kept[i]);
+    strcat(target, "/precious");
+    struct stat st;
+    CHECK(stat(target, &st) == 0, "the target of a link named like a leftover was deleted");
+    CHECK_OK(ct_checkpoint_clean_leftovers(a.args.output_dir)); /* nothing left to do: no error */
+    run_free(&other);
+    run_free(&a);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
@@ -607,6 +674,7 @@ int main(void) {
     test_rotation();
     test_rotation_proves();
     test_best_that_does_not_resolve();
+    test_leftovers();
     ct_comm_free(comm);
     nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return ct_test_finish();
