@@ -216,6 +216,9 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
         ct_trainer_state_free(&st);
         return ct_error_prefix(s, "resume from %s: ", dir);
     }
+    /* The best checkpoint's name is the old run's: the checkpoints may have moved since. */
+    ct_checkpoint_rederive_best(st.best_model_checkpoint, sizeof st.best_model_checkpoint, snap->args->output_dir,
+                                dir, snap->rank == 0);
     st.is_world_process_zero = snap->state->is_world_process_zero;
     st.is_local_process_zero = snap->state->is_local_process_zero;
     ct_trainer_state_free(snap->state);
@@ -225,20 +228,6 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     ct_log_info("Resuming from %s: step %lld, epoch %lld, batch %lld%s", dir, (long long)st.global_step,
                 (long long)p.epoch, (long long)p.next_batch, p.epoch_done ? " (epoch done)" : "");
     return CT_OK;
-}
-
-ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap) {
-    CT_TRY(ct_checkpoint_async_drain(snap)); /* every save committed before the last rotation */
-    if (snap->rank != 0 || snap->args->save_total_limit != 1 || !snap->state->best_model_checkpoint[0])
-        return CT_OK;
-    char **list;
-    int n;
-    CT_TRY(ct_checkpoint_list(snap->args->output_dir, &list, &n));
-    ct_status s = CT_OK;
-    for (int i = 0; i < n && s == CT_OK; i++)
-        if (!ct_checkpoint_same_path(list[i], snap->state->best_model_checkpoint)) s = ct_remove_tree(list[i]);
-    ct_checkpoint_list_free(list, n);
-    return s;
 }
 
 ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap) {

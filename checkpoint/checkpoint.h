@@ -6,7 +6,8 @@
  * and renamed when complete, so a crash never leaves half of one under the final name. Rotation follows Hugging
  * Face's _rotate_checkpoints: with save_total_limit N the oldest checkpoints go, but never the best
  * one (it is moved to the end of the deletion order), and with a limit of 1 the best and the last
- * both stay. The synchronous and the asynchronous save (save_async) share every writer: see
+ * both stay; it deletes only directories it has proven to be the run's checkpoints (rotation.c).
+ * The synchronous and the asynchronous save (save_async) share every writer: see
  * checkpoint/checkpoint_async.h. */
 #ifndef CT_CHECKPOINT_H
 #define CT_CHECKPOINT_H
@@ -23,8 +24,9 @@
  * its error, "continue" a warning and CT_OK with *saved_step no longer this step (how the caller
  * tells that nothing was saved). */
 ct_status ct_checkpoint_save_step(ct_checkpoint_snapshot *snap);
-/* At the end of training: with save_total_limit 1 and a best checkpoint, deletes every other one.
- * Like ct_checkpoint_load_best, first waits until every save in flight is committed. */
+/* At the end of training: with save_total_limit 1 and a best checkpoint that is one of output_dir's,
+ * deletes every other one (a best elsewhere: keeps them all, with a warning). Like
+ * ct_checkpoint_load_best, first waits until every save in flight is committed. */
 ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap);
 /* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
 ct_status ct_checkpoint_rotate(const ct_checkpoint_snapshot *snap);
@@ -40,6 +42,11 @@ ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap);
  * and should_save are saved down. */
 ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, const ct_trainer_control *control,
                                              ct_trainer_state *state);
+/* Deletes what a run that died left in output_dir: checkpoint-<step>.tmp (a save not committed),
+ * .deleting (rotation's victims), .old (put back when its checkpoint is missing) and this host's
+ * orphaned temporaries of atomic writes; nothing else (leftovers.c). Only for the holder of
+ * output_dir's lock (core/dir_lock.h): no other run writes there then. */
+ct_status ct_checkpoint_clean_leftovers(const char *output_dir);
 /* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
  * with ct_checkpoint_list_free). */
 ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);

@@ -190,35 +190,17 @@ static void finish_job(ct_async_saver *sv, bool committed) {
  * asynchronous evaluation may have named another since the snapshot): the victims are renamed to
  * `<dir>.deleting` here (no longer checkpoints for anyone listing them) and deleted by the writer
  * once the save is over (hand_deletions), so that deleting large files does not stall training. A
- * crash in between leaves `.deleting` directories behind, never a damaged checkpoint. */
+ * crash in between leaves `.deleting` directories behind, never a damaged checkpoint; the run that
+ * next locks output_dir deletes them. */
 static ct_status rotate_after_commit(ct_checkpoint_snapshot *snap, ct_async_saver *sv,
                                      const ct_checkpoint_image *job) {
-    char **victims;
+    char **aside;
     int n;
-    ct_status s = ct_checkpoint_rotation_victims(snap, &victims, &n);
-    for (int i = 0; s == CT_OK && i < n; i++) {
-        char aside[4300];
-        snprintf(aside, sizeof aside, "%s.deleting", victims[i]);
-        if (ct_remove_tree(aside) != CT_OK || rename(victims[i], aside) != 0) {
-            s = ct_remove_tree(victims[i]); /* deleted here then */
-            victims[i][0] = '\0';
-            continue;
-        }
-        char *moved = strdup(aside);
-        if (!moved) {
-            s = ct_error(CT_ERR_NOMEM, "out of memory");
-            break;
-        }
-        free(victims[i]);
-        victims[i] = moved;
-    }
-    if (s != CT_OK) {
-        for (int i = 0; i < n; i++) (void)ct_remove_tree(victims[i]); /* "" or a name renamed aside */
-        ct_checkpoint_list_free(victims, n);
-        return ct_error_prefix(s, "asynchronous save of %s: rotating checkpoints: ", job->dir);
-    }
-    sv->doomed_next = victims;
+    ct_status s = ct_checkpoint_rotate_aside(snap, &aside, &n);
+    if (s != CT_OK) return ct_error_prefix(s, "asynchronous save of %s: rotating checkpoints: ", job->dir);
+    sv->doomed_next = n ? aside : NULL;
     sv->n_doomed_next = n;
+    if (!n) free(aside);
     return CT_OK;
 }
 

@@ -74,8 +74,9 @@ ct_status ct_checkpoint_save_failed(ct_checkpoint_snapshot *snap, int64_t step, 
 /* rng_state_<rank>.json's text: the loop's progress (checkpoint.c; malloc'd, NULL when out of
  * memory). */
 char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap);
-/* The checkpoints rotation deletes now (save_total_limit, the best kept), oldest first
- * (rotation.c; free with ct_checkpoint_list_free). */
-ct_status ct_checkpoint_rotation_victims(const ct_checkpoint_snapshot *snap, char ***out, int *n);
+/* The checkpoints rotation deletes now (save_total_limit, the best kept), oldest first, each
+ * already renamed to `<dir>.deleting`: *out their new names, to delete (rotation.c; free with
+ * ct_checkpoint_list_free). On failure the ones renamed are deleted and nothing is returned. */
+ct_status ct_checkpoint_rotate_aside(const ct_checkpoint_snapshot *snap, char ***out, int *n);
 
 #endif

@@ -62,5 +62,14 @@ ct_status ct_checkpoint_agree(const ct_checkpoint_snapshot *snap, ct_status s, c
 void ct_checkpoint_newest(const char *output_dir, char *out, size_t cap);
 /* stat-equal: the same directory under two names. */
 bool ct_checkpoint_same_path(const char *a, const char *b);
+/* The step of a directory name "checkpoint-<step>" written as a save writes it (digits only, no
+ * leading zero), else -1 (rotation.c). */
+int64_t ct_checkpoint_step_of(const char *name);
+/* A resumed run's best_model_checkpoint (best, cap bytes) made to name a directory that exists
+ * where it can: checkpoint-<its step> beside `resumed` (the checkpoint resumed from: the old
+ * output_dir, wherever it is now), else the name as it is, else output_dir's of that step; when none
+ * exists the name stays. report: say what changed, or warn that the best is gone (one process
+ * does) (rotation.c). */
+void ct_checkpoint_rederive_best(char *best, size_t cap, const char *output_dir, const char *resumed, bool report);
 
 #endif

@@ -253,6 +253,18 @@ ct_status ct_checkpoint_verify(const char *dir) {
     return s;
 }
 
+bool ct_checkpoint_has_manifest(const char *dir) {
+    char path[4352];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/" MANIFEST, dir);
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    json_t *root = json_load_file(path, 0, NULL);
+    const char *format = json_string_value(json_object_get(root, "format"));
+    bool ours = format && strcmp(format, MANIFEST_FORMAT) == 0;
+    json_decref(root);
+    return ours;
+}
+
 /* --- commit, latest, resolve -------------------------------------------------------------------- */
 
 ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {

@@ -80,6 +80,10 @@ ct_status ct_checkpoint_write_manifest(const char *dir);
  * says 4096 (truncated?)", "...: optimizer.h5 does not match its checksum", "...: no manifest.json
  * (an incomplete save)". */
 ct_status ct_checkpoint_verify(const char *dir);
+/* Whether dir holds a manifest.json of ctrainer's format (a regular file; its entries are not
+ * checked against the files): what makes a directory one that ctrainer wrote, for rotation, which
+ * deletes nothing else. */
+bool ct_checkpoint_has_manifest(const char *dir);
 /* Renames `tmp` to `dir` (replacing an older `dir`) after fsyncing tmp, then fsyncs the parent. An
  * existing `dir` is swapped with tmp in one step (renameat2 RENAME_EXCHANGE), so `dir` is a whole
  * checkpoint at every moment, and the old one is then deleted; where the file system cannot swap, the

@@ -86,7 +86,7 @@ typedef struct field_info {
 /* X(name, spec type, storage, default JSON, allowed, enum values, flags, unset, doc) */
 #define ARGS_TABLE(X)                                                                                                  \
     X(output_dir, STRING, S_STR, "\"trainer_output\"", NULL, NULL, 0, 0,                                               \
-      "Directory for checkpoints, logs and the final model.")                                                          \
+      "Directory for checkpoints, logs and the final model; a training run locks it (one run at a time).")             \
     X(overwrite_output_dir, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
       "Write into an output_dir that already holds files (to continue from a checkpoint there).")                      \
     X(num_train_epochs, REAL, S_F64, "3.0", NULL, NULL, 0, 0,                                                          \

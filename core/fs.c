@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +73,30 @@ ct_status ct_fsync_path(const char *path) {
 
 /* --- the atomic write --------------------------------------------------------------------------- */
 
+/* This host's name as the temporaries carry it: no '/' or '.', which a file name cannot hold or
+ * would make ambiguous. */
+static void tmp_host(char *host, size_t cap) {
+    if (gethostname(host, cap) != 0) snprintf(host, cap, "host");
+    host[cap - 1] = '\0';
+    for (char *p = host; *p; p++)
+        if (*p == '/' || *p == '.') *p = '_';
+}
+
+bool ct_atomic_file_is_orphan(const char *name) {
+    const char *tag = strstr(name, ".tmp-");
+    if (!tag) return false;
+    char host[256];
+    tmp_host(host, sizeof host);
+    size_t n = strlen(host);
+    const char *rest = tag + 5;
+    if (strncmp(rest, host, n) != 0 || rest[n] != '-' || !rest[n + 1]) return false;
+    char *end;
+    long pid = strtol(rest + n + 1, &end, 10);
+    if (*end || pid <= 0 || rest[n + 1] < '0' || rest[n + 1] > '9') return false;
+    /* EPERM: it runs (as someone else); only ESRCH says that nobody writes this file any more */
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     a->fd = -1;
     a->stream = NULL;
@@ -79,11 +104,8 @@ ct_status ct_atomic_file_open(ct_atomic_file *a, const char *path) {
     a->tmp[0] = '\0';
     if (snprintf(a->path, sizeof a->path, "%s", path) >= (int)sizeof a->path)
         return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
-    char host[256] = "host";
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "host");
-    host[sizeof host - 1] = '\0';
-    for (char *p = host; *p; p++)
-        if (*p == '/' || *p == '.') *p = '_';
+    char host[256];
+    tmp_host(host, sizeof host);
     /* beside the target (rename within one directory is atomic), unique per host and process;
      * O_EXCL: never write through a link somebody planted under this name */
     if (snprintf(a->tmp, sizeof a->tmp, "%s.tmp-%s-%ld", path, host, (long)getpid()) >= (int)sizeof a->tmp)

@@ -14,6 +14,7 @@
 #ifndef CT_FS_H
 #define CT_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -67,6 +68,12 @@ ct_status ct_atomic_file_close_fd(ct_atomic_file *a);
 ct_status ct_atomic_file_commit(ct_atomic_file *a);
 /* Closes and removes the temporary; path is untouched. */
 void ct_atomic_file_discard(ct_atomic_file *a);
+
+/* Whether a directory entry's name is the temporary of an atomic write that this host's process
+ * left when it died (a crash between open and commit): "<target>.tmp-<this host>-<pid>" with no
+ * process of that pid running. A temporary of another host is never called an orphan: no one here
+ * can tell whether its writer still runs. */
+bool ct_atomic_file_is_orphan(const char *name);
 
 /* The whole of data as the new content of path, atomically and durably (the above in one call). */
 ct_status ct_write_file_atomic(const char *path, const void *data, size_t n);

@@ -1,5 +1,6 @@
 /* What the Trainer writes to output_dir, as Hugging Face writes it: the model, trainer_state.json,
- * <split>_results.json and all_results.json, and the metrics printed at the end of a run. */
+ * <split>_results.json and all_results.json, and the metrics printed at the end of a run; and the
+ * lock a training run holds on output_dir while it writes there. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
+#include "core/dir_lock.h"
 #include "core/fs.h"
 #include "core/json.h"
 #include "model/model_io.h"
@@ -32,6 +34,24 @@ ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_te
         s = ct_json_write_file(t->config, path);
     }
     return s;
+}
+
+/* The world's process zero's part of ct_trainer_claim_output_dir (the others have nothing to do). */
+static ct_status claim(void *ctx) {
+    ct_trainer *t = ctx;
+    const char *dir = t->args.output_dir;
+    if (t->rank != 0 || !dir[0]) return CT_OK;
+    struct ct_trainer_private *p = t->priv;
+    if (p->output_lock && strcmp(ct_dir_lock_dir(p->output_lock), dir) == 0) return CT_OK; /* trained before */
+    ct_dir_lock_release(p->output_lock); /* another output_dir than the last training's */
+    p->output_lock = NULL;
+    CT_TRY(ct_dir_lock_acquire(dir, "output_dir", &p->output_lock));
+    /* unlocked (nothing can be written there): another run could be writing what looks left over */
+    return p->output_lock ? ct_checkpoint_clean_leftovers(dir) : CT_OK;
+}
+
+ct_status ct_trainer_claim_output_dir(ct_trainer *t) {
+    return ct_comm_main_process_first(t->world_size > 1 ? t->comm : NULL, false, "output_dir lock", claim, t);
 }
 
 ct_status ct_trainer_store_callback_state(ct_trainer *t) {

@@ -555,6 +555,8 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     if ((t->args.eval_strategy != CT_INTERVAL_NO || t->args.eval_on_start) && t->n_eval == 0)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_strategy: is '%s' but no evaluation dataset was given",
                         ct_interval_name(t->args.eval_strategy));
+    /* before anything reads a checkpoint or writes into output_dir */
+    CT_TRY(ct_trainer_claim_output_dir(t));
     ct_memory_tracker_start(t->priv->memory, CT_MEM_TRAIN);
     ct_loader *loader;
     ct_status ls = ct_trainer_get_train_dataloader(t, &loader);

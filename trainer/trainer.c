@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "callbacks/tensorboard.h"
+#include "core/dir_lock.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
 #include "trainer/memory.h"
@@ -358,6 +359,7 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
 void ct_trainer_free(ct_trainer *t) {
     if (!t || !t->priv) return;
     ct_trainer_async_save_free(t);
+    ct_dir_lock_release(t->priv->output_lock); /* after the writer's last commit */
     ct_callback_list_free(&t->callbacks);
     ct_optimizer_destroy(t->optimizer);
     ct_scheduler_destroy(t->lr_scheduler);

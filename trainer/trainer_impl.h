@@ -42,6 +42,9 @@ struct ct_trainer_private {
     int64_t saved_step;
     bool saved_epoch_done;
     struct ct_async_saver *saver;
+    /* the world's process zero: its lock on output_dir, taken when training starts and held until
+     * the trainer is freed (NULL: none, or output_dir could not be locked) */
+    struct ct_dir_lock *output_lock;
 };
 
 /* The arguments of a callback event: the trainer, its arguments, state and control, and the run
@@ -109,6 +112,12 @@ void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t ep
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
  * ExportableState), before trainer_state.json is written (ct_checkpoint_store_callback_state). */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);
+
+/* Before training (trainer/outputs.c; collective with several processes): the world's process zero
+ * locks output_dir for the trainer's lifetime (core/dir_lock.h) and cleans what a dead run left
+ * there (ct_checkpoint_clean_leftovers), before any process reads a checkpoint or writes; when it
+ * fails (another run holds the directory), every process returns its error. */
+ct_status ct_trainer_claim_output_dir(ct_trainer *t);
 
 /* Checkpoints (trainer/snapshot.c): *out = the snapshot of t's live state that every call of
  * checkpoint/ takes (pointers into t, no copy; checkpoint/snapshot.h). */

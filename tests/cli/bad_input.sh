@@ -14,11 +14,14 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model init_from_not_safetensors
-       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file)
+       checkpoint_resume_other_output_dir
+       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
+       output_dir_stale_lock output_dir_leftovers)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+holder=  # a run that holds the output_dir (output_dir_in_use), ended with the test
+trap '[ -n "$holder" ] && kill -9 "$holder" 2>/dev/null && wait "$holder" 2>/dev/null; rm -rf "$tmp"' EXIT
 cd "$tmp" || exit 1
 tiny=$here/configs/tiny_sequential.json
 expect() { "$here/expect.sh" "$@"; }
@@ -179,6 +182,17 @@ evaluate_other_model)
   checkpoint run
   expect 1 "ctrainer evaluate: load model 'run/model.h5': tensor '1.weight': hdf5: dataset '1.weight' has shape \\[32, 784\\], expected \\[16, 784\\]" \
          "$ctrainer" evaluate "$tiny" --model run --set 'model.layers[1].out_features=16' ;;
+checkpoint_resume_other_output_dir)
+  # run a keeps only its best checkpoint (learning rate 0: the first evaluation stays the best); a
+  # run resumed from it into b must not take that best's name as a licence to delete b's checkpoints
+  "$ctrainer" "${resume[@]}" --output_dir a --max_steps 4 --learning_rate 0 --eval_strategy steps --eval_steps 1 \
+      --save_strategy steps --save_steps 1 --save_total_limit 1 --load_best_model_at_end true \
+      --metric_for_best_model small_loss >train.log 2>&1 || { cat train.log; echo "training failed"; exit 1; }
+  expect 0 "the best checkpoint 'a/checkpoint-1' is not one of output_dir 'b''s checkpoints, so all 2 of those are kept" \
+         "$ctrainer" "${resume[@]}" --output_dir b --max_steps 3 --learning_rate 0 --eval_strategy steps --eval_steps 1 \
+         --save_strategy steps --save_steps 1 --save_total_limit 1 --load_best_model_at_end true \
+         --metric_for_best_model small_loss --resume_from_checkpoint a/checkpoint-1 || exit 1
+  [ -d b/checkpoint-2 ] && [ -d b/checkpoint-3 ] && [ -d a/checkpoint-1 ] || { ls a b; echo "a checkpoint was lost"; exit 1; } ;;
 init_from_not_safetensors)
   echo "these are not weights" >junk.safetensors
   printf '{"model": %s, "init_from": "junk.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
@@ -201,6 +215,33 @@ output_dir_under_a_file)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 1 "cannot create directory 'blocker/out': Not a directory" \
          "$ctrainer" train run.json --output_dir blocker/out ;;
+output_dir_in_use)
+  # a run that trains until it is killed holds out; a second run on out is refused at its start
+  printf '{"model": %s, "data": {"train": {"type": "fashion_mnist", "split": "train", "limit": 64}},\n "training_args": {"max_steps": 100000000, "per_device_train_batch_size": 8, "output_dir": "out", "save_strategy": "no", "report_to": []}}\n' \
+         "$mlp" >forever.json
+  "$ctrainer" train forever.json >holder.log 2>&1 &
+  holder=$!
+  for _ in $(seq 600); do [ -s out/.ctrainer.lock ] && break; sleep 0.1; done
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 1 "output_dir 'out' is in use by another run: pid $holder on host [^ ]+, started [0-9-]+ [0-9:]+ UTC \\(lock file out/.ctrainer.lock\\)" \
+         "$ctrainer" train run.json || exit 1
+  kill -0 "$holder" || { cat holder.log; echo "the run holding out ended"; exit 1; } ;;
+output_dir_stale_lock)
+  # the lock file of a run that was killed: taken over with a warning that names it
+  mkdir out
+  echo '{"pid": 999999999, "host": "gone-host", "started": "2020-01-02 03:04:05 UTC"}' >out/.ctrainer.lock
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 0 "warning: output_dir 'out': taking over the lock left by pid 999999999 on host gone-host, started 2020-01-02 03:04:05 UTC, which no longer runs" \
+         "$ctrainer" train run.json || exit 1
+  [ ! -e out/.ctrainer.lock ] || { echo "the run left its lock file"; exit 1; } ;;
+output_dir_leftovers)
+  # what a killed run left (a save not committed, rotation's victims renamed aside) goes at the start
+  mkdir -p out/checkpoint-6.tmp out/checkpoint-2.deleting
+  echo partial >out/checkpoint-6.tmp/model.h5
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 0 "out/checkpoint-2.deleting: deleted, a leftover of a run that did not end cleanly" \
+         "$ctrainer" train run.json || exit 1
+  [ ! -e out/checkpoint-6.tmp ] && [ ! -e out/checkpoint-2.deleting ] || { ls out; echo "leftovers stayed"; exit 1; } ;;
 *)
   echo "bad_input.sh: unknown case '$case' (bad_input.sh --list)"
   exit 2 ;;

@@ -118,7 +118,7 @@ class Run:
     in a thread; `when(entry)` is called there for each entry, before anything else happens, so a
     signal sent from it lands as close to that point of the run as a pipe read allows."""
 
-    def __init__(self, config_path, out, resume=None, when=None, extra=()):
+    def __init__(self, config_path, out, resume=None, when=None, extra=(), env=None):
         self.cmd = [CTRAINER, "train", config_path, "--output_dir", out, "--seed", str(SEED), *extra]
         if resume:
             self.cmd += ["--resume_from_checkpoint", resume]
@@ -127,7 +127,7 @@ class Run:
         self.entries = []  # (seconds since start, dict or str)
         self._err = tempfile.TemporaryFile()
         self.t0 = time.perf_counter()
-        self.p = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._err, env=ENV)
+        self.p = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self._err, env=env or ENV)
         self._thread = threading.Thread(target=self._read, daemon=True)
         self._thread.start()
         self.rc = None

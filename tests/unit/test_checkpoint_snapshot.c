@@ -12,13 +12,26 @@
  *     save with on_save_error "continue" forgets its step and leaves nothing on disk;
  *   - a resume that fails (another model; another gradient accumulation) changes nothing the
  *     snapshot points at;
- *   - rotation keeps the newest save_total_limit checkpoints, and the best one. */
+ *   - rotation keeps the newest save_total_limit checkpoints, and the best one;
+ *   - rotation deletes only what it proved to be the run's own checkpoints: never a symbolic link
+ *     named like one (nor what it points at), a directory without a ctrainer manifest, a name a
+ *     save does not write (checkpoint-02, checkpoint-+3) or a file; nothing is left half-deleted;
+ *   - a best_model_checkpoint that does not resolve is found again, never a licence to delete:
+ *     output_dir moved (the best found by its step), a run resumed into another output_dir (the
+ *     end-of-training clean-up of save_total_limit 1 keeps every checkpoint there, with a warning),
+ *     a resumed run whose checkpoints moved (the name follows them), a best that is gone (a
+ *     warning);
+ *   - the clean-up of a dead run's leftovers deletes checkpoint-<step>.tmp and .deleting, puts a
+ *     .old back when its checkpoint is missing, deletes this host's orphaned atomic temporaries, and
+ *     leaves everything else (links, other names, live or foreign temporaries, checkpoints). */
 #define _GNU_SOURCE /* nftw */
+#include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
@@ -26,6 +39,7 @@
 #include "checkpoint/checkpoint_io.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "core/log.h"
 #include "model/layers.h"
 #include "testlib.h"
 
@@ -383,6 +397,263 @@ static void test_rotation(void) {
     run_free(&a);
 }
 
+static ct_status finish(run *r) {
+    ct_checkpoint_snapshot s;
+    snapshot_of(r, &s);
+    return ct_checkpoint_finish(&s);
+}
+
+static void path_in(char *out, size_t cap, const run *r, const char *name) {
+    snprintf(out, cap, "%s/%s", r->args.output_dir, name);
+}
+
+static bool has(const run *r, const char *name) {
+    char p[4400];
+    path_in(p, sizeof p, r, name);
+    struct stat st;
+    return lstat(p, &st) == 0;
+}
+
+/* No `.deleting` (a rotation cut short) or `.tmp` (a save not committed) in dir. */
+static bool no_leftovers(const char *dir) {
+    DIR *d = opendir(dir);
+    bool clean = true;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t n = strlen(e->d_name);
+        if ((n > 9 && strcmp(e->d_name + n - 9, ".deleting") == 0) || (n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0))
+            clean = false;
+    }
+    if (d) closedir(d);
+    return clean;
+}
+
+static void put_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CT_ASSERT(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Things named like checkpoints that rotation never deletes: a symbolic link to a real checkpoint
+ * elsewhere, a directory without a manifest, names a save never writes, a regular file. */
+static void test_rotation_proves(void) {
+    run other, a;
+    run_init(&other, "elsewhere", 7, 1);
+    CHECK_OK(save(&other)); /* a real checkpoint, outside the rotated output_dir */
+    run_init(&a, "proves", 7, 0);
+    a.args.save_total_limit = 2;
+    CHECK_OK(ct_make_dirs(a.args.output_dir));
+    char p[4400], target[4400];
+    path_in(target, sizeof target, &other, "checkpoint-1");
+    path_in(p, sizeof p, &a, "checkpoint-1");
+    CT_ASSERT(symlink(target, p) == 0);
+    path_in(p, sizeof p, &a, "checkpoint-2");
+    CHECK_OK(ct_make_dirs(p));
+    strcat(p, "/notes.txt");
+    put_file(p, "mine");
+    const char *odd[] = {"checkpoint-02", "checkpoint-+3"};
+    for (int i = 0; i < 2; i++) { /* whole checkpoints, under names a save never writes */
+        char to[4400];
+        path_in(to, sizeof to, &a, odd[i]);
+        CHECK_OK(ct_make_dirs(to));
+        const char *files[] = {"manifest.json", "model.h5"};
+        for (int f = 0; f < 2; f++) {
+            char src[4500], dst[4500];
+            snprintf(src, sizeof src, "%s/%s", target, files[f]);
+            snprintf(dst, sizeof dst, "%s/%s", to, files[f]);
+            CT_ASSERT(link(src, dst) == 0);
+        }
+    }
+    path_in(p, sizeof p, &a, "checkpoint-4");
+    put_file(p, "a file");
+    for (int step = 5; step <= 8; step++) {
+        a.state.global_step = step;
+        CHECK_OK(save(&a));
+    }
+    CHECK(!has(&a, "checkpoint-5") && !has(&a, "checkpoint-6") && has(&a, "checkpoint-7") && has(&a, "checkpoint-8"),
+          "rotation of the run's own checkpoints");
+    const char *kept[] = {"checkpoint-1", "checkpoint-2/notes.txt", "checkpoint-02/model.h5", "checkpoint-+3/model.h5",
+                          "checkpoint-4"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) CHECK(has(&a, kept[i]), "rotation deleted %s", kept[i]);
+    CHECK(ct_checkpoint_verify(target) == CT_OK, "the checkpoint a link pointed at was damaged: %s", ct_last_error());
+    CHECK(no_leftovers(a.args.output_dir), "rotation left a .deleting or .tmp behind");
+    run_free(&a);
+    run_free(&other);
+}
+
+/* Saves steps [first, last] of r (best_global_step as set by the caller). */
+static void save_steps(run *r, int first, int last) {
+    for (int step = first; step <= last; step++) {
+        r->state.global_step = step;
+        CHECK_OK(save(r));
+    }
+}
+
+typedef struct finish_call {
+    run *r;
+    ct_status status;
+} finish_call;
+
+static void call_finish(void *arg) {
+    finish_call *c = arg;
+    c->status = finish(c->r);
+}
+
+typedef struct resume_call {
+    run *r;
+    const char *spec;
+    ct_status status;
+} resume_call;
+
+static void call_resume(void *arg) {
+    resume_call *c = arg;
+    c->status = resume(c->r, c->spec);
+}
+
+static void move_output_dir(run *r, const char *name) {
+    char to[4200];
+    snprintf(to, sizeof to, "%s/%s", root, name);
+    CT_ASSERT(rename(r->args.output_dir, to) == 0);
+    snprintf(r->args.output_dir, sizeof r->args.output_dir, "%s", to);
+}
+
+static void test_best_that_does_not_resolve(void) {
+    /* output_dir moved under a run whose best_model_checkpoint names the old place (a trainer_state
+     * without best_global_step, so that no save renames it first): found by its step */
+    run a;
+    run_init(&a, "moved_from", 7, 0);
+    a.args.save_total_limit = 2;
+    a.state.best_global_step = 1;
+    save_steps(&a, 1, 3); /* 1 (the best) and 3 stay */
+    CHECK(has(&a, "checkpoint-1") && !has(&a, "checkpoint-2") && has(&a, "checkpoint-3"), "before the move");
+    move_output_dir(&a, "moved_to");
+    a.state.best_global_step = 0;
+    save_steps(&a, 4, 4);
+    CHECK(has(&a, "checkpoint-1") && !has(&a, "checkpoint-3") && has(&a, "checkpoint-4"),
+          "after the move, the best (checkpoint-1, named '%s') was not kept", a.state.best_model_checkpoint);
+    a.args.save_total_limit = 1;
+    CHECK_OK(finish(&a)); /* the best is positively this output_dir's checkpoint-1: the rest goes */
+    CHECK(has(&a, "checkpoint-1") && !has(&a, "checkpoint-4"), "limit 1 at the end after the move");
+
+    /* a run resumed into another output_dir: its best is the old directory's */
+    run src, dst;
+    run_init(&src, "resume_src", 7, 0);
+    src.args.save_total_limit = 1;
+    src.state.best_global_step = 1;
+    save_steps(&src, 1, 3);
+    run_init(&dst, "resume_dst", 7, 0);
+    dst.args.save_total_limit = 1;
+    char from[4400];
+    path_in(from, sizeof from, &src, "checkpoint-3");
+    CHECK_OK(resume(&dst, from));
+    char want[4400];
+    path_in(want, sizeof want, &src, "checkpoint-1");
+    CHECK(strcmp(dst.state.best_model_checkpoint, want) == 0, "best after resuming into another output_dir: '%s'",
+          dst.state.best_model_checkpoint);
+    save_steps(&dst, 4, 5);
+    CHECK(has(&dst, "checkpoint-4") && has(&dst, "checkpoint-5"), "rotation in the new output_dir");
+    finish_call fc = {.r = &dst};
+    char *err = ct_test_capture_stderr(call_finish, &fc);
+    CHECK(fc.status == CT_OK && has(&dst, "checkpoint-4") && has(&dst, "checkpoint-5"),
+          "the end of training deleted the new output_dir's checkpoints: %s", err);
+    CHECK(strstr(err, "is not one of output_dir") && strstr(err, want), "no warning naming the best: %s", err);
+    free(err);
+    CHECK(has(&src, "checkpoint-1") && has(&src, "checkpoint-3"), "the old output_dir lost a checkpoint");
+
+    /* resumed after the run's output_dir moved: the best's name follows it */
+    move_output_dir(&src, "resume_src_moved");
+    run c;
+    run_init(&c, "resume_src_moved", 7, 0);
+    resume_call rc = {.r = &c, .spec = "latest"};
+    ct_log_set_level(CT_LOG_LEVEL_INFO);
+    err = ct_test_capture_stderr(call_resume, &rc);
+    ct_log_set_level(CT_LOG_LEVEL_WARNING);
+    path_in(want, sizeof want, &c, "checkpoint-1");
+    CHECK(rc.status == CT_OK && strcmp(c.state.best_model_checkpoint, want) == 0 && strstr(err, want),
+          "best after the move: '%s' (%s)", c.state.best_model_checkpoint, err);
+    free(err);
+
+    /* the best is gone: a warning, and the name stays */
+    char best[4400];
+    path_in(best, sizeof best, &c, "checkpoint-1");
+    CHECK_OK(ct_remove_tree(best));
+    run d;
+    run_init(&d, "resume_src_moved", 7, 0);
+    rc = (resume_call){.r = &d, .spec = "latest"};
+    err = ct_test_capture_stderr(call_resume, &rc);
+    CHECK(rc.status == CT_OK && strstr(err, "is gone") && strstr(d.state.best_model_checkpoint, "checkpoint-1"),
+          "a best that is gone: %s", err);
+    free(err);
+    run_free(&d);
+    run_free(&c);
+    run_free(&dst);
+    run_free(&src);
+    run_free(&a);
+}
+
+static void make_dir_with(const run *r, const char *name, const char *file) {
+    char p[4400];
+    path_in(p, sizeof p, r, name);
+    CHECK_OK(ct_make_dirs(p));
+    if (file) {
+        strcat(p, "/");
+        strcat(p, file);
+        put_file(p, name);
+    }
+}
+
+static void test_leftovers(void) {
+    run a, other;
+    run_init(&a, "leftovers", 7, 0);
+    run_init(&other, "leftovers_elsewhere", 7, 0);
+    make_dir_with(&a, "checkpoint-3.tmp", "model.h5");
+    make_dir_with(&a, "checkpoint-4.deleting", "model.h5");
+    make_dir_with(&a, "checkpoint-5.old", "model.h5"); /* checkpoint-5 missing: put back */
+    make_dir_with(&a, "checkpoint-6.old", "model.h5"); /* checkpoint-6 there: deleted */
+    make_dir_with(&a, "checkpoint-6", "model.h5");
+    make_dir_with(&other, "target", "precious");
+    char p[4400], target[4400];
+    path_in(target, sizeof target, &other, "target");
+    path_in(p, sizeof p, &a, "checkpoint-7.tmp");
+    CT_ASSERT(symlink(target, p) == 0);
+    const char *kept_dirs[] = {"notes.tmp", "checkpoint-08.tmp", "checkpoint-x.deleting", "checkpoint-10"};
+    for (size_t i = 0; i < sizeof kept_dirs / sizeof *kept_dirs; i++) make_dir_with(&a, kept_dirs[i], "f");
+    path_in(p, sizeof p, &a, "checkpoint-9.tmp");
+    put_file(p, "a file, not a save");
+    /* atomic temporaries: of a process of this host that ended, of this one, of another host */
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (*c == '/' || *c == '.') *c = '_';
+    pid_t child = fork();
+    CT_ASSERT(child >= 0);
+    if (child == 0) _exit(0);
+    waitpid(child, NULL, 0);
+    char dead[600], live[600];
+    snprintf(dead, sizeof dead, "trainer_state.json.tmp-%s-%ld", host, (long)child);
+    snprintf(live, sizeof live, "trainer_state.json.tmp-%s-%ld", host, (long)getpid());
+    const char *files[] = {dead, live, "model.h5.tmp-some-other-host-1"};
+    for (int i = 0; i < 3; i++) {
+        path_in(p, sizeof p, &a, files[i]);
+        put_file(p, "partial");
+    }
+    ct_log_set_level(CT_LOG_LEVEL_INFO);
+    CHECK_OK(ct_checkpoint_clean_leftovers(a.args.output_dir));
+    ct_log_set_level(CT_LOG_LEVEL_WARNING);
+    const char *gone[] = {"checkpoint-3.tmp", "checkpoint-4.deleting", "checkpoint-5.old", "checkpoint-6.old", dead};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++) CHECK(!has(&a, gone[i]), "%s was left", gone[i]);
+    const char *kept[] = {"checkpoint-5/model.h5",  "checkpoint-6/model.h5", "checkpoint-7.tmp", "checkpoint-9.tmp",
+                          "notes.tmp/f", "checkpoint-08.tmp/f", "checkpoint-x.deleting/f", "checkpoint-10/f", live,
+                          "model.h5.tmp-some-other-host-1"};
+    for (size_t i = 0; i < sizeof kept / sizeof *kept; i++) CHECK(has(&a, kept[i]), "%s was deleted", kept[i]);
+    strcat(target, "/precious");
+    struct stat st;
+    CHECK(stat(target, &st) == 0, "the target of a link named like a leftover was deleted");
+    CHECK_OK(ct_checkpoint_clean_leftovers(a.args.output_dir)); /* nothing left to do: no error */
+    run_free(&other);
+    run_free(&a);
+}
+
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st, (void)flag, (void)ftw;
     return remove(path);
@@ -401,6 +672,9 @@ int main(void) {
     test_failed_resume();
     test_failed_save();
     test_rotation();
+    test_rotation_proves();
+    test_best_that_does_not_resolve();
+    test_leftovers();
     ct_comm_free(comm);
     nftw(root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     return ct_test_finish();

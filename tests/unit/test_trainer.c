@@ -6,6 +6,8 @@
  *    hand from Hugging Face's rules (steps, epochs, ratios, eval_delay, logging_first_step, max_steps
  *    overriding epochs, accumulation with a short last group, eval_on_start, save_strategy best);
  *  - the order of callback events; early stopping; checkpoint rotation keeping the best;
+ *  - the output_dir lock: a second trainer is refused while the first is alive, then resumes after
+ *    cleaning what a dead run left;
  *  - a subclass overriding a hook and calling the default ("super");
  *  - the files written to output_dir. */
 #include <math.h>
@@ -245,6 +247,8 @@ static void test_accumulation(ct_dtype dt, double tol) {
     CHECK_OK(ct_trainer_train(&big.t.base, NULL, &big.out));
     a.per_device_train_batch_size = 32;
     a.gradient_accumulation_steps = 3;
+    /* big still holds its output_dir (a trainer keeps it locked until freed) */
+    snprintf(a.output_dir, sizeof a.output_dir, "%s/accumulation_small", tmp_root);
     CHECK_OK(run_start(&small, &a, 960, dt, 0.3, NULL));
     CHECK_OK(ct_trainer_train(&small.t.base, NULL, &small.out));
     int64_t steps = big.t.base.state.global_step;
@@ -465,6 +469,45 @@ static void test_rotation(int64_t limit, const char *const *keep, const char *co
     ct_training_args_free(&a);
 }
 
+/* --- the output_dir lock ------------------------------------------------------------------------------ */
+
+/* A trainer that trained keeps its output_dir locked until it is freed: a second one is refused
+ * before it reads or deletes anything there; once the first is freed, the second resumes, after
+ * deleting what a dead run left (.tmp, .deleting), and its own end leaves no lock file. */
+static void test_output_dir_lock(void) {
+    ct_training_args a;
+    test_args(&a, "locked");
+    a.max_steps = 4;
+    a.save_strategy = CT_INTERVAL_STEPS;
+    a.save_steps = 2;
+    run first, second;
+    CHECK_OK(run_start(&first, &a, 100, CT_F32, 0, NULL));
+    CHECK_OK(ct_trainer_train(&first.t.base, NULL, &first.out));
+    char p[1024];
+    const char *leftovers[] = {"checkpoint-9.tmp", "checkpoint-1.deleting"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", a.output_dir, leftovers[i]);
+        CHECK(mkdir(p, 0755) == 0, "cannot make %s", p);
+    }
+    CHECK_OK(run_start(&second, &a, 100, CT_F32, 0, NULL));
+    CHECK_ERR(ct_trainer_train(&second.t.base, "latest", &second.out), CT_ERR_STATE, "is in use by another run",
+              "another trainer of this very process", ".ctrainer.lock");
+    CHECK(exists(a.output_dir, "checkpoint-9.tmp") && exists(a.output_dir, "checkpoint-1.deleting") &&
+              exists(a.output_dir, "checkpoint-2") && exists(a.output_dir, "checkpoint-4") &&
+              exists(a.output_dir, ".ctrainer.lock"),
+          "a refused run changed the output_dir of the run holding it");
+    run_free(&first);
+    CHECK(!exists(a.output_dir, ".ctrainer.lock"), "the freed trainer left its lock file");
+    CHECK_OK(ct_trainer_train(&second.t.base, "latest", &second.out));
+    CHECK(second.t.base.state.global_step == 4, "resumed at step %lld", (long long)second.t.base.state.global_step);
+    CHECK(!exists(a.output_dir, "checkpoint-9.tmp") && !exists(a.output_dir, "checkpoint-1.deleting"),
+          "the leftovers of a dead run were not cleaned");
+    CHECK(exists(a.output_dir, "checkpoint-2") && exists(a.output_dir, "checkpoint-4"), "a checkpoint was lost");
+    run_free(&second);
+    CHECK(!exists(a.output_dir, ".ctrainer.lock"), "the second trainer left its lock file");
+    ct_training_args_free(&a);
+}
+
 /* --- compute_metrics ------------------------------------------------------------------------------------ */
 
 static void test_compute_metrics(void) {
@@ -657,6 +700,7 @@ int main(void) {
     static const char *const keep1[] = {"checkpoint-2", NULL};
     static const char *const gone1[] = {"checkpoint-4", "checkpoint-8", "checkpoint-10", NULL};
     test_rotation(1, keep1, gone1);
+    test_output_dir_lock();
     test_outputs();
     test_compute_metrics();
     test_eval_batch_independence();

@@ -92,4 +92,8 @@ double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, 
  * i64), which is what a SUM over both ranks gives (MIN and MAX keep the value). */
 void ct_test_mirror_sum(ct_tensor *t);
 
+/* Runs fn(arg) with stderr (descriptor 2) captured; returns what it printed (malloc'd), for checks
+ * of warnings. */
+char *ct_test_capture_stderr(void (*fn)(void *), void *arg);
+
 #endif

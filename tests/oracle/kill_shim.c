@@ -1,0 +1,59 @@
+/* A fault-injection shim for the kill tests (LD_PRELOAD): it SIGKILLs the process at an exact point
+ * of a checkpoint's life, which no timer outside the process can hit reliably (rotation renames and
+ * deletes a small checkpoint in well under a millisecond).
+ *
+ * CT_KILL_AFTER=WHAT:TEXT:N: after the N-th successful call (from 1) that matches, the process kills
+ * itself with SIGKILL, as an OOM killer or a pre-emption would:
+ *   rename_to:TEXT    rename() whose new name ends with TEXT (".deleting": rotation set a victim aside)
+ *   rename_from:TEXT  rename() whose old name ends with TEXT (".tmp": a save's commit)
+ *   remove_in:TEXT    remove() of a path that contains TEXT (".deleting/": a victim half deleted)
+ * Without CT_KILL_AFTER, or with a value it cannot read, the calls just pass through. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char what[32], text[256];
+static long target = -1;
+static atomic_long seen;
+
+__attribute__((constructor)) static void read_spec(void) {
+    const char *spec = getenv("CT_KILL_AFTER");
+    if (!spec) return;
+    const char *a = strchr(spec, ':'), *b = a ? strrchr(spec, ':') : NULL;
+    if (!a || b == a || (size_t)(a - spec) >= sizeof what || (size_t)(b - a - 1) >= sizeof text) return;
+    snprintf(what, sizeof what, "%.*s", (int)(a - spec), spec);
+    snprintf(text, sizeof text, "%.*s", (int)(b - a - 1), a + 1);
+    target = strtol(b + 1, NULL, 10);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static void count(bool match) {
+    if (match && target > 0 && atomic_fetch_add(&seen, 1) + 1 == target) raise(SIGKILL);
+}
+
+int rename(const char *from, const char *to) {
+    static int (*real)(const char *, const char *);
+    if (!real) real = (int (*)(const char *, const char *))dlsym(RTLD_NEXT, "rename");
+    int rc = real(from, to);
+    if (rc == 0)
+        count((strcmp(what, "rename_to") == 0 && ends_with(to, text)) ||
+              (strcmp(what, "rename_from") == 0 && ends_with(from, text)));
+    return rc;
+}
+
+int remove(const char *path) {
+    static int (*real)(const char *);
+    if (!real) real = (int (*)(const char *))dlsym(RTLD_NEXT, "remove");
+    int rc = real(path);
+    if (rc == 0) count(strcmp(what, "remove_in") == 0 && strstr(path, text));
+    return rc;
+}
