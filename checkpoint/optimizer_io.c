@@ -226,6 +226,10 @@ static ct_status read_state(hid_t f, const char *file, const char *name, const c
         ct_tensor_free(tmp);
         s = ct_error(CT_ERR_FORMAT, "%s: cannot read state tensor '%s' as %s", file, name,
                      ct_dtype_name(dst->dtype));
+    } else if (s == CT_OK && (s = ct_tensor_check_finite(tmp)) != CT_OK) {
+        /* a NaN moment would poison every later update without a bad step to report */
+        ct_tensor_free(tmp);
+        s = ct_error_prefix(s, "%s: state tensor '%s': ", file, name);
     }
     H5Dclose(ds);
     return s;

@@ -59,6 +59,11 @@ static herr_t read_link(hid_t g, const char *name, const H5L_info_t *info, void 
     ct_status s = saved_dtype(g, name, &dt);
     ct_named_tensor *item = &t->items[t->n];
     if (s == CT_OK) s = ct_h5_read_tensor_alloc(g, name, dt, &item->value);
+    /* a NaN weight exported would pass for a trained model in PyTorch */
+    if (s == CT_OK && (s = ct_tensor_check_finite(&item->value)) != CT_OK) {
+        ct_tensor_free(&item->value);
+        s = ct_error_prefix(s, "tensor '%s': ", name);
+    }
     if (s == CT_OK && !(item->name = strdup(name))) {
         ct_tensor_free(&item->value);
         s = ct_error(CT_ERR_NOMEM, "out of memory");
