@@ -243,9 +243,7 @@ ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap) {
 
 ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap) {
     CT_TRY(ct_checkpoint_async_drain(snap)); /* the best checkpoint may still be being written */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.h5", snap->state->best_model_checkpoint);
-    ct_status s = ct_model_load_h5(snap->model, path);
+    ct_status s = ct_checkpoint_load_model(snap->model, snap->state->best_model_checkpoint);
     if (s != CT_OK) return ct_error_prefix(s, "load_best_model_at_end: ");
     return CT_OK;
 }

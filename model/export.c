@@ -216,6 +216,7 @@ ct_status ct_export_safetensors(const ct_export_options *o, int *n_tensors) {
         return ct_error(CT_ERR_INVALID_ARG, "model directory path too long: %s", o->model_dir);
     ct_st_dtype dtype;
     CT_TRY(parse_dtype(o->dtype, &dtype));
+    if (o->verify_dir) CT_TRY(o->verify_dir(o->model_dir));
     h5_tensors t = {.status = CT_OK};
     json_t *spec = (json_t *)o->model_spec;
     ct_status s = read_model_h5(file, &t, &spec);

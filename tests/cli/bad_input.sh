@@ -13,7 +13,8 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
-       evaluate_other_model init_from_not_safetensors
+       evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
+       init_from_nan_weights
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -54,6 +55,13 @@ tokens() {
 csv_h5() {
   for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i % 3))"; done >t.csv
   "$ctrainer" data convert --csv t.csv -o "$1" >/dev/null || { echo "data convert failed"; exit 1; }
+}
+# flip FILE: one byte in the middle of FILE inverted.
+flip() {
+  local size byte
+  size=$(stat -c %s "$1")
+  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$1" | tr -d ' ')
+  printf "\\$(printf %o $((byte ^ 255)))" | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
 }
 # checkpoint DIR: DIR/checkpoint-2 and DIR/checkpoint-4 from 4 steps of the tiny config.
 checkpoint() {
@@ -140,10 +148,7 @@ checkpoint_truncated)
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_flipped_byte)
   checkpoint run
-  f=run/checkpoint-4/optimizer.h5
-  size=$(stat -c %s "$f")
-  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f" | tr -d ' ')
-  printf "\\$(printf %o $((byte ^ 255)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  flip run/checkpoint-4/optimizer.h5
   expect 1 "run/checkpoint-4: optimizer.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_latest_skips_damaged)
@@ -173,17 +178,44 @@ checkpoint_is_a_file)
 evaluate_corrupt_model)
   checkpoint run
   truncate -s 1000 run/model.h5
-  expect 1 "ctrainer evaluate: load model 'run/model.h5': not an HDF5 file \\(or corrupt\\)" \
+  expect 1 "ctrainer evaluate: run: model.h5 is 1000 bytes, the manifest says [0-9]+ \\(truncated\\?\\)" \
          "$ctrainer" evaluate "$tiny" --model run --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
 evaluate_other_model)
   checkpoint run
   expect 1 "ctrainer evaluate: load model 'run/model.h5': tensor '1.weight': hdf5: dataset '1.weight' has shape \\[32, 784\\], expected \\[16, 784\\]" \
          "$ctrainer" evaluate "$tiny" --model run --set 'model.layers[1].out_features=16' ;;
+# Every reader of a saved model verifies its manifest first (checkpoint/checkpoint_io.h's
+# ct_checkpoint_load_model): a flipped bit in the weights never evaluates to a huge loss.
+evaluate_flipped_byte)
+  checkpoint run
+  flip run/checkpoint-4/model.h5
+  expect 1 "ctrainer evaluate: run/checkpoint-4: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" evaluate "$tiny" --model run/checkpoint-4 --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
+predict_flipped_byte)
+  checkpoint run
+  flip run/model.h5
+  expect 1 "ctrainer predict: run: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" predict "$tiny" --model run --output p.h5 --set data.test.limit=64 ;;
+export_flipped_byte)
+  checkpoint run
+  flip run/checkpoint-2/model.h5
+  expect 1 "ctrainer export: run/checkpoint-2: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" export --model run/checkpoint-2 --output hf ;;
 init_from_not_safetensors)
   echo "these are not weights" >junk.safetensors
   printf '{"model": %s, "init_from": "junk.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
          "$mlp" >run.json
   expect 1 "ctrainer evaluate: init_from: ./junk.safetensors: header size [0-9]+ exceeds the format's limit of 100000000 bytes \\(not a safetensors file\\?\\)" \
+         "$ctrainer" evaluate run.json ;;
+init_from_nan_weights)
+  # a NaN written over the first float of the data (the first tensor by name, element 0)
+  checkpoint run
+  "$ctrainer" export --model run --output hf >/dev/null || { echo "export failed"; exit 1; }
+  header=$(od -An -tu8 -N8 hf/model.safetensors | tr -d ' ')
+  printf '\0\0\300\177' | dd of=hf/model.safetensors bs=1 seek=$((8 + header)) conv=notrunc status=none
+  printf '{"model": %s, "init_from": "hf/model.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
+         '{"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}]}' >run.json
+  expect 1 "ctrainer evaluate: init_from: ./hf/model.safetensors: tensor '[0-9a-z_.]+': holds 1 non-finite value, the first nan at element 0 of [0-9]+" \
          "$ctrainer" evaluate run.json ;;
 # --- environment ---
 env_omp_threads_garbage)
