@@ -58,12 +58,16 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
  * learning_rate, weight_decay, adam_epsilon and nesterov may change. HDF5 converts f64 <-> f32.
  * A missing or corrupt file is CT_ERR_IO / CT_ERR_FORMAT naming it. On failure opt is unchanged. */
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file);
+/* The step count optimizer.h5 records, without loading anything (a resume checks it first). */
+ct_status ct_optimizer_read_step_h5(const char *file, int64_t *step);
 
 ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file);
 /* The text ct_scheduler_save_json writes (malloc'd; NULL when out of memory). */
 char *ct_scheduler_json_text(const ct_scheduler *s);
 /* CT_ERR_CONFIG when the file's lr_scheduler_type differs from s's (naming both). */
 ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file);
+/* What scheduler.json holds, without loading it: its lr_scheduler_type and state. */
+ct_status ct_scheduler_read_json(const char *file, char *type, size_t cap, ct_scheduler_state *st);
 
 /* --- whole directories ------------------------------------------------------------------------- */
 

@@ -14,7 +14,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
-       init_from_nan_weights
+       init_from_nan_weights checkpoint_resigned_metadata
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -62,6 +62,14 @@ flip() {
   size=$(stat -c %s "$1")
   byte=$(od -An -tu1 -j $((size / 2)) -N1 "$1" | tr -d ' ')
   printf "\\$(printf %o $((byte ^ 255)))" | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
+}
+# resign DIR FILE: FILE's size and CRC-32 (gzip's trailer holds zlib's) put in DIR/manifest.json, as
+# a tool that edits a checkpoint and rewrites its manifest would.
+resign() {
+  local size crc
+  size=$(stat -c %s "$1/$2")
+  crc=$(gzip -c "$1/$2" | tail -c8 | od -An -tx4 -N4 | tr -d ' ')
+  sed -i "/\"$2\": {/,/}/{s/\"crc32\": \"[0-9a-f]*\"/\"crc32\": \"$crc\"/; s/\"size\": [0-9]*/\"size\": $size/}" "$1/manifest.json"
 }
 # checkpoint DIR: DIR/checkpoint-2 and DIR/checkpoint-4 from 4 steps of the tiny config.
 checkpoint() {
@@ -171,6 +179,13 @@ checkpoint_other_global_batch)
   checkpoint run
   expect 2 "rng_state_0.json: the checkpoint was taken with a global batch of 64 samples \\(per_device_train_batch_size x processes\\), this run has 32 \\(32 x 1\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --per_device_train_batch_size 32 ;;
+checkpoint_resigned_metadata)
+  # the bytes check out (re-signed), what they say does not: the checkpoint's meaning is checked too
+  checkpoint run
+  sed -i 's/"global_step": 4,/"global_step": -5,/' run/checkpoint-4/trainer_state.json
+  resign run/checkpoint-4 trainer_state.json
+  expect 1 "resume from run/checkpoint-4: run/checkpoint-4/trainer_state.json: global_step: -5 is negative" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_is_a_file)
   checkpoint run
   expect 1 "resume_from_checkpoint 'run/checkpoint-4/model.h5': run/checkpoint-4/model.h5: not a directory" \
