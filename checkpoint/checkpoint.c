@@ -69,36 +69,15 @@ static ct_status read_double(const json_t *o, const char *file, const char *key,
     return CT_OK;
 }
 
-/* The saved position counts global batches of a given size, grouped into optimizer steps: a run
- * with another global batch (per_device_train_batch_size x processes) or another accumulation would
- * read it as other samples, so those changes are refused; another number of processes with the
- * same global batch is fine. */
-static ct_status check_batching(const ct_checkpoint_snapshot *snap, const json_t *o, const char *file) {
-    json_int_t g = json_integer_value(json_object_get(o, "global_batch_size")),
-               ga = json_integer_value(json_object_get(o, "gradient_accumulation_steps"));
-    int64_t mine = snap->args->per_device_train_batch_size * snap->world_size;
-    if (g && g != mine)
-        return ct_error(CT_ERR_CONFIG,
-                        "%s: the checkpoint was taken with a global batch of %lld samples "
-                        "(per_device_train_batch_size x processes), this run has %lld (%lld x %d): its position "
-                        "would point at other samples",
-                        file, (long long)g, (long long)mine, (long long)snap->args->per_device_train_batch_size,
-                        snap->world_size);
-    if (ga && ga != snap->args->gradient_accumulation_steps)
-        return ct_error(CT_ERR_CONFIG,
-                        "%s: the checkpoint was taken with gradient_accumulation_steps %lld, this run has %lld", file,
-                        (long long)ga, (long long)snap->args->gradient_accumulation_steps);
-    return CT_OK;
-}
-
-static ct_status read_progress(const ct_checkpoint_snapshot *snap, const char *file, ct_train_progress *p) {
+/* Parses rng_state_<rank>.json into *p and returns its JSON in *json (the caller's reference); what
+ * the values mean is ct_checkpoint_validate's to check. */
+static ct_status read_progress(const char *file, ct_train_progress *p, json_t **json) {
     json_error_t err;
     json_t *o = json_load_file(file, 0, &err);
     if (!o) return ct_error(CT_ERR_FORMAT, "%s:%d:%d: %s", file, err.line, err.column, err.text);
-    ct_status bs = check_batching(snap, o, file);
-    if (bs != CT_OK) {
+    if (!json_is_object(o)) {
         json_decref(o);
-        return bs;
+        return ct_error(CT_ERR_FORMAT, "%s: not a JSON object", file);
     }
     ct_train_progress v = {0};
     json_t *e = json_object_get(o, "epoch"), *b = json_object_get(o, "next_batch"),
@@ -115,16 +94,28 @@ static ct_status read_progress(const ct_checkpoint_snapshot *snap, const char *f
         /* absent from checkpoints written before nan_inf_policy existed: none skipped */
         json_t *skipped = json_object_get(o, "nan_inf_skipped");
         v.nan_inf_skipped = json_is_integer(skipped) ? json_integer_value(skipped) : 0;
-        if (v.epoch < 0 || v.next_batch < 0 || v.last_logged_step < 0 || v.nan_inf_skipped < 0)
-            s = ct_error(CT_ERR_FORMAT, "%s: negative position or count", file);
     }
     if (s == CT_OK) s = read_double(o, file, "tr_loss", &v.tr_loss);
     if (s == CT_OK) s = read_double(o, file, "total_loss", &v.total_loss);
     if (s == CT_OK) s = read_double(o, file, "grad_norm", &v.grad_norm);
     if (s == CT_OK) s = read_double(o, file, "learning_rate", &v.learning_rate);
-    json_decref(o);
-    if (s == CT_OK) *p = v;
-    return s;
+    if (s != CT_OK) {
+        json_decref(o);
+        return s;
+    }
+    *p = v;
+    *json = o;
+    return CT_OK;
+}
+
+/* N of a directory named checkpoint-N (its last path component), else -1. */
+static int64_t dir_step(const char *dir) {
+    const char *name = strrchr(dir, '/');
+    name = name ? name + 1 : dir;
+    if (strncmp(name, PREFIX, strlen(PREFIX)) != 0) return -1;
+    char *end;
+    long long n = strtoll(name + strlen(PREFIX), &end, 10);
+    return *end || end == name + strlen(PREFIX) || n < 0 ? -1 : (int64_t)n;
 }
 
 ct_status ct_checkpoint_save_failed(ct_checkpoint_snapshot *snap, int64_t step, const char *dir, const char *tmp,
@@ -185,15 +176,43 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
         return ct_error(CT_ERR_STATE, "%s was saved with save_only_model: it has no optimizer state to resume from",
                         dir);
     ct_train_progress p;
+    json_t *progress_json = NULL;
     /* A run resumed on another number of processes has no file of its own: the position is global
      * (a global batch index), so rank 0's says where every process continues. */
-    snprintf(path, sizeof path, "%s/rng_state_%d.json", dir, snap->rank);
-    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/rng_state_0.json", dir);
-    CT_TRY(read_progress(snap, path, &p));
+    char progress_file[4300], state_file[4300];
+    int progress_rank = snap->rank;
+    snprintf(progress_file, sizeof progress_file, "%s/rng_state_%d.json", dir, snap->rank);
+    if (access(progress_file, F_OK) != 0) {
+        progress_rank = 0;
+        snprintf(progress_file, sizeof progress_file, "%s/rng_state_0.json", dir);
+    }
+    CT_TRY(read_progress(progress_file, &p, &progress_json));
     ct_trainer_state st;
-    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
-    CT_TRY(ct_trainer_state_init(&st));
-    ct_status s = ct_trainer_state_load(&st, path);
+    snprintf(state_file, sizeof state_file, "%s/trainer_state.json", dir);
+    ct_status s = ct_trainer_state_init(&st);
+    if (s == CT_OK) s = ct_trainer_state_load(&st, state_file);
+    /* the bytes are the ones written (the manifest); now what they say, before anything is loaded */
+    ct_checkpoint_read r = {.dir = dir,
+                            .dir_step = dir_step(dir),
+                            .progress_file = progress_file,
+                            .progress_rank = progress_rank,
+                            .progress_json = progress_json,
+                            .progress = &p,
+                            .state_file = state_file,
+                            .state = &st,
+                            .scheduler_needs_metric = ct_scheduler_needs_metric(snap->scheduler)};
+    char sched_type[128];
+    if (s == CT_OK) {
+        snprintf(path, sizeof path, "%s/optimizer.h5", dir);
+        s = ct_optimizer_read_step_h5(path, &r.optimizer_step);
+    }
+    if (s == CT_OK) {
+        snprintf(path, sizeof path, "%s/scheduler.json", dir);
+        s = ct_scheduler_read_json(path, sched_type, sizeof sched_type, &r.scheduler);
+        r.scheduler_same_type = s == CT_OK && strcmp(sched_type, ct_scheduler_name(snap->scheduler)) == 0;
+    }
+    if (s == CT_OK) s = ct_checkpoint_validate(snap, &r);
+    json_decref(progress_json);
     /* Everything that can fail on a mismatch (another model, another optimizer) comes before the
      * trainer state and the progress the snapshot points at change. */
     if (s == CT_OK) {
@@ -232,9 +251,7 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
 
 ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap) {
     CT_TRY(ct_checkpoint_async_drain(snap)); /* the best checkpoint may still be being written */
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.h5", snap->state->best_model_checkpoint);
-    ct_status s = ct_model_load_h5(snap->model, path);
+    ct_status s = ct_checkpoint_load_model(snap->model, snap->state->best_model_checkpoint);
     if (s != CT_OK) return ct_error_prefix(s, "load_best_model_at_end: ");
     return CT_OK;
 }

@@ -72,4 +72,25 @@ int64_t ct_checkpoint_step_of(const char *name);
  * does) (rotation.c). */
 void ct_checkpoint_rederive_best(char *best, size_t cap, const char *output_dir, const char *resumed, bool report);
 
+/* What a resume read from a checkpoint's files, for ct_checkpoint_validate. */
+typedef struct ct_checkpoint_read {
+    const char *dir;
+    int64_t dir_step;                  /* N of a directory named checkpoint-N, else -1 */
+    const char *progress_file;         /* rng_state_<rank>.json (rank 0's for a rank without one) */
+    int progress_rank;                 /* the rank that file is for */
+    const json_t *progress_json;       /* its keys, also those ct_train_progress does not keep */
+    const ct_train_progress *progress; /* and as parsed */
+    const char *state_file;            /* trainer_state.json */
+    const ct_trainer_state *state;
+    int64_t optimizer_step;       /* optimizer.h5's step count */
+    ct_scheduler_state scheduler; /* scheduler.json's state */
+    bool scheduler_same_type;     /* of this run's type (else its load names the difference) */
+    bool scheduler_needs_metric;  /* reduce_lr_on_plateau: its step counts evaluations */
+} ct_checkpoint_read;
+/* The one check of what a checkpoint means (checkpoint/validate.c): every field a resume uses within
+ * its range, consistent with the other files and with this run's arguments (snap->args, world size,
+ * batches per epoch). CT_ERR_FORMAT naming the file and the key; CT_ERR_CONFIG for a checkpoint of
+ * another batching. */
+ct_status ct_checkpoint_validate(const ct_checkpoint_snapshot *snap, const ct_checkpoint_read *r);
+
 #endif

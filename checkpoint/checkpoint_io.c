@@ -19,6 +19,7 @@
 #include "core/format/h5_image.h"
 #include "core/fs.h"
 #include "core/log.h"
+#include "model/model_io.h"
 
 #define MANIFEST "manifest.json"
 #define MANIFEST_FORMAT "ctrainer-checkpoint"
@@ -130,6 +131,13 @@ ct_status ct_checkpoint_write_manifest(const char *dir) {
     int n;
     ct_status s = list_files(dir, &names, &n);
     if (s != CT_OK) return ct_error_prefix(s, "write manifest: ");
+    s = ct_checkpoint_write_manifest_of(dir, (const char *const *)names, n);
+    free_names(names, n);
+    return s;
+}
+
+ct_status ct_checkpoint_write_manifest_of(const char *dir, const char *const *names, int n) {
+    ct_status s = CT_OK;
     json_t *files = json_object();
     json_t *root = json_pack("{sssiso}", "format", MANIFEST_FORMAT, "version", MANIFEST_VERSION, "files", files);
     if (!root) s = ct_error(CT_ERR_NOMEM, "write manifest: out of memory");
@@ -144,7 +152,6 @@ ct_status ct_checkpoint_write_manifest(const char *dir) {
         if (json_object_set_new(files, names[i], json_pack("{sIss}", "size", (json_int_t)size, "crc32", hex)) != 0)
             s = ct_error(CT_ERR_NOMEM, "write manifest: out of memory");
     }
-    free_names(names, n);
     char *text = s == CT_OK ? json_dumps(root, JSON_FLAGS) : NULL;
     json_decref(root);
     if (s == CT_OK && !text) s = ct_error(CT_ERR_NOMEM, "write manifest: out of memory");
@@ -263,6 +270,14 @@ bool ct_checkpoint_has_manifest(const char *dir) {
     bool ours = format && strcmp(format, MANIFEST_FORMAT) == 0;
     json_decref(root);
     return ours;
+}
+
+ct_status ct_checkpoint_load_model(ct_model *m, const char *dir) {
+    CT_TRY(ct_checkpoint_verify(dir));
+    char path[4352];
+    if (snprintf(path, sizeof path, "%s/model.h5", dir) >= (int)sizeof path)
+        return ct_error(CT_ERR_INVALID_ARG, "%s: path too long", dir);
+    return ct_model_load_h5(m, path);
 }
 
 /* --- commit, latest, resolve -------------------------------------------------------------------- */

@@ -28,6 +28,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
+#include "model/model.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 
@@ -57,12 +58,16 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
  * learning_rate, weight_decay, adam_epsilon and nesterov may change. HDF5 converts f64 <-> f32.
  * A missing or corrupt file is CT_ERR_IO / CT_ERR_FORMAT naming it. On failure opt is unchanged. */
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file);
+/* The step count optimizer.h5 records, without loading anything (a resume checks it first). */
+ct_status ct_optimizer_read_step_h5(const char *file, int64_t *step);
 
 ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file);
 /* The text ct_scheduler_save_json writes (malloc'd; NULL when out of memory). */
 char *ct_scheduler_json_text(const ct_scheduler *s);
 /* CT_ERR_CONFIG when the file's lr_scheduler_type differs from s's (naming both). */
 ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file);
+/* What scheduler.json holds, without loading it: its lr_scheduler_type and state. */
+ct_status ct_scheduler_read_json(const char *file, char *type, size_t cap, ct_scheduler_state *st);
 
 /* --- whole directories ------------------------------------------------------------------------- */
 
@@ -75,6 +80,9 @@ ct_status ct_checkpoint_write_text(const char *path, const char *text);
  * not listed). Each file is fsync'd as it is checksummed, then the manifest and dir itself, so the
  * writers of the files need not sync them. */
 ct_status ct_checkpoint_write_manifest(const char *dir);
+/* The same over the n files named (a saved model in a run's output_dir, whose other files change
+ * later: results, trainer_state.json, the model card). */
+ct_status ct_checkpoint_write_manifest_of(const char *dir, const char *const *names, int n);
 /* CT_OK when dir is a whole checkpoint; otherwise CT_ERR_FORMAT (or CT_ERR_IO) with a message that
  * names the directory and the file at fault: "checkpoint-40: model.h5 is 1024 bytes, the manifest
  * says 4096 (truncated?)", "...: optimizer.h5 does not match its checksum", "...: no manifest.json
@@ -84,6 +92,12 @@ ct_status ct_checkpoint_verify(const char *dir);
  * checked against the files): what makes a directory one that ctrainer wrote, for rotation, which
  * deletes nothing else. */
 bool ct_checkpoint_has_manifest(const char *dir);
+/* The one reader of a saved model directory (a checkpoint-N, or a run's output_dir, whose saved model
+ * has a manifest of its own files): verifies dir (ct_checkpoint_verify), then loads dir/model.h5 into
+ * m, so that a flipped bit is an error naming the file instead of a model that evaluates to 1e36.
+ * `ctrainer evaluate/predict/generate --model`, the best model at the end of training and resume
+ * (through ct_checkpoint_resolve) read weights only after this check; export verifies first too. */
+ct_status ct_checkpoint_load_model(ct_model *m, const char *dir);
 /* Renames `tmp` to `dir` (replacing an older `dir`) after fsyncing tmp, then fsyncs the parent. An
  * existing `dir` is swapped with tmp in one step (renameat2 RENAME_EXCHANGE), so `dir` is a whole
  * checkpoint at every moment, and the old one is then deleted; where the file system cannot swap, the

@@ -226,6 +226,10 @@ static ct_status read_state(hid_t f, const char *file, const char *name, const c
         ct_tensor_free(tmp);
         s = ct_error(CT_ERR_FORMAT, "%s: cannot read state tensor '%s' as %s", file, name,
                      ct_dtype_name(dst->dtype));
+    } else if (s == CT_OK && (s = ct_tensor_check_finite(tmp)) != CT_OK) {
+        /* a NaN moment would poison every later update without a bad step to report */
+        ct_tensor_free(tmp);
+        s = ct_error_prefix(s, "%s: state tensor '%s': ", file, name);
     }
     H5Dclose(ds);
     return s;
@@ -263,6 +267,22 @@ static ct_status read_optimizer(hid_t f, ct_optimizer *opt, const char *file, op
         return ct_error(CT_ERR_CONFIG, "%s holds state '%s' that this '%s' optimizer does not have", file,
                         e.name[0] ? e.name : "?", ct_optimizer_name(opt));
     return CT_OK;
+}
+
+ct_status ct_optimizer_read_step_h5(const char *file, int64_t *step) {
+    if (access(file, R_OK) != 0)
+        return ct_error(CT_ERR_IO, "load optimizer: cannot read '%s': %s", file, strerror(errno));
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ct_status s = f < 0 ? ct_error(CT_ERR_FORMAT, "%s is not an HDF5 file (or is corrupt)", file)
+                        : read_int_attr(f, "step", step);
+    if (f >= 0) {
+        H5Fclose(f);
+        if (s != CT_OK) s = ct_error_prefix(s, "%s: ", file);
+    }
+    ct_h5_unlock();
+    return s == CT_OK ? s : ct_error_prefix(s, "load optimizer: ");
 }
 
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
@@ -306,7 +326,7 @@ ct_status ct_scheduler_save_json(const ct_scheduler *s, const char *file) {
     return CT_OK;
 }
 
-ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file) {
+ct_status ct_scheduler_read_json(const char *file, char *type, size_t cap, ct_scheduler_state *st) {
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "load scheduler: cannot read '%s': %s", file, strerror(errno));
     json_error_t jerr;
@@ -314,17 +334,24 @@ ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file) {
     if (!o)
         return ct_error(CT_ERR_FORMAT, "load scheduler: %s:%d:%d: %s", file, jerr.line, jerr.column, jerr.text);
     ct_status rc = CT_OK;
-    const char *type = json_string_value(json_object_get(o, "lr_scheduler_type"));
-    ct_scheduler_state st;
-    if (!json_is_object(o) || !type)
+    const char *name = json_string_value(json_object_get(o, "lr_scheduler_type"));
+    if (!json_is_object(o) || !name || strlen(name) >= cap)
         rc = ct_error(CT_ERR_FORMAT, "load scheduler: %s has no string 'lr_scheduler_type'", file);
-    else if (strcmp(type, ct_scheduler_name(s)) != 0)
-        rc = ct_error(CT_ERR_CONFIG, "load scheduler: %s holds '%s' state, this run uses lr_scheduler_type '%s'", file,
-                      type, ct_scheduler_name(s));
-    else if (ct_scheduler_state_from_json(json_object_get(o, "state"), "state", &st) != CT_OK)
+    else if (ct_scheduler_state_from_json(json_object_get(o, "state"), "state", st) != CT_OK)
         rc = ct_error_prefix(CT_ERR_FORMAT, "load scheduler: %s: ", file);
-    else if ((rc = ct_scheduler_set_state(s, &st)) != CT_OK)
-        rc = ct_error_prefix(CT_ERR_FORMAT, "load scheduler: %s: ", file);
+    else
+        memcpy(type, name, strlen(name) + 1);
     json_decref(o);
     return rc;
+}
+
+ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file) {
+    char type[128];
+    ct_scheduler_state st;
+    CT_TRY(ct_scheduler_read_json(file, type, sizeof type, &st));
+    if (strcmp(type, ct_scheduler_name(s)) != 0)
+        return ct_error(CT_ERR_CONFIG, "load scheduler: %s holds '%s' state, this run uses lr_scheduler_type '%s'",
+                        file, type, ct_scheduler_name(s));
+    ct_status rc = ct_scheduler_set_state(s, &st);
+    return rc == CT_OK ? rc : ct_error_prefix(CT_ERR_FORMAT, "load scheduler: %s: ", file);
 }

@@ -64,6 +64,8 @@ typedef struct ct_checkpoint_snapshot {
     ct_callback_list *callbacks;
     ct_trainer_control *control;
     ct_train_progress *progress; /* the loop's progress (rng_state_<rank>.json) */
+    int64_t batches_per_epoch;   /* the training loader's global batches per epoch (0: not known), which a
+                                  * resumed position must fit */
     /* the owner's record of saves: global_step of the last checkpoint written (-1: none; a failed
      * save forgets its step) and that checkpoint's progress.epoch_done */
     int64_t *saved_step;

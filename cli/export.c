@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint_io.h"
 #include "cli/cli.h"
 #include "config/run_config.h"
 #include "model/export.h"
@@ -83,7 +84,9 @@ int ct_cli_export(int argc, char **argv) {
             return 2;
         }
     }
-    ct_export_options o = {.model_dir = model, .output_dir = output, .model_spec = spec, .dtype = dtype};
+    /* the saved model checks out against its manifest before anything is read from it */
+    ct_export_options o = {.model_dir = model, .output_dir = output, .model_spec = spec, .dtype = dtype,
+                           .verify_dir = ct_checkpoint_verify};
     int n = 0;
     ct_status s = ct_export_safetensors(&o, &n);
     if (s == CT_OK) {

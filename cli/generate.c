@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint_io.h"
 #include "cli/cli.h"
 #include "config/run_config.h"
 #include "core/json.h"
@@ -164,9 +165,7 @@ static ct_status load_model(const gen_opts *o, const ct_run_config *c, int64_t l
     ct_shape in = {.ndim = 1, .dims = {window}};
     ct_model_options opts = {.dtype = CT_F32, .device = CT_CPU, .max_batch = rows < 64 ? rows : 64};
     CT_TRY(ct_model_build(m, root, &in, &opts));
-    char path[4096];
-    snprintf(path, sizeof path, "%s/model.h5", o->model_dir);
-    ct_status s = ct_model_load_h5(m, path);
+    ct_status s = ct_checkpoint_load_model(m, o->model_dir);
     if (s != CT_OK) ct_model_free(m);
     return s;
 }

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint/checkpoint_io.h"
 #include "cli/cli.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
@@ -204,11 +205,8 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_tra
     setup.comm = comm;
     CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
     if (is_train) return train(o, r, t);
-    if (o->model_dir) { /* else the config's init_from, loaded when the model was built */
-        char path[4096];
-        snprintf(path, sizeof path, "%s/model.h5", o->model_dir);
-        CT_TRY(ct_model_load_h5(&r->model, path));
-    }
+    /* else the config's init_from, loaded when the model was built */
+    if (o->model_dir) CT_TRY(ct_checkpoint_load_model(&r->model, o->model_dir));
     if (strcmp(o->command, "evaluate") == 0) {
         json_t *m;
         CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));

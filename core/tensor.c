@@ -1,6 +1,8 @@
 /* Tensor views, allocation and the shape checks that give layers their error messages. */
 #include "core/tensor.h"
 
+#include <math.h>
+
 #include <stdint.h>
 #include <stdio.h>
 #include <math.h>
@@ -147,6 +149,23 @@ const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap) {
     snprintf(buf, cap, "%s %s %s", ct_shape_str(t->ndim, t->shape, shape, sizeof shape), ct_dtype_name(t->dtype),
              ct_device_str(t->device, dev, sizeof dev));
     return buf;
+}
+
+ct_status ct_tensor_check_finite(const ct_tensor *t) {
+    CT_ASSERT(t->device.kind == CT_DEVICE_CPU);
+    if (!ct_dtype_is_float(t->dtype)) return CT_OK;
+    int64_t n = ct_tensor_numel(t), bad = 0, first = 0;
+    if (t->dtype == CT_F32) { /* the common case, one pass that vectorises */
+        const float *x = t->data;
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(x[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) bad += !isfinite(ct_tensor_get(t, i));
+    }
+    if (bad == 0) return CT_OK;
+    while (isfinite(ct_tensor_get(t, first))) first++;
+    double v = ct_tensor_get(t, first);
+    return ct_error(CT_ERR_FORMAT, "holds %lld non-finite value%s, the first %s at element %lld of %lld", (long long)bad,
+                    bad == 1 ? "" : "s", isnan(v) ? "nan" : v > 0 ? "inf" : "-inf", (long long)first, (long long)n);
 }
 
 ct_status ct_expect_device(const char *who, const ct_tensor *t, ct_device dev) {

@@ -88,6 +88,12 @@ double ct_tensor_get(const ct_tensor *t, int64_t i);
  * the host first, so this is for messages and rare reads, never for loops. NaN if the copy fails. */
 double ct_tensor_item(const ct_tensor *t, int64_t i);
 void ct_tensor_set(ct_tensor *t, int64_t i, double v);
+/* CT_OK when every element of a CPU tensor is finite (integer tensors always are); otherwise
+ * CT_ERR_FORMAT naming the first NaN or infinity and how many there are ("holds 3 non-finite values,
+ * the first nan at element 17 of 784"). For values read from files (weights, optimizer state): a NaN
+ * loaded there would otherwise train and evaluate without nan_inf_policy ever seeing a bad step. The
+ * caller prefixes the tensor's name and file. */
+ct_status ct_tensor_check_finite(const ct_tensor *t);
 
 /* A per-sample shape: the tensor shape without its leading batch dimension. */
 typedef struct ct_shape {

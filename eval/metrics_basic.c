@@ -36,15 +36,9 @@
 #define RANK_GT(a, b) (isnan(a) ? !isnan(b) : (!isnan(b) && (a) > (b)))
 #define RANK_EQ(a, b) (isnan(a) ? isnan(b) : (a) == (b))
 
-/* argmax with the first maximum winning, and "fewer than k classes rank above y" (classes tied with
- * y rank above it when their index is higher: a stable ascending sort, reversed). */
+/* "fewer than k classes rank above y" (classes tied with y rank above it when their index is
+ * higher: a stable ascending sort, reversed); accuracy's argmax is ct_metric_argmax. */
 #define DEFINE_RANKING(R, SUF)                                                                        \
-    static int64_t argmax_##SUF(const R *row, int64_t c) {                                             \
-        int64_t best = 0;                                                                              \
-        for (int64_t j = 1; j < c; j++)                                                                \
-            if (RANK_GT(row[j], row[best])) best = j;                                                  \
-        return best;                                                                                   \
-    }                                                                                                  \
     static bool in_top_k_##SUF(const R *row, int64_t c, int64_t y, int64_t k) {                        \
         R sy = row[y];                                                                                 \
         int64_t above = 0;                                                                             \
@@ -133,9 +127,7 @@ static ct_status accuracy_update(ct_metric *m, const ct_eval_batch *b) {
 #pragma omp parallel for reduction(+ : correct, total) if (rows * c > PARALLEL_MIN)
     for (int64_t i = 0; i < rows; i++) {
         if (!ct_metric_row_real(b, i)) continue;
-        int64_t pred = o->dtype == CT_F32 ? argmax_f32((const float *)o->data + i * c, c)
-                                          : argmax_f64((const double *)o->data + i * c, c);
-        correct += pred == ct_metric_label(l, i);
+        correct += ct_metric_argmax(o, i) == ct_metric_label(l, i);
         total++;
     }
     m->counts[CORRECT] += correct;

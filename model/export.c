@@ -59,6 +59,11 @@ static herr_t read_link(hid_t g, const char *name, const H5L_info_t *info, void 
     ct_status s = saved_dtype(g, name, &dt);
     ct_named_tensor *item = &t->items[t->n];
     if (s == CT_OK) s = ct_h5_read_tensor_alloc(g, name, dt, &item->value);
+    /* a NaN weight exported would pass for a trained model in PyTorch */
+    if (s == CT_OK && (s = ct_tensor_check_finite(&item->value)) != CT_OK) {
+        ct_tensor_free(&item->value);
+        s = ct_error_prefix(s, "tensor '%s': ", name);
+    }
     if (s == CT_OK && !(item->name = strdup(name))) {
         ct_tensor_free(&item->value);
         s = ct_error(CT_ERR_NOMEM, "out of memory");
@@ -211,6 +216,7 @@ ct_status ct_export_safetensors(const ct_export_options *o, int *n_tensors) {
         return ct_error(CT_ERR_INVALID_ARG, "model directory path too long: %s", o->model_dir);
     ct_st_dtype dtype;
     CT_TRY(parse_dtype(o->dtype, &dtype));
+    if (o->verify_dir) CT_TRY(o->verify_dir(o->model_dir));
     h5_tensors t = {.status = CT_OK};
     json_t *spec = (json_t *)o->model_spec;
     ct_status s = read_model_h5(file, &t, &spec);

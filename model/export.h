@@ -25,6 +25,9 @@ typedef struct ct_export_options {
     const char *output_dir;   /* NULL: model_dir; created when missing */
     const json_t *model_spec; /* NULL: the spec saved in model.h5 (its "config" attribute) */
     const char *dtype;        /* "f32", "f64", "bf16", "f16"; NULL or "": as saved */
+    /* checks model_dir before anything is read from it, once the options are known to be valid
+     * (`ctrainer export` passes ct_checkpoint_verify, which sits above this area); NULL: none */
+    ct_status (*verify_dir)(const char *model_dir);
 } ct_export_options;
 
 /* CT_ERR_IO for a directory without a readable model.h5, CT_ERR_CONFIG for a missing or invalid

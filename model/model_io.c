@@ -92,6 +92,7 @@ static ct_status read_all(hid_t f, ct_model *m) {
         if (!ct_h5_exists(f, p->name))
             return ct_error(CT_ERR_FORMAT, "the model's tensor '%s' is missing from the file", p->name);
         ct_status s = ct_h5_read_into(f, p->name, p->value);
+        if (s == CT_OK) s = ct_tensor_check_finite(p->value); /* a NaN weight must not train "fine" */
         if (s != CT_OK) return ct_error_prefix(s, "tensor '%s': ", p->name);
     }
     int links = 0;

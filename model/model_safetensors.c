@@ -277,12 +277,19 @@ static ct_status check_tensor(const ct_st_file *f, const ct_param *p, const ct_s
     return CT_OK;
 }
 
-/* Reads t into v (any device), converted to v's dtype. */
+/* Reads t into v (any device), converted to v's dtype; refuses a tensor with a NaN or infinity, which
+ * would otherwise train and evaluate without nan_inf_policy ever seeing a bad step. */
+static ct_status read_finite(ct_st_file *f, const ct_st_tensor *t, ct_tensor *host) {
+    CT_TRY(ct_st_read_float(f, t, host));
+    ct_status s = ct_tensor_check_finite(host);
+    return s == CT_OK ? s : ct_error_prefix(s, "%s: tensor '%s': ", ct_st_path(f), t->name);
+}
+
 static ct_status read_into(ct_st_file *f, const ct_st_tensor *t, ct_tensor *v) {
-    if (v->device.kind == CT_DEVICE_CPU) return ct_st_read_float(f, t, v);
+    if (v->device.kind == CT_DEVICE_CPU) return read_finite(f, t, v);
     ct_tensor host;
     CT_TRY(ct_tensor_alloc(&host, v->dtype, CT_CPU, v->ndim, v->shape));
-    ct_status s = ct_st_read_float(f, t, &host);
+    ct_status s = read_finite(f, t, &host);
     if (s == CT_OK) s = ct_tensor_copy_to(v, &host);
     ct_tensor_free(&host);
     return s;

@@ -480,14 +480,13 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
     for (int i = 0; i < logits->ndim - 1; i++) pshape[i] = logits->shape[i];
     ct_tensor pred = {0};
     CT_TRY(ct_tensor_alloc(&pred, CT_I64, CT_CPU, logits->ndim - 1, pshape));
-    const float *x = logits->data;
+    /* the metrics' argmax over a [rows, C] view: a NaN logit is the prediction, as torch.argmax */
+    ct_tensor rows_view = *logits;
+    rows_view.ndim = 2;
+    rows_view.shape[0] = rows;
+    rows_view.shape[1] = c;
     int64_t *y = pred.data;
-    for (int64_t r = 0; r < rows; r++) {
-        int64_t best = 0;
-        for (int64_t k = 1; k < c; k++)
-            if (x[r * c + k] > x[r * c + best]) best = k;
-        y[r] = best;
-    }
+    for (int64_t r = 0; r < rows; r++) y[r] = ct_metric_argmax(&rows_view, r);
     /* core/fs.h's durable atomic write: HDF5 writes the temporary by name, then it is committed */
     ct_atomic_file af;
     ct_status s = ct_atomic_file_open(&af, file);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/checkpoint_io.h"
 #include "core/dir_lock.h"
 #include "core/fs.h"
 #include "core/json.h"
@@ -33,6 +34,10 @@ ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_te
         snprintf(path, sizeof path, "%s/run_config.json", dir);
         s = ct_json_write_file(t->config, path);
     }
+    /* its own manifest, so that every reader can verify it (ct_checkpoint_load_model); the other files
+     * of output_dir change later and are not listed */
+    static const char *const files[] = {"model.h5", "training_args.json", "run_config.json"};
+    if (s == CT_OK) s = ct_checkpoint_write_manifest_of(dir, files, t->config ? 3 : 2);
     return s;
 }
 

@@ -21,6 +21,7 @@ void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) 
         .callbacks = &t->callbacks,
         .control = &t->control,
         .progress = &t->priv->progress,
+        .batches_per_epoch = t->priv->batches_per_epoch,
         .saved_step = &t->priv->saved_step,
         .saved_epoch_done = &t->priv->saved_epoch_done,
         .saver = &t->priv->saver,

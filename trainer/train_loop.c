@@ -497,6 +497,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
     t->priv->progress = (ct_train_progress){.grad_norm = NAN};
+    t->priv->batches_per_epoch = len;
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
     CT_TRY(ct_dist_broadcast_params(&t->priv->dist));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);

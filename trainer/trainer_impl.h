@@ -39,6 +39,7 @@ struct ct_trainer_private {
      * written (-1: none) and its progress.epoch_done, and save_async's writer
      * (checkpoint/checkpoint_async.h): what trainer/snapshot.c hands to checkpoint/ */
     ct_train_progress progress;
+    int64_t batches_per_epoch; /* of the training loader, once train() made it (0 before) */
     int64_t saved_step;
     bool saved_epoch_done;
     struct ct_async_saver *saver;

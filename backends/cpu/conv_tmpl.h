@@ -19,6 +19,7 @@
  * over the whole row for a "same" convolution, see conv_masks), so no inner loop does bounds checks
  * or index division. A 1x1 convolution with stride 1 and no padding needs no columns at all: the
  * sample's input planes are its column matrix. */
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -211,7 +212,7 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
     typedef R vec16 __attribute__((vector_size(16 * sizeof(R))));
     const int64_t step = C % 32 == 0 ? 32 : 16;
     R *grads = s->grads;
-    for (int64_t i = 0; i < O * P; i++) grads[i] = yb[i] > 0 ? dpb[i] : 0;
+    for (int64_t i = 0; i < O * P; i++) grads[i] = yb[i] <= 0 ? 0 : dpb[i];
     if (db)
         for (int64_t o = 0; o < O; o++) db[o] += FN(sum_f64)(grads + o * P, P);
     if (dw) {
@@ -366,14 +367,24 @@ static void FN(conv_forward)(const ct_conv2d_geom *g, const ct_tensor *x, const 
                     for (int64_t p = 0; p < ohw; p++) yb[o * ohw + p] = b_[o];
             GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)O, (int)ohw, (int)rows, 1, w, (int)rows,
                  direct ? xb : col, (int)ohw, b_ ? 1 : 0, yb, (int)ohw);
-            if (g->relu)
-                for (int64_t i = 0; i < O * ohw; i++) yb[i] = yb[i] > 0 ? yb[i] : 0;
+            if (g->relu) /* as ct_op_activation_forward: a NaN passes */
+                for (int64_t i = 0; i < O * ohw; i++) yb[i] = yb[i] < 0 ? 0 : yb[i];
             if (idx)
                 for (int64_t o = 0; o < O; o++)
                     FN(ct_cpu_maxpool2x2_plane)(yb + o * ohw, g->out_h, g->out_w,
                                                 (R *)y->data + (b * O + o) * pooled, idx + (b * O + o) * pooled);
         }
     }
+}
+
+/* Whether every element is finite. The sparse backward leaves out the terms of zero gradients, which
+ * PyTorch's dense GEMMs multiply (0 * NaN is NaN): an input or weight holding a NaN or an infinity
+ * takes the dense path, so that the gradients are NaN where PyTorch's are. */
+static bool FN(conv_finite)(const R *x, int64_t n) {
+    int ok = 1;
+#pragma omp parallel for reduction(& : ok) if (n > CT_OMP_MIN)
+    for (int64_t i = 0; i < n; i++) ok &= isfinite(x[i]) != 0;
+    return ok;
 }
 
 /* y: the forward's output after a fused ReLU (g->relu), else NULL; idx: with a fused pooling
@@ -384,8 +395,10 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
     const int64_t B = dy->shape[0], O = g->out_channels, ohw = g->out_h * g->out_w, rows = conv_rows(g);
     const int64_t in_numel = g->in_channels * g->in_h * g->in_w, slot = conv_slot_numel(g);
     const int64_t pooled = (g->out_h / 2) * (g->out_w / 2);
-    const bool direct = conv_is_pointwise(g), sparse = idx && conv_sparse_backward(g);
     const R *w = weight->data;
+    const bool direct = conv_is_pointwise(g);
+    const bool sparse = idx && conv_sparse_backward(g) && FN(conv_finite)(w, O * rows) &&
+                        FN(conv_finite)((const R *)x->data, B * in_numel);
     const int nt = FN(conv_threads)(g, ws, B);
 #pragma omp parallel num_threads(nt)
     {
@@ -424,7 +437,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
                         const R *yo = yb + o * pooled + j0, *dpo = dpb + o * pooled + j0;
                         const int32_t *io = ib + o * pooled + j0;
                         R through[256];
-                        for (int64_t j = 0; j < n; j++) through[j] = yo[j] > 0 ? dpo[j] : 0;
+                        for (int64_t j = 0; j < n; j++) through[j] = yo[j] <= 0 ? 0 : dpo[j];
                         for (int64_t j = 0; j < n; j++) plane[io[j]] = through[j];
                     }
                 }
@@ -432,7 +445,7 @@ static void FN(conv_backward)(const ct_conv2d_geom *g, const ct_tensor *x, const
             } else if (y) {
                 /* through the ReLU: where it let the value through (as ct_op_activation_backward) */
                 const R *yb = (const R *)y + b * O * ohw;
-                for (int64_t i = 0; i < O * ohw; i++) masked[i] = yb[i] > 0 ? dyb[i] : 0;
+                for (int64_t i = 0; i < O * ohw; i++) masked[i] = yb[i] <= 0 ? 0 : dyb[i];
                 dyb = masked;
             }
             if (dbias)

@@ -82,8 +82,10 @@ static void FN(act_fwd)(ct_activation act, const R *x, R *y, int64_t n) {
             for (int64_t i = 0; i < n; i++) y[i] = x[i];
         break;
     case CT_ACT_RELU:
+        /* PyTorch's clamp_min: NaN (and -0.0) pass through, so a NaN reaches the loss and
+         * nan_inf_policy instead of turning into 0 */
 #pragma omp parallel for if (n > CT_OMP_MIN)
-        for (int64_t i = 0; i < n; i++) y[i] = x[i] > 0 ? x[i] : 0;
+        for (int64_t i = 0; i < n; i++) y[i] = x[i] < 0 ? 0 : x[i];
         break;
     case CT_ACT_GELU:
 #pragma omp parallel for if (n > CT_OMP_MIN)
@@ -118,8 +120,9 @@ static void FN(act_bwd)(ct_activation act, const R *x, const R *y, const R *dy, 
         for (int64_t i = 0; i < n; i++) dx[i] = dy[i];
         break;
     case CT_ACT_RELU:
+        /* PyTorch's threshold_backward: blocked only where the output is <= 0, so a NaN passes */
 #pragma omp parallel for if (n > CT_OMP_MIN)
-        for (int64_t i = 0; i < n; i++) dx[i] = y[i] > 0 ? dy[i] : 0;
+        for (int64_t i = 0; i < n; i++) dx[i] = y[i] <= 0 ? 0 : dy[i];
         break;
     case CT_ACT_GELU:
 #pragma omp parallel for if (n > CT_OMP_MIN)

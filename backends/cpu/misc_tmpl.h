@@ -18,7 +18,8 @@ static void FN(dropout_fwd)(const R *x, R *y, uint8_t *mask, int64_t rows, int64
             for (int64_t e = e0; e < e1; e++) {
                 uint8_t keep = (uint64_t)words[e - e0] >= threshold;
                 m[e] = keep;
-                q[e] = keep ? (R)(p[e] * scale) : (R)0;
+                /* PyTorch multiplies by the mask: a dropped NaN or inf stays NaN (and -1 gives -0) */
+                q[e] = (R)(p[e] * (keep ? scale : 0.0));
             }
         }
     }
@@ -26,7 +27,7 @@ static void FN(dropout_fwd)(const R *x, R *y, uint8_t *mask, int64_t rows, int64
 
 static void FN(dropout_bwd)(const R *dy, const uint8_t *mask, double scale, R *dx, int64_t n) {
 #pragma omp parallel for schedule(static) if (n > CT_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) dx[i] = mask[i] ? (R)(dy[i] * scale) : (R)0;
+    for (int64_t i = 0; i < n; i++) dx[i] = (R)(dy[i] * (mask[i] ? scale : 0.0));
 }
 
 /* dweight rows gather the gradients of every token with that id. A thread owns a block of columns

@@ -243,7 +243,7 @@ template <typename R> __global__ void act_fwd_k(ct_activation act, const R *x, R
     GRID_LOOP(i, n) {
         switch (act) {
         case CT_ACT_NONE: y[i] = x[i]; break;
-        case CT_ACT_RELU: y[i] = x[i] > 0 ? x[i] : (R)0; break;
+        case CT_ACT_RELU: y[i] = x[i] < 0 ? (R)0 : x[i]; break;
         case CT_ACT_GELU: {
             double v = x[i];
             y[i] = (R)(0.5 * v * (1.0 + erf(v * M_SQRT1_2)));
@@ -272,7 +272,7 @@ __global__ void act_bwd_k(ct_activation act, const R *x, const R *y, const R *dy
     GRID_LOOP(i, n) {
         switch (act) {
         case CT_ACT_NONE: dx[i] = dy[i]; break;
-        case CT_ACT_RELU: dx[i] = y[i] > 0 ? dy[i] : (R)0; break;
+        case CT_ACT_RELU: dx[i] = y[i] <= 0 ? (R)0 : dy[i]; break;
         case CT_ACT_GELU: {
             double v = x[i];
             double cdf = 0.5 * (1.0 + erf(v * M_SQRT1_2));

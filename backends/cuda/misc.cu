@@ -44,7 +44,7 @@ __global__ void dropout_fwd(const R *x, R *y, uint8_t *mask, int64_t rows, int64
         for (int64_t e = e0; e < e1; e++) {
             uint8_t keep = (uint64_t)words[e - e0] >= threshold;
             m[e] = keep;
-            q[e] = keep ? (R)(p[e] * scale) : (R)0;
+            q[e] = (R)(p[e] * (keep ? scale : 0.0));
         }
     }
 }
@@ -52,7 +52,7 @@ __global__ void dropout_fwd(const R *x, R *y, uint8_t *mask, int64_t rows, int64
 template <typename R> __global__ void dropout_bwd(const R *dy, const uint8_t *mask, double scale, R *dx, int64_t n) {
     int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
-        dx[i] = mask[i] ? (R)(dy[i] * scale) : (R)0;
+        dx[i] = (R)(dy[i] * (mask[i] ? scale : 0.0));
 }
 
 /* Keep an element when its 32-bit word is >= ceil(p * 2^32) (as backends/cpu/misc.c). */

@@ -13,8 +13,8 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
-       evaluate_other_model init_from_not_safetensors
-       checkpoint_resume_other_output_dir
+       evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
+       init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
@@ -57,6 +57,21 @@ tokens() {
 csv_h5() {
   for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i % 3))"; done >t.csv
   "$ctrainer" data convert --csv t.csv -o "$1" >/dev/null || { echo "data convert failed"; exit 1; }
+}
+# flip FILE: one byte in the middle of FILE inverted.
+flip() {
+  local size byte
+  size=$(stat -c %s "$1")
+  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$1" | tr -d ' ')
+  printf "\\$(printf %o $((byte ^ 255)))" | dd of="$1" bs=1 seek=$((size / 2)) conv=notrunc status=none
+}
+# resign DIR FILE: FILE's size and CRC-32 (gzip's trailer holds zlib's) put in DIR/manifest.json, as
+# a tool that edits a checkpoint and rewrites its manifest would.
+resign() {
+  local size crc
+  size=$(stat -c %s "$1/$2")
+  crc=$(gzip -c "$1/$2" | tail -c8 | od -An -tx4 -N4 | tr -d ' ')
+  sed -i "/\"$2\": {/,/}/{s/\"crc32\": \"[0-9a-f]*\"/\"crc32\": \"$crc\"/; s/\"size\": [0-9]*/\"size\": $size/}" "$1/manifest.json"
 }
 # checkpoint DIR: DIR/checkpoint-2 and DIR/checkpoint-4 from 4 steps of the tiny config.
 checkpoint() {
@@ -143,10 +158,7 @@ checkpoint_truncated)
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_flipped_byte)
   checkpoint run
-  f=run/checkpoint-4/optimizer.h5
-  size=$(stat -c %s "$f")
-  byte=$(od -An -tu1 -j $((size / 2)) -N1 "$f" | tr -d ' ')
-  printf "\\$(printf %o $((byte ^ 255)))" | dd of="$f" bs=1 seek=$((size / 2)) conv=notrunc status=none
+  flip run/checkpoint-4/optimizer.h5
   expect 1 "run/checkpoint-4: optimizer.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_latest_skips_damaged)
@@ -169,6 +181,13 @@ checkpoint_other_global_batch)
   checkpoint run
   expect 2 "rng_state_0.json: the checkpoint was taken with a global batch of 64 samples \\(per_device_train_batch_size x processes\\), this run has 32 \\(32 x 1\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --per_device_train_batch_size 32 ;;
+checkpoint_resigned_metadata)
+  # the bytes check out (re-signed), what they say does not: the checkpoint's meaning is checked too
+  checkpoint run
+  sed -i 's/"global_step": 4,/"global_step": -5,/' run/checkpoint-4/trainer_state.json
+  resign run/checkpoint-4 trainer_state.json
+  expect 1 "resume from run/checkpoint-4: run/checkpoint-4/trainer_state.json: global_step: -5 is negative" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
 checkpoint_is_a_file)
   checkpoint run
   expect 1 "resume_from_checkpoint 'run/checkpoint-4/model.h5': run/checkpoint-4/model.h5: not a directory" \
@@ -176,7 +195,7 @@ checkpoint_is_a_file)
 evaluate_corrupt_model)
   checkpoint run
   truncate -s 1000 run/model.h5
-  expect 1 "ctrainer evaluate: load model 'run/model.h5': not an HDF5 file \\(or corrupt\\)" \
+  expect 1 "ctrainer evaluate: run: model.h5 is 1000 bytes, the manifest says [0-9]+ \\(truncated\\?\\)" \
          "$ctrainer" evaluate "$tiny" --model run --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
 evaluate_other_model)
   checkpoint run
@@ -193,11 +212,38 @@ checkpoint_resume_other_output_dir)
          --save_strategy steps --save_steps 1 --save_total_limit 1 --load_best_model_at_end true \
          --metric_for_best_model small_loss --resume_from_checkpoint a/checkpoint-1 || exit 1
   [ -d b/checkpoint-2 ] && [ -d b/checkpoint-3 ] && [ -d a/checkpoint-1 ] || { ls a b; echo "a checkpoint was lost"; exit 1; } ;;
+# Every reader of a saved model verifies its manifest first (checkpoint/checkpoint_io.h's
+# ct_checkpoint_load_model): a flipped bit in the weights never evaluates to a huge loss.
+evaluate_flipped_byte)
+  checkpoint run
+  flip run/checkpoint-4/model.h5
+  expect 1 "ctrainer evaluate: run/checkpoint-4: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" evaluate "$tiny" --model run/checkpoint-4 --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
+predict_flipped_byte)
+  checkpoint run
+  flip run/model.h5
+  expect 1 "ctrainer predict: run: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" predict "$tiny" --model run --output p.h5 --set data.test.limit=64 ;;
+export_flipped_byte)
+  checkpoint run
+  flip run/checkpoint-2/model.h5
+  expect 1 "ctrainer export: run/checkpoint-2: model.h5 does not match its checksum \\(crc32 [0-9a-f]{8}, the manifest says [0-9a-f]{8}\\)" \
+         "$ctrainer" export --model run/checkpoint-2 --output hf ;;
 init_from_not_safetensors)
   echo "these are not weights" >junk.safetensors
   printf '{"model": %s, "init_from": "junk.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
          "$mlp" >run.json
   expect 1 "ctrainer evaluate: init_from: ./junk.safetensors: header size [0-9]+ exceeds the format's limit of 100000000 bytes \\(not a safetensors file\\?\\)" \
+         "$ctrainer" evaluate run.json ;;
+init_from_nan_weights)
+  # a NaN written over the first float of the data (the first tensor by name, element 0)
+  checkpoint run
+  "$ctrainer" export --model run --output hf >/dev/null || { echo "export failed"; exit 1; }
+  header=$(od -An -tu8 -N8 hf/model.safetensors | tr -d ' ')
+  printf '\0\0\300\177' | dd of=hf/model.safetensors bs=1 seek=$((8 + header)) conv=notrunc status=none
+  printf '{"model": %s, "init_from": "hf/model.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
+         '{"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}]}' >run.json
+  expect 1 "ctrainer evaluate: init_from: ./hf/model.safetensors: tensor '[0-9a-z_.]+': holds 1 non-finite value, the first nan at element 0 of [0-9]+" \
          "$ctrainer" evaluate run.json ;;
 # --- environment ---
 env_omp_threads_garbage)

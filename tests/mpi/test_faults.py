@@ -8,8 +8,9 @@ that sample. The global sampler does not depend on the number of processes, so o
 same global batch meets the poison at the same steps: it is the reference.
   1. error: the job ends non-zero (no rank left waiting); every message names the same step, the loss
      and the same rank; the step is the reference's first poisoned step;
-  2. skip (plain DDP and ZeRO-1; a tanh model, whose loss goes NaN, and a ReLU model, whose loss stays
-     finite while its gradient goes NaN, without clipping): the job ends normally, the warnings name
+  2. skip (plain DDP and ZeRO-1; the NaN feature, which makes the loss NaN, and the same feature +inf,
+     which saturates the tanh so that the loss stays finite while its gradient (0 * inf) goes NaN,
+     without clipping): the job ends normally, the warnings name
      the reference's steps, nan_inf_skipped is the reference's count, and the weights are the
      reference's up to summation order;
   3. stop (also with save_async): the job ends non-zero naming the step and the checkpoint of the last
@@ -168,22 +169,26 @@ def nan_cases(tmp):
     bad[poison, int(RNG.integers(0, FEATURES))] = np.nan
     data = os.path.join(tmp, "poisoned.h5")
     write_data(data, bad, y)
-    print(f"sample {poison} has a NaN feature")
+    saturating = np.where(np.isnan(bad), np.float32(np.inf), bad)
+    data_inf = os.path.join(tmp, "poisoned_inf.h5")
+    write_data(data_inf, saturating, y)
+    print(f"sample {poison} has a NaN (or +inf) feature")
+    poisons = {"nan": data, "inf": data_inf}
 
     # the references: one process, the same global batch
     refs = {}
-    for act in ("tanh", "relu"):
-        cfg = config(tmp, f"ref_{act}", data, act, nan_inf_policy="skip",
-                     max_grad_norm=1.0 if act == "tanh" else 0.0)
-        out = os.path.join(tmp, f"ref_{act}")
-        rc, text = train(cfg, out, 1, f"reference, {act}, 1 process", "--per_device_train_batch_size", str(2 * BATCH))
+    for kind in ("nan", "inf"):
+        cfg = config(tmp, f"ref_{kind}", poisons[kind], "tanh", nan_inf_policy="skip",
+                     max_grad_norm=1.0 if kind == "nan" else 0.0)
+        out = os.path.join(tmp, f"ref_{kind}")
+        rc, text = train(cfg, out, 1, f"reference, {kind}, 1 process", "--per_device_train_batch_size", str(2 * BATCH))
         steps = bad_steps(text)
-        check(rc == 0 and len(steps) >= 1, f"reference {act}: exit {rc}, skipped steps {steps}\n{text[-2000:]}")
-        quantity = "loss" if act == "tanh" else "gradient norm"
+        check(rc == 0 and len(steps) >= 1, f"reference {kind}: exit {rc}, skipped steps {steps}\n{text[-2000:]}")
+        quantity = "loss" if kind == "nan" else "gradient norm"
         check(all(m.group(2) == quantity for m in STEP_RE.finditer(text)),
-              f"reference {act}: the poison should show in the {quantity}:\n{text[-2000:]}")
-        refs[act] = (steps, weights(out) if rc == 0 else None)
-    first = refs["tanh"][0][0] if refs["tanh"][0] else -1
+              f"reference {kind}: the poison should show in the {quantity}:\n{text[-2000:]}")
+        refs[kind] = (steps, weights(out) if rc == 0 else None)
+    first = refs["nan"][0][0] if refs["nan"][0] else -1
 
     # 1. error
     cfg = config(tmp, "error", data, "tanh")
@@ -196,17 +201,17 @@ def nan_cases(tmp):
           f"error: the ranks name {named}; the reference's first poisoned step is {first}:\n" + "\n".join(lines))
 
     # 2. skip
-    for act, sharding, clip in (("tanh", "none", 1.0), ("tanh", "zero1", 1.0), ("relu", "none", 0.0)):
-        label = f"skip, {act}, {sharding}, max_grad_norm {clip}"
-        cfg = config(tmp, f"skip_{act}_{sharding}", data, act, nan_inf_policy="skip", optimizer_sharding=sharding,
-                     max_grad_norm=clip)
-        out = os.path.join(tmp, f"skip_{act}_{sharding}")
+    for kind, sharding, clip in (("nan", "none", 1.0), ("nan", "zero1", 1.0), ("inf", "none", 0.0)):
+        label = f"skip, {kind}, {sharding}, max_grad_norm {clip}"
+        cfg = config(tmp, f"skip_{kind}_{sharding}", poisons[kind], "tanh", nan_inf_policy="skip",
+                     optimizer_sharding=sharding, max_grad_norm=clip)
+        out = os.path.join(tmp, f"skip_{kind}_{sharding}")
         rc, text = train(cfg, out, 2, label)
         if not check(rc == 0, f"{label}: exit {rc}\n{text[-3000:]}"):
             continue
-        steps, ref_w = refs[act]
+        steps, ref_w = refs[kind]
         check(bad_steps(text) == steps, f"{label}: skipped {bad_steps(text)}, the reference {steps}")
-        if act == "tanh":
+        if kind == "nan":
             check(all(re.search(r"first on rank [01] of 2", l) for l in text.splitlines() if "is skipped" in l),
                   f"{label}: a warning does not name the rank:\n{text[-2000:]}")
         else:

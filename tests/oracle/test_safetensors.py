@@ -251,7 +251,7 @@ def export_usage():
                              ([], 2, "--model DIR is required"),
                              (["--model", "x", "--format", "onnx"], 2, "unknown format 'onnx' (supported: safetensors)"),
                              (["--model", "x", "--dtype", "f8"], 2, "unknown dtype 'f8' (f32, f64, bf16 or f16)"),
-                             (["--model", "/nonexistent/run"], 1, "cannot read '/nonexistent/run/model.h5'"),
+                             (["--model", "/nonexistent/run"], 1, "/nonexistent/run: cannot open: No such file or directory"),
                              (["--model", "x", "--colour"], 2, "unknown option '--colour'"),
                              (["--model"], 2, "--model needs a value"),
                              (["--model", "x", "a.json", "b.json"], 2, "unexpected argument 'b.json'")):

@@ -13,6 +13,7 @@
 #include <ftw.h>
 #include <hdf5.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -375,6 +376,26 @@ static void optimizer_mismatches(void) {
     CHECK(f >= 0 && H5Adelete(f, "step") >= 0, "cannot delete the step attribute");
     if (f >= 0) H5Fclose(f);
     expect_load("no step attribute", path, adamw, 0, CT_ERR_FORMAT, "no attribute 'step'", NULL);
+    write_bytes(path, orig, n);
+    /* A NaN or infinity in a state tensor (a moment that would poison every later update without a
+     * bad step to report) is refused, naming the tensor and the element, and nothing is copied. */
+    const char *states[] = {"exp_avg", "exp_avg_sq"};
+    const char *state = states[ct_rng_below(&rng, 2)];
+    const double bad_values[] = {NAN, INFINITY, -INFINITY};
+    double bad_value = bad_values[ct_rng_below(&rng, 3)];
+    f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    CHECK_OK(ct_h5_read_tensor_alloc(f, state, CT_F32, &t));
+    int64_t at = (int64_t)ct_rng_below(&rng, (uint64_t)ct_tensor_numel(&t));
+    ct_tensor_set(&t, at, bad_value);
+    CHECK(H5Ldelete(f, state, H5P_DEFAULT) >= 0, "cannot replace %s", state);
+    CHECK_OK(ct_h5_write_tensor(f, state, &t));
+    ct_tensor_free(&t);
+    H5Fclose(f);
+    char where[96], which[64];
+    snprintf(which, sizeof which, "state tensor '%s': holds 1 non-finite value", state);
+    snprintf(where, sizeof where, "the first %s at element %lld of", isnan(bad_value) ? "nan" : bad_value > 0 ? "inf" : "-inf",
+             (long long)at);
+    expect_load("non-finite state", path, adamw, 0, CT_ERR_FORMAT, which, where);
     write_bytes(path, orig, n);
     expect_load("restored file", path, adamw, 0, CT_OK, NULL, NULL);
     free(orig);

@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <ftw.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,8 +98,10 @@ static void fill_params(ct_param_store *ps, bool grads) {
 
 static double random_double(void) { return ct_rng_uniform(&rng) * 10 - 5; }
 
-/* An MLP of the given width; AdamW after `steps` random steps (state not zero); a linear scheduler
- * with warmup stepped as often; a trainer state at global_step `steps`; random progress. */
+/* An MLP of the given width; AdamW after `steps` random steps (state not zero), less the ones
+ * nan_inf_policy skipped; a linear scheduler with warmup stepped as often; a trainer state at
+ * global_step `steps`; random progress that a resume's checks accept (a position inside the steps
+ * taken, on a step boundary). */
 static void run_init(run *r, const char *name, int64_t hidden, int steps) {
     memset(r, 0, sizeof *r);
     ct_training_args_default(&r->args);
@@ -121,7 +124,7 @@ static void run_init(run *r, const char *name, int64_t hidden, int steps) {
     ct_scheduler_config sc = ct_scheduler_config_default();
     sc.warmup_steps = 2;
     CHECK_OK(ct_scheduler_create(&sc, oc.learning_rate, 20, &r->sched));
-    for (int i = 0; i < steps; i++) {
+    for (int i = 0; i < steps - steps / 3; i++) {
         fill_params(&r->model.params, true);
         CHECK_OK(ct_optimizer_step(r->opt, ct_scheduler_lr(r->sched)));
         ct_scheduler_step(r->sched);
@@ -131,12 +134,12 @@ static void run_init(run *r, const char *name, int64_t hidden, int steps) {
     r->state.epoch = steps / 7.0;
     r->state.max_steps = 20;
     r->progress = (ct_train_progress){.epoch = steps / 7,
-                                      .next_batch = steps % 7,
+                                      .next_batch = 2 * (steps % 7),
                                       .epoch_done = steps % 2 == 1,
                                       .tr_loss = random_double(),
                                       .total_loss = random_double(),
                                       .last_logged_step = steps > 0 ? steps - 1 : 0,
-                                      .grad_norm = random_double(),
+                                      .grad_norm = fabs(random_double()),
                                       .has_grad_norm = true,
                                       .learning_rate = ct_scheduler_lr(r->sched),
                                       .nan_inf_skipped = steps / 3};

@@ -3,6 +3,7 @@
  * statistical and keying properties of dropout masks (rate, exact scale, split invariance, step and
  * layer keys, thread-count independence), embedding padding and id errors, residual shape errors
  * and parameter names. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -421,6 +422,29 @@ static void dropout_properties(void) {
     for (int64_t i = 0; i < n; i++)
         bad += dx[i] != (mask[i] ? (float)(((float *)dy.data)[i] * scale) : 0.0f);
     CHECK(bad == 0, "%lld input-gradient elements do not follow the forward mask", (long long)bad);
+
+    /* NaN and infinity: PyTorch multiplies by the mask, so a dropped NaN or inf gives NaN rather
+     * than 0 (NaN reaches the loss and nan_inf_policy), a kept one NaN or inf; the same for dy. */
+    int64_t poison[4];
+    const float bad_values[4] = {NAN, INFINITY, -INFINITY, NAN};
+    for (int k = 0; k < 4; k++) {
+        poison[k] = (int64_t)ct_rng_below(&test_rng, (uint64_t)n);
+        ((float *)x.data)[poison[k]] = bad_values[k];
+        ((float *)dy.data)[poison[k]] = bad_values[k];
+    }
+    ct_model_set_step(&model, step, offset);
+    CHECK_OK(ct_model_forward(&model, &x, &y));
+    CHECK_OK(ct_model_backward(&model, &dy));
+    dx = ct_model_input_grad(&model)->data;
+    for (int k = 0; k < 4; k++) {
+        int64_t i = poison[k];
+        float want = mask[i] ? (float)((double)((float *)x.data)[i] * scale) : NAN;
+        float got = ((float *)y.data)[i], got_dx = dx[i];
+        CHECK(isnan(want) ? isnan(got) : got == want, "dropout of %g (%s) at %lld gave %g, PyTorch gives %g",
+              (double)bad_values[k], mask[i] ? "kept" : "dropped", (long long)i, (double)got, (double)want);
+        CHECK(isnan(want) ? isnan(got_dx) : got_dx == want, "dropout's gradient of %g (%s) at %lld is %g, expected %g",
+              (double)bad_values[k], mask[i] ? "kept" : "dropped", (long long)i, (double)got_dx, (double)want);
+    }
 
     /* Eval: the identity. */
     ct_model_train(&model, false);
