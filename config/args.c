@@ -966,13 +966,11 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         size_t n = strlen(a->metric_for_best_model);
         a->greater_is_better = !(n >= 4 && strcmp(a->metric_for_best_model + n - 4, "loss") == 0);
     }
-    /* Trainer.__init__'s check (save_strategy "best" compares metric_for_best_model), and one of ours:
-     * "best" saves only after evaluations, so without them it would never save. */
+    /* Trainer.__init__'s check (save_strategy "best" compares metric_for_best_model). "best" with
+     * eval_strategy "no" is accepted as HF accepts it (configs move between the two); it never saves,
+     * which the Trainer warns about when training starts. */
     if (a->save_strategy == CT_INTERVAL_BEST && !a->metric_for_best_model[0])
         return bad(path, "save_strategy", "'best' requires metric_for_best_model, which is not set");
-    if (a->save_strategy == CT_INTERVAL_BEST && a->eval_strategy == CT_INTERVAL_NO)
-        return bad(path, "save_strategy",
-                   "'best' saves when an evaluation finds a new best metric, but eval_strategy is 'no'");
     if (strcmp(a->lr_scheduler_type, "reduce_lr_on_plateau") == 0 && a->eval_strategy == CT_INTERVAL_NO)
         return bad(path, "lr_scheduler_type", "'reduce_lr_on_plateau' requires evaluations, but eval_strategy is 'no'");
     if (a->data_seed < 0) a->data_seed = a->seed;

@@ -180,8 +180,6 @@ def stricter(kw):
     def val(name, default):
         return kw.get(name, default) if kw.get(name, default) is not None else default
 
-    if kw["save_strategy"] == "best" and kw["eval_strategy"] == "no":
-        return "save_strategy best never saves without evaluations"
     if kw["logging_strategy"] == "steps" and val("logging_steps", 500) < 0:
         return "negative logging_steps"
     if kw["save_strategy"] == "steps" and val("save_steps", 500) <= 0:
