@@ -210,8 +210,13 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
         snprintf(path, sizeof path, "%s/scheduler.json", dir);
         s = ct_scheduler_load_json(snap->scheduler, path);
     }
-    if (s == CT_OK) s = ct_callbacks_load_state(snap->callbacks, st.stateful_callbacks, "stateful_callbacks");
-    const json_t *control = s == CT_OK ? json_object_get(st.stateful_callbacks, "TrainerControl") : NULL;
+    /* Hugging Face's _load_callback_state: callbacks and TrainerControl come back only when asked to
+     * (restore_callback_states_from_checkpoint); otherwise they start afresh, as in a new run. */
+    bool restore = snap->args->restore_callback_states_from_checkpoint;
+    if (s == CT_OK && restore)
+        s = ct_callbacks_load_state(snap->callbacks, st.stateful_callbacks, "stateful_callbacks");
+    const json_t *control =
+        s == CT_OK && restore ? json_object_get(st.stateful_callbacks, "TrainerControl") : NULL;
     if (control) s = ct_trainer_control_load_state(snap->control, control, "stateful_callbacks.TrainerControl");
     if (s != CT_OK) {
         ct_trainer_state_free(&st);

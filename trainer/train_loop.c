@@ -351,6 +351,14 @@ static ct_status nan_inf_step(ct_trainer *t, const ct_step_check *c, int64_t epo
                     "update, 'stop' save the last good step first)", what);
 }
 
+/* include_num_input_tokens_seen: the input elements (tokens of token data) of global batch b->index,
+ * every process's rows, known from the sampler's arithmetic without communicating. */
+static int64_t input_elements(const ct_trainer *t, const ct_batch *b) {
+    int64_t G = t->args.per_device_train_batch_size * t->world_size, n = ct_dataset_length(t->train_dataset);
+    int64_t rows = n - b->index * G < G ? n - b->index * G : G;
+    return rows * ct_shape_numel(&t->train_dataset->spec.feature_shape);
+}
+
 /* The micro-batches [first, first + n) of the epoch: forward, loss and backward of each, the
  * gradient sums of every process gathered by the distribution strategy during the last backward.
  * *loss and *flops: this process's own. */
@@ -382,6 +390,7 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
         }
         CT_TRY(s);
         *loss = ct_loss_value_add(*loss, lv);
+        if (t->args.include_num_input_tokens_seen) t->state.num_input_tokens_seen += input_elements(t, b);
         if (b->rows > 0) *flops += ct_trainer_floating_point_ops(t, b);
         if (!last) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
@@ -513,6 +522,8 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
     t->priv->progress = (ct_train_progress){.grad_norm = NAN};
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
+    /* ignore_data_skip (HF): the interrupted epoch's data starts again from its first batch */
+    if (resume && a->ignore_data_skip && !t->priv->progress.epoch_done) t->priv->progress.next_batch = 0;
     CT_TRY(ct_dist_broadcast_params(&t->priv->dist));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
     ct_trainer_log_run_summary(t, max_steps, epochs);

@@ -11,7 +11,9 @@ decision then depends on the rules alone, and these must agree:
   acceptance or refusal of the config; the steps that log, evaluate and save and the epoch of every
   log_history entry; the learning rate at every log; the checkpoints left; best_metric,
   best_global_step and best_model_checkpoint; where training (or early stopping) stops; each
-  surviving checkpoint's trainer_state.json key set, counters, TrainerControl and early-stopping state.
+  surviving checkpoint's trainer_state.json key set, counters, TrainerControl and early-stopping state;
+  num_input_tokens_seen at every log. What the fed evaluation hides is checked on ctrainer's side
+  alone: prediction_loss_only logs the loss only, save_safetensors writes model.safetensors.
 
 Where Hugging Face 4.51.3 has a defect that ctrainer does not copy (docs/config.md, "Differences from
 Hugging Face"), the affected comparison is left out by the difference's name, and nothing else is.
@@ -162,6 +164,8 @@ class Data(torch.utils.data.Dataset):
 
 
 class Net(torch.nn.Module):
+    main_input_name = "x"  # what include_num_input_tokens_seen counts
+
     def __init__(self):
         super().__init__()
         self.body = torch.nn.Sequential(torch.nn.Linear(FEATURES, 4), torch.nn.ReLU(), torch.nn.Linear(4, CLASSES))
@@ -208,7 +212,7 @@ def run_ctrainer(case, d, data):
         json.dump(cfg, f)
     p = subprocess.run([CTRAINER, "train", path], capture_output=True, text=True,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
-    res = {"code": p.returncode, "stderr": p.stderr, "saves": [int(s) for s in SAVE_LINE.findall(p.stderr)],
+    res = {"code": p.returncode, "stderr": p.stderr, "out": out, "saves": [int(s) for s in SAVE_LINE.findall(p.stderr)],
            "checkpoints": checkpoints(out), "states": read_states(out)}
     if p.returncode == 0:
         with open(os.path.join(out, "trainer_state.json")) as f:
@@ -258,8 +262,7 @@ def run_hf(case, d, data, ct):
     rec = SaveRecorder()
     res = {"saves": rec.saves}
     try:
-        args = TrainingArguments(output_dir=out, report_to="none", disable_tqdm=True, use_cpu=True,
-                                 save_safetensors=True, **case["args"])
+        args = TrainingArguments(output_dir=out, report_to="none", disable_tqdm=True, use_cpu=True, **case["args"])
         callbacks = [rec]
         if case.get("early_stopping"):
             p, th = case["early_stopping"]
@@ -303,8 +306,27 @@ def base(path):
     return None if path is None else os.path.basename(os.path.normpath(path))
 
 
+def ctrainer_only(case, ct):
+    """What Hugging Face's side cannot show (its evaluation is fed): prediction_loss_only keeps the loss
+    alone; save_safetensors writes model.safetensors beside model.h5."""
+    label, a = case["label"], case["args"]
+    if ct["code"] != 0:
+        return
+    evals = [e for e in ct["state"]["log_history"] if "eval_loss" in e]
+    if a.get("prediction_loss_only") and check(evals, f"{label}: no evaluation logged"):
+        extra = {k for e in evals for k in e if k.startswith("eval_") and not k.startswith("eval_loss")
+                 and not k.endswith(("_runtime", "_per_second"))}
+        check(not extra, f"{label}: prediction_loss_only logged {sorted(extra)}")
+    if not a.get("prediction_loss_only") and evals:
+        check("eval_accuracy" in evals[0], f"{label}: no eval_accuracy without prediction_loss_only")
+    st = os.path.exists(os.path.join(ct["out"], "model.safetensors"))
+    check(st == a.get("save_safetensors", True), f"{label}: model.safetensors {'written' if st else 'missing'} with "
+          f"save_safetensors {a.get('save_safetensors', True)}")
+
+
 def compare(case, ct, hf):
     label = case["label"]
+    ctrainer_only(case, ct)
     skip = {name for name, applies in DIFFERENCES.items() if applies(case)}
     ct_ok, hf_ok = ct["code"] == 0, "error" not in hf
     if ct["code"] not in (0, 2):
@@ -327,6 +349,12 @@ def compare(case, ct, hf):
         hlr = [(e["step"], e["learning_rate"]) for e in hs["log_history"] if "loss" in e]
         check(len(clr) == len(hlr) and all(a[0] == b[0] and close(a[1], b[1]) for a, b in zip(clr, hlr)),
               f"{label}: learning rates at the logs differ:\n  ctrainer {clr}\n  HF       {hlr}")
+    if case["args"].get("include_num_input_tokens_seen"):
+        ct_tok = [(e["step"], e.get("num_input_tokens_seen")) for e in cs["log_history"] if "loss" in e]
+        hf_tok = [(e["step"], e.get("num_input_tokens_seen")) for e in hs["log_history"] if "loss" in e]
+        check(ct_tok == hf_tok and cs["num_input_tokens_seen"] == hs["num_input_tokens_seen"] > 0,
+              f"{label}: num_input_tokens_seen {ct_tok} / {cs['num_input_tokens_seen']} (ctrainer) vs {hf_tok} / "
+              f"{hs['num_input_tokens_seen']} (HF)")
     check(ct["saves"] == hf["saves"], f"{label}: saves at steps {ct['saves']} (ctrainer) vs {hf['saves']} (HF)")
     check(ct["checkpoints"] == hf["checkpoints"],
           f"{label}: checkpoints left {ct['checkpoints']} (ctrainer) vs {hf['checkpoints']} (HF)")
@@ -373,6 +401,12 @@ FIXED = [
     case("logging epoch", logging_strategy="epoch", num_train_epochs=3, per_device_train_batch_size=5,
          save_strategy="no"),
     case("logging no", logging_strategy="no", num_train_epochs=1, per_device_train_batch_size=5, save_strategy="no"),
+    case("num_input_tokens_seen", include_num_input_tokens_seen=True, logging_steps=2, num_train_epochs=2, n_train=22,
+         per_device_train_batch_size=4, save_strategy="no"),
+    case("num_input_tokens_seen accumulation", include_num_input_tokens_seen=True, gradient_accumulation_steps=2,
+         n_train=24, logging_steps=1, max_steps=5, per_device_train_batch_size=5, save_strategy="no"),
+    case("prediction_loss_only", prediction_loss_only=True, eval_strategy="steps", eval_steps=2, logging_steps=2,
+         max_steps=6, per_device_train_batch_size=4, save_strategy="no", save_safetensors=False),
     # evaluation
     case("eval steps", eval_strategy="steps", eval_steps=3, logging_steps=2, num_train_epochs=2,
          per_device_train_batch_size=4, save_strategy="no"),
