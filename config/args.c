@@ -92,13 +92,13 @@ typedef struct field_info {
       "Directory for checkpoints, logs and the final model.")                                                          \
     X(overwrite_output_dir, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
       "Write into an output_dir that already holds files (to continue from a checkpoint there).")                      \
-    X(do_train, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                \
-      "For scripts, as in Hugging Face (the Trainer does not read it): whether to train. ctrainer's "                   \
-      "commands say what runs.")                                                                                        \
-    X(do_eval, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                 \
-      "For scripts: whether to evaluate; set to true when eval_strategy is not no, as Hugging Face does.")              \
-    X(do_predict, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                              \
-      "For scripts: whether to predict on the test set.")                                                               \
+    X(do_train, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                               \
+      "For scripts, as in Hugging Face (the Trainer does not read it): whether to train. ctrainer's "                  \
+      "commands say what runs.")                                                                                       \
+    X(do_eval, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                \
+      "For scripts: whether to evaluate; set to true when eval_strategy is not no, as Hugging Face does.")             \
+    X(do_predict, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
+      "For scripts: whether to predict on the test set.")                                                              \
     X(num_train_epochs, REAL, S_F64, "3.0", NULL, NULL, 0, 0,                                                          \
       "Epochs to train for (a fraction trains part of the last one); ignored when max_steps > 0.")                     \
     X(max_steps, INT, S_I64, "-1", NULL, NULL, 0, 0,                                                                   \
@@ -107,9 +107,9 @@ typedef struct field_info {
     X(per_device_eval_batch_size, INT, S_I64, "8", NULL, NULL, 0, 0, "Evaluation samples per batch per process.")      \
     X(gradient_accumulation_steps, INT, S_I64, "1", NULL, NULL, 0, 0,                                                  \
       "Batches whose gradients are summed before each optimizer step.")                                                \
-    X(eval_accumulation_steps, INT, S_I64, "null", NULL, NULL, 0, 0,                                                    \
-      "Evaluation batches whose outputs are gathered before moving to the host; null means at the end. "                \
-      "ctrainer keeps outputs on the host already, so only the value is checked (> 0).")                                \
+    X(eval_accumulation_steps, INT, S_I64, "null", NULL, NULL, 0, 0,                                                   \
+      "Evaluation batches whose outputs are gathered before moving to the host; null means at the end. "               \
+      "ctrainer keeps outputs on the host already, so only the value is checked (> 0).")                               \
     X(dataloader_drop_last, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Drop the last incomplete batch of each epoch.")  \
     X(dataloader_num_workers, INT, S_I64, "0", NULL, NULL, 0, 0,                                                       \
       "Threads that load batches ahead of the training step; 0 loads them in the training thread.")                    \
@@ -123,11 +123,11 @@ typedef struct field_info {
     X(adam_epsilon, REAL, S_F64, "1e-08", NULL, NULL, 0, 0, "Epsilon of Adam and AdamW.")                              \
     X(max_grad_norm, REAL, S_F64, "1.0", NULL, NULL, 0, 0,                                                             \
       "Clip gradients to this global L2 norm; 0 disables clipping.")                                                   \
-    X(label_smoothing_factor, REAL, S_F64, "0.0", NULL, NULL, 0, 0,                                                     \
-      "Label smoothing of the default cross-entropy loss (0 = none); a loss section sets its own "                      \
-      "label_smoothing instead.")                                                                                       \
-    X(nan_inf_policy, ENUM, S_ENUM, "\"error\"", nan_inf_names, nan_inf_values, 0, 0,                                   \
-      "ctrainer: an optimizer step whose loss or gradient norm is NaN or infinite: error fails naming the step, skip "  \
+    X(label_smoothing_factor, REAL, S_F64, "0.0", NULL, NULL, 0, 0,                                                    \
+      "Label smoothing of the default cross-entropy loss (0 = none); a loss section sets its own "                     \
+      "label_smoothing instead.")                                                                                      \
+    X(nan_inf_policy, ENUM, S_ENUM, "\"error\"", nan_inf_names, nan_inf_values, 0, 0,                                  \
+      "ctrainer: an optimizer step whose loss or gradient norm is NaN or infinite: error fails naming the step, skip " \
       "drops its update (the scheduler waits, global_step advances), stop saves the last good step and fails.")        \
     X(lr_scheduler_type, STRING, S_STR, "\"linear\"", ct_scheduler_names, NULL, 0, 0, "The learning-rate schedule.")   \
     X(lr_scheduler_kwargs, OBJECT, S_JSON, "{}", NULL, NULL, 0, 0,                                                     \
@@ -143,14 +143,14 @@ typedef struct field_info {
     X(eval_delay, REAL, S_F64, "0", NULL, NULL, F_COUNT, 0,                                                            \
       "Epochs or steps (by eval_strategy) to wait before the first evaluation.")                                       \
     X(eval_on_start, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Evaluate once before training, as a sanity check.")     \
-    X(prediction_loss_only, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                    \
-      "Evaluate and predict the loss only: no other metric, no compute_metrics, no outputs kept.")                      \
-    X(include_for_metrics, LIST, S_MASK, "[]", include_names, include_values, 0, 0,                                     \
-      "What compute_metrics receives besides outputs and labels: inputs (the features) and loss (per-sample "           \
-      "losses).")                                                                                                       \
-    X(batch_eval_metrics, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
-      "Compute metrics batch by batch instead of on all outputs at the end (ctrainer's metrics always "                 \
-      "accumulate per batch; a compute_metrics hook is then refused).")                                                 \
+    X(prediction_loss_only, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
+      "Evaluate and predict the loss only: no other metric, no compute_metrics, no outputs kept.")                     \
+    X(include_for_metrics, LIST, S_MASK, "[]", include_names, include_values, 0, 0,                                    \
+      "What compute_metrics receives besides outputs and labels: inputs (the features) and loss (per-sample "          \
+      "losses).")                                                                                                      \
+    X(batch_eval_metrics, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                     \
+      "Compute metrics batch by batch instead of on all outputs at the end (ctrainer's metrics always "                \
+      "accumulate per batch; a compute_metrics hook is then refused).")                                                \
     X(save_strategy, ENUM, S_ENUM, "\"steps\"", save_names, save_values, 0, 0,                                         \
       "When to save a checkpoint: never, every save_steps steps, each epoch, or at each new best metric.")             \
     X(save_steps, REAL, S_F64, "500", NULL, NULL, F_COUNT, 0,                                                          \
@@ -159,16 +159,16 @@ typedef struct field_info {
       "Keep at most this many checkpoints (plus the best one); null keeps all.")                                       \
     X(save_only_model, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                        \
       "Save only the model in checkpoints, not the optimizer, scheduler and RNG state (no resuming then).")            \
-    X(save_safetensors, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                         \
-      "Also write the final model as model.safetensors (PyTorch state_dict names) beside model.h5.")                    \
-    X(restore_callback_states_from_checkpoint, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                 \
-      "On resume, restore the callbacks' saved state (early stopping's counter) and TrainerControl; false "             \
-      "starts them afresh, as Hugging Face.")                                                                           \
-    X(ignore_data_skip, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                        \
-      "On resume, start the interrupted epoch's data from its beginning instead of skipping the batches "               \
-      "already trained on.")                                                                                            \
+    X(save_safetensors, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                        \
+      "Also write the final model as model.safetensors (PyTorch state_dict names) beside model.h5.")                   \
+    X(restore_callback_states_from_checkpoint, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                \
+      "On resume, restore the callbacks' saved state (early stopping's counter) and TrainerControl; false "            \
+      "starts them afresh, as Hugging Face.")                                                                          \
+    X(ignore_data_skip, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                       \
+      "On resume, start the interrupted epoch's data from its beginning instead of skipping the batches "              \
+      "already trained on.")                                                                                           \
     X(on_save_error, ENUM, S_ENUM, "\"stop\"", save_error_names, save_error_values, 0, 0,                              \
-      "ctrainer: a checkpoint save that fails (disk full, unwritable output_dir): stop fails the run, continue warns "  \
+      "ctrainer: a checkpoint save that fails (disk full, unwritable output_dir): stop fails the run, continue warns " \
       "and trains on; earlier checkpoints are never touched.")                                                        \
     X(load_best_model_at_end, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                 \
       "Load the checkpoint with the best metric_for_best_model at the end of training.")                               \
@@ -187,15 +187,15 @@ typedef struct field_info {
     X(logging_first_step, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Also log after the first optimizer step.")         \
     X(logging_nan_inf_filter, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                  \
       "Leave NaN and infinite losses out of the logged average (they count as the average so far).")                   \
-    X(include_num_input_tokens_seen, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                           \
-      "Count the input elements trained on (tokens of token data) in num_input_tokens_seen, and log it.")               \
+    X(include_num_input_tokens_seen, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                          \
+      "Count the input elements trained on (tokens of token data) in num_input_tokens_seen, and log it.")              \
     X(log_level, ENUM, S_ENUM, "\"passive\"", log_names, log_values, 0, 0,                                             \
       "Verbosity of the main process; passive keeps the library's default.")                                           \
     X(log_level_replica, ENUM, S_ENUM, "\"warning\"", log_names, log_values, 0, 0,                                     \
       "Verbosity of the other processes.")                                                                             \
     X(log_on_each_node, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                        \
       "In multi-node runs, log from the main process of every node, not only the first.")                              \
-    X(report_to, LIST, S_MASK, "\"none\"", report_names, report_values, 0, 0,                                                   \
+    X(report_to, LIST, S_MASK, "\"none\"", report_names, report_values, 0, 0,                                          \
       "Where logs go besides the console: jsonl writes output_dir/log.jsonl, tensorboard event files under "         \
       "logging_dir; all or none.")                                                                                     \
     X(logging_dir, STRING, S_STR, "null", NULL, NULL, 0, 0,                                                            \
@@ -210,13 +210,13 @@ typedef struct field_info {
       "MiB of gradients per all-reduce bucket, sent while backward goes on; null means 25 (PyTorch's).")              \
     X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
       "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
-    X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                        \
+    X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                       \
       "ctrainer: none (every process holds the optimizer state) or zero1 (each holds a shard; ZeRO stage 1).")        \
     X(eval_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
       "ctrainer: evaluate snapshots of the weights on a thread of their own while training goes on.")                 \
-    X(eval_device, STRING, S_STR, "\"cpu\"", NULL, NULL, 0, 0,                                                          \
+    X(eval_device, STRING, S_STR, "\"cpu\"", NULL, NULL, 0, 0,                                                         \
       "ctrainer: where asynchronous evaluations run: cpu or cuda:N.")                                                  \
-    X(eval_async_policy, STRING, S_STR, "\"latest\"", async_policy_names, NULL, 0, 0,                                   \
+    X(eval_async_policy, STRING, S_STR, "\"latest\"", async_policy_names, NULL, 0, 0,                                  \
       "ctrainer: an evaluation due while one waits: latest replaces the waiting one, skip drops the new one, wait blocks.") \
     X(save_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
       "ctrainer: write checkpoints from an in-memory snapshot in the background; training waits for the copy only.")  \
@@ -225,9 +225,9 @@ typedef struct field_info {
     X(generation_max_length, INT, S_I64, "null", NULL, NULL, 0, 0,                                                     \
       "Seq2Seq: length of prompt plus generated tokens per sample; null means the generation section's max_new_tokens.") \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
-    X(full_determinism, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                        \
-      "Deterministic algorithms everywhere. ctrainer is deterministic for a given config, world size and "              \
-      "thread count already; accepted for portability.")                                                                \
+    X(full_determinism, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                       \
+      "Deterministic algorithms everywhere. ctrainer is deterministic for a given config, world size and "             \
+      "thread count already; accepted for portability.")                                                               \
     X(data_seed, INT, S_I64, "null", NULL, NULL, 0, -1, "Seed of the data sampler; null means seed.")
 
 #define SPEC_ROW(name, type, st, def, allowed, values, flags, unset, doc) {#name, CT_ARG_##type, def, allowed, doc},
@@ -825,7 +825,8 @@ ct_status ct_training_args_set(ct_training_args *a, const char *name, const char
         /* as a command line spells it: JSON, Python's None, or else a string */
         json_t *v = strcmp(text, "None") == 0 ? json_null() : json_loads(text, JSON_DECODE_ANY, NULL);
         if (!v) v = json_string(text);
-        ct_status s = v ? refuse(find_refused(name), v, name) : ct_error(CT_ERR_CONFIG, "%s: '%s' is not valid UTF-8", name, text);
+        ct_status s = v ? refuse(find_refused(name), v, name)
+                        : ct_error(CT_ERR_CONFIG, "%s: '%s' is not valid UTF-8", name, text);
         json_decref(v);
         return s;
     }
@@ -929,7 +930,8 @@ static ct_status row_json(const ct_training_args *a, int i, json_t **out) {
         *out = json_array();
         for (int k = 0; specs[i].allowed[k]; k++) {
             unsigned bits = (unsigned)f->enum_values[k];
-            if (bits && (bits & (bits - 1)) == 0 && (m & bits)) json_array_append_new(*out, json_string(specs[i].allowed[k]));
+            if (bits && (bits & (bits - 1)) == 0 && (m & bits))
+                json_array_append_new(*out, json_string(specs[i].allowed[k]));
         }
         break;
     }
@@ -1148,7 +1150,8 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "eval_accumulation_steps", "must be > 0 batches (or null), got %lld",
                    (long long)a->eval_accumulation_steps);
     if (!(a->label_smoothing_factor >= 0 && a->label_smoothing_factor <= 1))
-        return bad(path, "label_smoothing_factor", "must lie in [0, 1], got %s", num_str(a->label_smoothing_factor, b1));
+        return bad(path, "label_smoothing_factor", "must lie in [0, 1], got %s",
+                   num_str(a->label_smoothing_factor, b1));
     if (a->ddp_bucket_cap_mb < 0)
         return bad(path, "ddp_bucket_cap_mb", "must be > 0 MiB (null means 25), got %lld", (long long)a->ddp_bucket_cap_mb);
     if (a->generation_max_length < 0)

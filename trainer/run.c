@@ -130,7 +130,8 @@ static ct_status build_rest(ct_run *r) {
     if (loss) CT_TRY(ct_run_config_annotate(&r->config, ct_loss_from_json(loss, "loss", &r->loss)));
     else
         CT_TRY(ct_cross_entropy_loss_create(
-            &(ct_cross_entropy_opts){.ignore_index = -100, .label_smoothing = r->args.label_smoothing_factor}, &r->loss));
+            &(ct_cross_entropy_opts){.ignore_index = -100, .label_smoothing = r->args.label_smoothing_factor},
+            &r->loss));
     /* HF's label smoother replaces the model's loss; here a loss section is that loss, and says its own
      * label_smoothing: two settings of one thing would leave one of them unused. */
     if (loss && r->args.label_smoothing_factor > 0)
