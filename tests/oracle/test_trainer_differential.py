@@ -20,13 +20,14 @@ Hugging Face"), the affected comparison is left out by the difference's name, an
 
 Needs transformers and accelerate (scripts/oracle-requirements.txt); exits 77 (skipped) without
 them. torch 1.13 lacks a few names transformers 4.51 imports (DTensor, torch.compiler, the float8
-dtypes) and defaults DataLoader's prefetch_factor differently; they are stood in for at import time,
-none of them on the Trainer's path for a CPU run."""
+dtypes), defaults DataLoader's prefetch_factor differently and cannot read its own optimizer files
+with weights_only; they are stood in for at import time, none of them a decision of the Trainer."""
 import json
 import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -77,6 +78,15 @@ try:
         _dl_init(self, *a, **kw)
 
     torch.utils.data.DataLoader.__init__ = _dl_init_compat
+    # torch 1.13's weights_only unpickler cannot read what its own torch.save wrote for an optimizer or
+    # the RNG states (torch 2 can): a resume here reads only the files this test's runs just wrote.
+    _torch_load = torch.load
+
+    def _torch_load_compat(*a, **kw):
+        kw.pop("weights_only", None)
+        return _torch_load(*a, **kw)
+
+    torch.load = _torch_load_compat
     import accelerate  # noqa: F401  (the Trainer cannot run without it)
     import transformers
     from transformers import EarlyStoppingCallback, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
@@ -197,8 +207,22 @@ def read_states(out):
     return states
 
 
+def resumed_dir(d, side, out, step):
+    """A fresh output_dir holding only checkpoint-<step> of a finished run: what a resume starts from."""
+    dst = os.path.join(d, f"{side}_resumed")
+    shutil.copytree(os.path.join(out, f"checkpoint-{step}"), os.path.join(dst, f"checkpoint-{step}"))
+    return dst, os.path.join(dst, f"checkpoint-{step}")
+
+
 def run_ctrainer(case, d, data):
-    out = os.path.join(d, "ct")
+    res = run_ctrainer_once(case, d, data, os.path.join(d, "ct"))
+    if case.get("resume_at") and res["code"] == 0:
+        out, ckpt = resumed_dir(d, "ct", os.path.join(d, "ct"), case["resume_at"])
+        res = run_ctrainer_once(case, d, data, out, ["--resume_from_checkpoint", ckpt])
+    return res
+
+
+def run_ctrainer_once(case, d, data, out, extra=()):
     args = dict(case["args"], output_dir=out, report_to="none", disable_tqdm=True, eval_bootstrap_resamples=0)
     cfg = {"model": {"type": "mlp", "hidden": [4]},
            "data": {"train": {"type": "hdf5", "path": data["train"]},
@@ -210,7 +234,7 @@ def run_ctrainer(case, d, data):
     path = os.path.join(d, "run.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
-    p = subprocess.run([CTRAINER, "train", path], capture_output=True, text=True,
+    p = subprocess.run([CTRAINER, "train", path, *extra], capture_output=True, text=True,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
     res = {"code": p.returncode, "stderr": p.stderr, "out": out, "saves": [int(s) for s in SAVE_LINE.findall(p.stderr)],
            "checkpoints": checkpoints(out), "states": read_states(out)}
@@ -257,7 +281,18 @@ def eval_values(state):
 
 
 def run_hf(case, d, data, ct):
-    out = os.path.join(d, "hf")
+    """Hugging Face's run; with resume_at, a second Trainer resumes from the first one's checkpoint
+    (the evaluations fed from ctrainer's resumed run, whose log holds the whole history)."""
+    if not case.get("resume_at"):
+        return run_hf_once(case, d, data, ct, os.path.join(d, "hf"))
+    first = run_hf_once(case, d, data, ct, os.path.join(d, "hf"))
+    if "error" in first:
+        return first
+    out, ckpt = resumed_dir(d, "hf", os.path.join(d, "hf"), case["resume_at"])
+    return run_hf_once(case, d, data, ct, out, ckpt)
+
+
+def run_hf_once(case, d, data, ct, out, resume=None):
     torch.manual_seed(0)
     rec = SaveRecorder()
     res = {"saves": rec.saves}
@@ -271,7 +306,7 @@ def run_hf(case, d, data, ct):
         trainer = Fed(model=Net(), args=args, train_dataset=data["train_set"], eval_dataset=data["eval_set"],
                       callbacks=callbacks)
         trainer.remove_callback(PrinterCallback)  # its lines are HF's print(logs); nothing to compare
-        trainer.train()
+        trainer.train(resume_from_checkpoint=resume)
     except (ValueError, AssertionError, KeyError) as e:
         res["error"] = f"{type(e).__name__}: {e}"
         return res
@@ -385,8 +420,9 @@ def compare(case, ct, hf):
 # --- the cases ------------------------------------------------------------------------------------
 
 
-def case(label, n_train=24, early_stopping=None, **args):
-    return {"label": label, "n_train": n_train, "early_stopping": early_stopping, "args": args}
+def case(label, n_train=24, early_stopping=None, resume_at=None, **args):
+    return {"label": label, "n_train": n_train, "early_stopping": early_stopping, "resume_at": resume_at,
+            "args": args}
 
 
 EPOCH_BEST = dict(eval_strategy="epoch", save_strategy="epoch", load_best_model_at_end=True)
@@ -509,6 +545,13 @@ FIXED = [
          metric_for_best_model="accuracy"),
     case("early stopping epochs", early_stopping=(1, 0.0), num_train_epochs=8, logging_steps=2,
          per_device_train_batch_size=6, metric_for_best_model="accuracy", **EPOCH_BEST),
+    # resuming (each side from its own checkpoint of a first, whole run)
+    *[case(f"resume, restore_callback_states_from_checkpoint {r}", early_stopping=(4, 0.0), resume_at=5,
+           restore_callback_states_from_checkpoint=r, eval_strategy="steps", eval_steps=1, save_steps=1,
+           logging_steps=1, max_steps=16, per_device_train_batch_size=3, metric_for_best_model="accuracy",
+           learning_rate=0.3) for r in (False, True)],
+    *[case(f"resume, ignore_data_skip {i}", resume_at=3, ignore_data_skip=i, save_steps=1, logging_steps=1,
+           num_train_epochs=2, per_device_train_batch_size=5, n_train=24, eval_strategy="epoch") for i in (False, True)],
     # refusals
     case("refused: load_best with other strategies", load_best_model_at_end=True, eval_strategy="steps",
          eval_steps=2, save_strategy="epoch", max_steps=4),
