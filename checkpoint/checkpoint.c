@@ -23,13 +23,11 @@
 ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, const ct_trainer_control *control,
                                              ct_trainer_state *state) {
     CT_TRY(ct_callbacks_save_state(callbacks, state->stateful_callbacks));
-    /* A checkpoint is taken at a step boundary once that step's log, evaluation and save have run,
-     * when their flags are down (their events reset them); a save in progress must not leave
-     * should_save up for the resumed run, which would save again at its first chance. */
-    ct_trainer_control c = *control;
-    c.should_log = c.should_evaluate = c.should_save = false;
+    /* The control as it is while the checkpoint is written, before on_save lowers should_save, as
+     * HF's _save_checkpoint records it (so a scheduled save says should_save true). A resumed run
+     * never acts on these flags: on_step_begin lowers log/evaluate/save before its first decision. */
     json_t *saved;
-    CT_TRY(ct_trainer_control_save_state(&c, &saved));
+    CT_TRY(ct_trainer_control_save_state(control, &saved));
     if (json_object_set_new(state->stateful_callbacks, "TrainerControl", saved) != 0)
         return ct_error(CT_ERR_NOMEM, "out of memory");
     return CT_OK;
@@ -152,7 +150,10 @@ ct_status ct_checkpoint_save_step(ct_checkpoint_snapshot *snap) {
     snprintf(prev_best, sizeof prev_best, "%s", snap->state->best_model_checkpoint);
     snprintf(dir, sizeof dir, "%s/" PREFIX "%lld", snap->args->output_dir, (long long)snap->state->global_step);
     snprintf(tmp, sizeof tmp, "%s.tmp", dir);
-    if (snap->args->save_strategy == CT_INTERVAL_BEST && snap->state->best_global_step == snap->state->global_step)
+    /* "best" saves right after the evaluation that found a new best (a stop signal may save in
+     * between); ctrainer names it best_model_checkpoint, which HF 4.51 leaves unset under "best" */
+    if (snap->args->save_strategy == CT_INTERVAL_BEST && snap->state->has_best &&
+        snap->progress->best_step == snap->state->global_step)
         snprintf(snap->state->best_model_checkpoint, sizeof snap->state->best_model_checkpoint, "%s", dir);
     else if (snap->state->best_global_step > 0) {
         char best[4096];
@@ -228,8 +229,13 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
         snprintf(path, sizeof path, "%s/scheduler.json", dir);
         s = ct_scheduler_load_json(snap->scheduler, path);
     }
-    if (s == CT_OK) s = ct_callbacks_load_state(snap->callbacks, st.stateful_callbacks, "stateful_callbacks");
-    const json_t *control = s == CT_OK ? json_object_get(st.stateful_callbacks, "TrainerControl") : NULL;
+    /* Hugging Face's _load_callback_state: callbacks and TrainerControl come back only when asked to
+     * (restore_callback_states_from_checkpoint); otherwise they start afresh, as in a new run. */
+    bool restore = snap->args->restore_callback_states_from_checkpoint;
+    if (s == CT_OK && restore)
+        s = ct_callbacks_load_state(snap->callbacks, st.stateful_callbacks, "stateful_callbacks");
+    const json_t *control =
+        s == CT_OK && restore ? json_object_get(st.stateful_callbacks, "TrainerControl") : NULL;
     if (control) s = ct_trainer_control_load_state(snap->control, control, "stateful_callbacks.TrainerControl");
     if (s != CT_OK) {
         ct_trainer_state_free(&st);
@@ -238,6 +244,9 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     /* The best checkpoint's name is the old run's: the checkpoints may have moved since. */
     ct_checkpoint_rederive_best(st.best_model_checkpoint, sizeof st.best_model_checkpoint, snap->args->output_dir,
                                 dir, snap->rank == 0);
+    /* The step flags say what the saved step decided, and that was done: a resumed run entering at an
+     * epoch's end (no step begin lowers them first) must not log, evaluate or save it again. */
+    snap->control->should_log = snap->control->should_evaluate = snap->control->should_save = false;
     st.is_world_process_zero = snap->state->is_world_process_zero;
     st.is_local_process_zero = snap->state->is_local_process_zero;
     ct_trainer_state_free(snap->state);

@@ -39,6 +39,10 @@ typedef struct ct_train_progress {
     bool has_grad_norm;
     double learning_rate; /* of the last step */
     int64_t nan_inf_skipped; /* optimizer steps skipped by nan_inf_policy "skip" so far */
+    /* the step whose evaluation set the best metric last, under every save_strategy (HF's
+     * best_global_step exists only for steps and epoch); tells a "best" save that it is the best.
+     * Not saved: a resumed run's next best is found after its own evaluations. */
+    int64_t best_step;
 } ct_train_progress;
 
 /* save_async's writer thread and the save in flight (checkpoint/checkpoint_async.c); its owner keeps

@@ -47,10 +47,13 @@ static const int save_error_values[] = {CT_SAVE_ERROR_STOP, CT_SAVE_ERROR_CONTIN
 static const char *const optim_names[] = {"adamw_torch", "adamw", "adam", "sgd", NULL};
 static const char *const sharding_names[] = {"none", "zero1", NULL};
 static const ct_optim_kind optim_kinds[] = {CT_OPTIM_ADAMW, CT_OPTIM_ADAMW, CT_OPTIM_ADAM, CT_OPTIM_SGD};
-/* report_to: "none" and "all" are words for the empty and the full set; the others are bits. */
+/* List rows (S_MASK) store a bit set: each word's value is its bits. A word of no bit or of several
+ * (report_to's "none" and "all") names a whole set and stands alone. */
 static const char *const report_names[] = {"none", "all", "jsonl", "tensorboard", NULL};
 #define REPORT_ALL (CT_REPORT_JSONL | CT_REPORT_TENSORBOARD)
-static const unsigned report_bits[] = {0, REPORT_ALL, CT_REPORT_JSONL, CT_REPORT_TENSORBOARD};
+static const int report_values[] = {0, REPORT_ALL, CT_REPORT_JSONL, CT_REPORT_TENSORBOARD};
+static const char *const include_names[] = {"inputs", "loss", NULL};
+static const int include_values[] = {CT_INCLUDE_INPUTS, CT_INCLUDE_LOSS};
 
 _Static_assert(sizeof(ct_interval) == sizeof(int), "enum fields are stored as int");
 _Static_assert(sizeof(ct_log_level) == sizeof(int), "enum fields are stored as int");
@@ -89,6 +92,13 @@ typedef struct field_info {
       "Directory for checkpoints, logs and the final model; a training run locks it (one run at a time).")             \
     X(overwrite_output_dir, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
       "Write into an output_dir that already holds files (to continue from a checkpoint there).")                      \
+    X(do_train, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                               \
+      "For scripts, as in Hugging Face (the Trainer does not read it): whether to train. ctrainer's "                  \
+      "commands say what runs.")                                                                                       \
+    X(do_eval, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                \
+      "For scripts: whether to evaluate; set to true when eval_strategy is not no, as Hugging Face does.")             \
+    X(do_predict, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
+      "For scripts: whether to predict on the test set.")                                                              \
     X(num_train_epochs, REAL, S_F64, "3.0", NULL, NULL, 0, 0,                                                          \
       "Epochs to train for (a fraction trains part of the last one); ignored when max_steps > 0.")                     \
     X(max_steps, INT, S_I64, "-1", NULL, NULL, 0, 0,                                                                   \
@@ -97,6 +107,9 @@ typedef struct field_info {
     X(per_device_eval_batch_size, INT, S_I64, "8", NULL, NULL, 0, 0, "Evaluation samples per batch per process.")      \
     X(gradient_accumulation_steps, INT, S_I64, "1", NULL, NULL, 0, 0,                                                  \
       "Batches whose gradients are summed before each optimizer step.")                                                \
+    X(eval_accumulation_steps, INT, S_I64, "null", NULL, NULL, 0, 0,                                                   \
+      "Evaluation batches whose outputs are gathered before moving to the host; null means at the end. "               \
+      "ctrainer keeps outputs on the host already, so only the value is checked (> 0).")                               \
     X(dataloader_drop_last, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Drop the last incomplete batch of each epoch.")  \
     X(dataloader_num_workers, INT, S_I64, "0", NULL, NULL, 0, 0,                                                       \
       "Threads that load batches ahead of the training step; 0 loads them in the training thread.")                    \
@@ -110,8 +123,11 @@ typedef struct field_info {
     X(adam_epsilon, REAL, S_F64, "1e-08", NULL, NULL, 0, 0, "Epsilon of Adam and AdamW.")                              \
     X(max_grad_norm, REAL, S_F64, "1.0", NULL, NULL, 0, 0,                                                             \
       "Clip gradients to this global L2 norm; 0 disables clipping.")                                                   \
-    X(nan_inf_policy, ENUM, S_ENUM, "\"error\"", nan_inf_names, nan_inf_values, 0, 0,                                   \
-      "ctrainer: an optimizer step whose loss or gradient norm is NaN or infinite: error fails naming the step, skip "  \
+    X(label_smoothing_factor, REAL, S_F64, "0.0", NULL, NULL, 0, 0,                                                    \
+      "Label smoothing of the default cross-entropy loss (0 = none); a loss section sets its own "                     \
+      "label_smoothing instead.")                                                                                      \
+    X(nan_inf_policy, ENUM, S_ENUM, "\"error\"", nan_inf_names, nan_inf_values, 0, 0,                                  \
+      "ctrainer: an optimizer step whose loss or gradient norm is NaN or infinite: error fails naming the step, skip " \
       "drops its update (the scheduler waits, global_step advances), stop saves the last good step and fails.")        \
     X(lr_scheduler_type, STRING, S_STR, "\"linear\"", ct_scheduler_names, NULL, 0, 0, "The learning-rate schedule.")   \
     X(lr_scheduler_kwargs, OBJECT, S_JSON, "{}", NULL, NULL, 0, 0,                                                     \
@@ -127,6 +143,14 @@ typedef struct field_info {
     X(eval_delay, REAL, S_F64, "0", NULL, NULL, F_COUNT, 0,                                                            \
       "Epochs or steps (by eval_strategy) to wait before the first evaluation.")                                       \
     X(eval_on_start, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Evaluate once before training, as a sanity check.")     \
+    X(prediction_loss_only, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
+      "Evaluate and predict the loss only: no other metric, no compute_metrics, no outputs kept.")                     \
+    X(include_for_metrics, LIST, S_MASK, "[]", include_names, include_values, 0, 0,                                    \
+      "What compute_metrics receives besides outputs and labels: inputs (the features) and loss (per-sample "          \
+      "losses).")                                                                                                      \
+    X(batch_eval_metrics, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                     \
+      "Compute metrics batch by batch instead of on all outputs at the end (ctrainer's metrics always "                \
+      "accumulate per batch; a compute_metrics hook is then refused).")                                                \
     X(save_strategy, ENUM, S_ENUM, "\"steps\"", save_names, save_values, 0, 0,                                         \
       "When to save a checkpoint: never, every save_steps steps, each epoch, or at each new best metric.")             \
     X(save_steps, REAL, S_F64, "500", NULL, NULL, F_COUNT, 0,                                                          \
@@ -135,8 +159,16 @@ typedef struct field_info {
       "Keep at most this many checkpoints (plus the best one); null keeps all.")                                       \
     X(save_only_model, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                        \
       "Save only the model in checkpoints, not the optimizer, scheduler and RNG state (no resuming then).")            \
+    X(save_safetensors, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                        \
+      "Also write the final model as model.safetensors (PyTorch state_dict names) beside model.h5.")                   \
+    X(restore_callback_states_from_checkpoint, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                \
+      "On resume, restore the callbacks' saved state (early stopping's counter) and TrainerControl; false "            \
+      "starts them afresh, as Hugging Face.")                                                                          \
+    X(ignore_data_skip, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                       \
+      "On resume, start the interrupted epoch's data from its beginning instead of skipping the batches "              \
+      "already trained on.")                                                                                           \
     X(on_save_error, ENUM, S_ENUM, "\"stop\"", save_error_names, save_error_values, 0, 0,                              \
-      "ctrainer: a checkpoint save that fails (disk full, unwritable output_dir): stop fails the run, continue warns "  \
+      "ctrainer: a checkpoint save that fails (disk full, unwritable output_dir): stop fails the run, continue warns " \
       "and trains on; earlier checkpoints are never touched.")                                                        \
     X(load_best_model_at_end, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                 \
       "Load the checkpoint with the best metric_for_best_model at the end of training.")                               \
@@ -155,13 +187,15 @@ typedef struct field_info {
     X(logging_first_step, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Also log after the first optimizer step.")         \
     X(logging_nan_inf_filter, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                  \
       "Leave NaN and infinite losses out of the logged average (they count as the average so far).")                   \
+    X(include_num_input_tokens_seen, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                          \
+      "Count the input elements trained on (tokens of token data) in num_input_tokens_seen, and log it.")              \
     X(log_level, ENUM, S_ENUM, "\"passive\"", log_names, log_values, 0, 0,                                             \
       "Verbosity of the main process; passive keeps the library's default.")                                           \
     X(log_level_replica, ENUM, S_ENUM, "\"warning\"", log_names, log_values, 0, 0,                                     \
       "Verbosity of the other processes.")                                                                             \
     X(log_on_each_node, BOOL, S_BOOL, "true", NULL, NULL, 0, 0,                                                        \
       "In multi-node runs, log from the main process of every node, not only the first.")                              \
-    X(report_to, LIST, S_MASK, "\"none\"", report_names, NULL, 0, 0,                                                   \
+    X(report_to, LIST, S_MASK, "\"none\"", report_names, report_values, 0, 0,                                          \
       "Where logs go besides the console: jsonl writes output_dir/log.jsonl, tensorboard event files under "         \
       "logging_dir; all or none.")                                                                                     \
     X(logging_dir, STRING, S_STR, "null", NULL, NULL, 0, 0,                                                            \
@@ -180,7 +214,7 @@ typedef struct field_info {
       "MiB of gradients per all-reduce bucket, sent while backward goes on; null means 25 (PyTorch's).")              \
     X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
       "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
-    X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                        \
+    X(optimizer_sharding, STRING, S_STR, "\"none\"", sharding_names, NULL, 0, 0,                                       \
       "ctrainer: none (every process holds the optimizer state) or zero1 (each holds a shard; ZeRO stage 1).")        \
     X(eval_async, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                             \
       "ctrainer: evaluate snapshots of the weights on a thread of their own while training goes on.")                 \
@@ -195,6 +229,9 @@ typedef struct field_info {
     X(generation_max_length, INT, S_I64, "null", NULL, NULL, 0, 0,                                                     \
       "Seq2Seq: length of prompt plus generated tokens per sample; null means the generation section's max_new_tokens.") \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
+    X(full_determinism, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                       \
+      "Deterministic algorithms everywhere. ctrainer is deterministic for a given config, world size and "             \
+      "thread count already; accepted for portability.")                                                               \
     X(data_seed, INT, S_I64, "null", NULL, NULL, 0, -1, "Seed of the data sampler; null means seed.")
 
 #define SPEC_ROW(name, type, st, def, allowed, values, flags, unset, doc) {#name, CT_ARG_##type, def, allowed, doc},
@@ -289,6 +326,13 @@ static int get_int(const ct_training_args *a, int i) {
     int v;
     memcpy(&v, cfield(a, i), sizeof v);
     return v;
+}
+
+/* Every bit a list row's words can set. */
+static unsigned mask_all(int i) {
+    unsigned m = 0;
+    for (int k = 0; specs[i].allowed[k]; k++) m |= (unsigned)infos[i].enum_values[k];
+    return m;
 }
 
 /* The index of value in an enum row's values, or -1. */
@@ -440,12 +484,13 @@ static ct_status set_row(ct_training_args *a, int i, const json_t *v, const char
                 break;
             }
             if ((s = pick(i, json_string_value(w), item, &k)) != CT_OK) break;
-            if (k <= 1 && n > 1) {
-                s = ct_error(CT_ERR_CONFIG, "%s: '%s' cannot be combined with other destinations", item,
-                             report_names[k]);
+            unsigned bits = (unsigned)f->enum_values[k];
+            if ((bits == 0 || (bits & (bits - 1)) != 0) && n > 1) {
+                s = ct_error(CT_ERR_CONFIG, "%s: '%s' cannot be combined with other values", item,
+                             specs[i].allowed[k]);
                 break;
             }
-            mask |= k == 1 ? REPORT_ALL : report_bits[k];
+            mask |= bits;
         }
         json_decref(single);
         if (s != CT_OK) return s;
@@ -454,6 +499,186 @@ static ct_status set_row(ct_training_args *a, int i, const json_t *v, const char
     }
     }
     return CT_OK;
+}
+
+/* --- Hugging Face's arguments that do not apply here ---------------------------------------------- *
+ * Every other field of TrainingArguments (and Seq2SeqTrainingArguments) 4.51.3, with Hugging Face's
+ * default and why ctrainer has no use for it. A config written for Hugging Face may name one at a
+ * value that asks for nothing (its default, null, false, "", [] or {}): it is ignored. Any other value
+ * is refused with the reason, never silently dropped. docs/config.md lists them from here. */
+typedef struct refused_arg {
+    const char *name, *hf_default, *why;
+} refused_arg;
+
+static const refused_arg refused[] = {
+    {"per_gpu_train_batch_size", "null",
+     "deprecated by Hugging Face itself: use per_device_train_batch_size"},
+    {"per_gpu_eval_batch_size", "null",
+     "deprecated by Hugging Face itself: use per_device_eval_batch_size"},
+    {"torch_empty_cache_steps", "null",
+     "ctrainer has no caching allocator to empty: its buffers are sized once and reused"},
+    {"no_cuda", "false",
+     "the device comes from the run config's model section (cpu or cuda:N), not from a flag"},
+    {"use_cpu", "false",
+     "the device comes from the run config's model section (cpu or cuda:N), not from a flag"},
+    {"use_mps_device", "false",
+     "ctrainer has no Apple MPS backend"},
+    {"jit_mode_eval", "false",
+     "there is no TorchScript in ctrainer"},
+    {"use_ipex", "false",
+     "Intel Extension for PyTorch does not apply to ctrainer's own CPU kernels"},
+    {"bf16", "false",
+     "mixed precision is not implemented: training runs in float32"},
+    {"fp16", "false",
+     "mixed precision is not implemented: training runs in float32"},
+    {"fp16_opt_level", "\"O1\"",
+     "apex AMP does not exist in ctrainer"},
+    {"half_precision_backend", "\"auto\"",
+     "mixed precision is not implemented: training runs in float32"},
+    {"bf16_full_eval", "false",
+     "evaluation runs in float32"},
+    {"fp16_full_eval", "false",
+     "evaluation runs in float32"},
+    {"tf32", "null",
+     "ctrainer's GEMMs run in full float32"},
+    {"local_rank", "-1",
+     "the rank comes from mpirun or srun, not from the config"},
+    {"ddp_backend", "null",
+     "ctrainer chooses its communicator itself: MPI between processes, NCCL for CUDA tensors"},
+    {"tpu_num_cores", "null",
+     "there are no TPUs in ctrainer"},
+    {"tpu_metrics_debug", "false",
+     "there are no TPUs in ctrainer"},
+    {"debug", "\"\"",
+     "the PyTorch/XLA debug options do not apply"},
+    {"dataloader_prefetch_factor", "null",
+     "the loader's ring of batch slots is sized by dataloader_num_workers"},
+    {"past_index", "-1",
+     "models here return no past states (mems)"},
+    {"run_name", "null",
+     "ctrainer has no experiment-tracker integration to name a run for"},
+    {"remove_unused_columns", "true",
+     "datasets here are tensors, not columns a forward signature could leave unused"},
+    {"label_names", "null",
+     "a dataset here has one label tensor, found by its format"},
+    {"fsdp", "\"\"",
+     "fully sharded data parallelism is not implemented (optimizer_sharding zero1 shards the optimizer state)"},
+    {"fsdp_min_num_params", "0",
+     "fully sharded data parallelism is not implemented"},
+    {"fsdp_config", "null",
+     "fully sharded data parallelism is not implemented"},
+    {"tp_size", "0",
+     "tensor parallelism is not implemented"},
+    {"fsdp_transformer_layer_cls_to_wrap", "null",
+     "fully sharded data parallelism is not implemented"},
+    {"accelerator_config", "null",
+     "there is no Accelerate in ctrainer: its settings are training arguments here"},
+    {"deepspeed", "null",
+     "DeepSpeed does not exist for C (optimizer_sharding zero1 is ZeRO stage 1)"},
+    {"optim_args", "null",
+     "the optimizers' settings are the arguments adam_beta1, adam_beta2, adam_epsilon, weight_decay"},
+    {"adafactor", "false",
+     "deprecated by Hugging Face itself (optim adafactor), and Adafactor is not implemented"},
+    {"group_by_length", "false",
+     "samples of one dataset have one shape here: there are no lengths to group by"},
+    {"length_column_name", "\"length\"",
+     "samples of one dataset have one shape here: there are no lengths to group by"},
+    {"ddp_find_unused_parameters", "null",
+     "every parameter gets a gradient (an unused one gets zeros): there is nothing to find"},
+    {"ddp_broadcast_buffers", "null",
+     "buffers are broadcast from rank 0 at the start; batch-norm statistics stay per process"},
+    {"dataloader_pin_memory", "true",
+     "the loader's batch slots are allocated once; GPU copies use the backend's own staging"},
+    {"dataloader_persistent_workers", "false",
+     "the loader's workers live as long as the loader already"},
+    {"use_legacy_prediction_loop", "false",
+     "there is one evaluation loop"},
+    {"push_to_hub", "false",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"resume_from_checkpoint", "null",
+     "give it on the command line: ctrainer train CONFIG --resume_from_checkpoint [latest or DIR]"},
+    {"hub_model_id", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"hub_strategy", "\"every_save\"",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"hub_token", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"hub_private_repo", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"hub_always_push", "false",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"gradient_checkpointing", "false",
+     "activation recomputation is not implemented: activations are kept for backward"},
+    {"gradient_checkpointing_kwargs", "null",
+     "activation recomputation is not implemented"},
+    {"include_inputs_for_metrics", "false",
+     "deprecated by Hugging Face itself: use include_for_metrics [\"inputs\"]"},
+    {"eval_do_concat_batches", "true",
+     "outputs are written into one array in dataset order as they come: there are no batches to concatenate"},
+    {"fp16_backend", "\"auto\"",
+     "deprecated by Hugging Face itself, and mixed precision is not implemented"},
+    {"push_to_hub_model_id", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"push_to_hub_organization", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"push_to_hub_token", "null",
+     "nothing is uploaded: ctrainer runs without network access"},
+    {"mp_parameters", "\"\"",
+     "SageMaker model parallelism does not apply"},
+    {"auto_find_batch_size", "false",
+     "memory is reserved for the largest batch before training: a batch that does not fit fails at the start"},
+    {"torchdynamo", "null",
+     "there is no torch.compile in C"},
+    {"ray_scope", "\"last\"",
+     "Ray Tune is not used: ctrainer search runs trials itself"},
+    {"torch_compile", "false",
+     "there is no torch.compile in C"},
+    {"torch_compile_backend", "null",
+     "there is no torch.compile in C"},
+    {"torch_compile_mode", "null",
+     "there is no torch.compile in C"},
+    {"include_tokens_per_second", "false",
+     "train_samples_per_second and train_steps_per_second are reported; tokens per second is not"},
+    {"neftune_noise_alpha", "null",
+     "NEFTune's embedding noise is not implemented"},
+    {"optim_target_modules", "null",
+     "GaLore and APOLLO optimizers are not implemented"},
+    {"use_liger_kernel", "false",
+     "Liger's Triton kernels do not apply to ctrainer's kernels"},
+    {"eval_use_gather_object", "false",
+     "outputs are gathered as tensors; there are no Python objects"},
+    {"average_tokens_across_devices", "false",
+     "the loss is always divided by the global count of the step (all micro-batches, all processes)"},
+    {"sortish_sampler", "false",
+     "samples of one dataset have one shape here: there are no lengths to sort by"},
+    {"generation_num_beams", "null",
+     "generation samples (temperature, top-k, top-p); beam search is not implemented"},
+    {"generation_config", "null",
+     "generation settings are the run config's generation section"},
+};
+
+static const refused_arg *find_refused(const char *name) {
+    for (size_t i = 0; i < CT_ARRAY_LEN(refused); i++)
+        if (strcmp(refused[i].name, name) == 0) return &refused[i];
+    return NULL;
+}
+
+static bool asks_nothing(const refused_arg *r, const json_t *v) {
+    if (json_is_null(v) || json_is_false(v)) return true;
+    if (json_is_string(v) && json_string_length(v) == 0) return true;
+    if ((json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0)) return true;
+    json_t *d = json_loads(r->hf_default, JSON_DECODE_ANY, NULL);
+    bool same = d && json_equal(d, (json_t *)v);
+    json_decref(d);
+    return same;
+}
+
+/* CT_OK (the key is ignored) when v asks for nothing; else CT_ERR_CONFIG with the reason. */
+static ct_status refuse(const refused_arg *r, const json_t *v, const char *where) {
+    if (asks_nothing(r, v)) return CT_OK;
+    char got[80];
+    return ct_error(CT_ERR_CONFIG, "%s: Hugging Face's argument is not supported by ctrainer (%s), got %s; leave it "
+                    "out or at %s", where, r->why, json_str(v, got), r->hf_default);
 }
 
 static ct_status unknown_name(const char *name, const char *path) {
@@ -470,8 +695,9 @@ ct_status ct_training_args_set_json(ct_training_args *a, const char *name, const
     CT_ASSERT(a && name);
     const char *where = path && path[0] ? path : name;
     int i = find_index(name);
-    if (i < 0) return unknown_name(name, where);
     if (!value) return ct_error(CT_ERR_CONFIG, "%s: no value", where);
+    if (i < 0 && find_refused(name)) return refuse(find_refused(name), value, where);
+    if (i < 0) return unknown_name(name, where);
     return set_row(a, i, value, where);
 }
 
@@ -493,7 +719,8 @@ ct_status ct_training_args_from_json(ct_training_args *a, const json_t *obj, con
         char where[CT_ARGS_PATH_MAX];
         snprintf(where, sizeof where, "%s.%s", p, key);
         int i = find_index(key);
-        s = i < 0 ? unknown_name(key, where) : set_row(&tmp, i, value, where);
+        if (i >= 0) s = set_row(&tmp, i, value, where);
+        else s = find_refused(key) ? refuse(find_refused(key), value, where) : unknown_name(key, where);
         if (s != CT_OK) break;
     }
     if (s != CT_OK) {
@@ -598,6 +825,15 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
 ct_status ct_training_args_set(ct_training_args *a, const char *name, const char *text) {
     CT_ASSERT(a && name && text);
     int i = find_index(name);
+    if (i < 0 && find_refused(name)) {
+        /* as a command line spells it: JSON, Python's None, or else a string */
+        json_t *v = strcmp(text, "None") == 0 ? json_null() : json_loads(text, JSON_DECODE_ANY, NULL);
+        if (!v) v = json_string(text);
+        ct_status s = v ? refuse(find_refused(name), v, name)
+                        : ct_error(CT_ERR_CONFIG, "%s: '%s' is not valid UTF-8", name, text);
+        json_decref(v);
+        return s;
+    }
     if (i < 0) return unknown_name(name, NULL);
     json_t *v;
     CT_TRY(parse_text(i, text, &v));
@@ -694,10 +930,13 @@ static ct_status row_json(const ct_training_args *a, int i, json_t **out) {
     }
     case S_MASK: {
         unsigned m = *(const unsigned *)p;
-        if (m & ~(unsigned)REPORT_ALL) return ct_error(CT_ERR_CONFIG, "%s: invalid destinations 0x%x", name, m);
+        if (m & ~mask_all(i)) return ct_error(CT_ERR_CONFIG, "%s: invalid value 0x%x", name, m);
         *out = json_array();
-        for (int k = 2; report_names[k]; k++)
-            if (m & report_bits[k]) json_array_append_new(*out, json_string(report_names[k]));
+        for (int k = 0; specs[i].allowed[k]; k++) {
+            unsigned bits = (unsigned)f->enum_values[k];
+            if (bits && (bits & (bits - 1)) == 0 && (m & bits))
+                json_array_append_new(*out, json_string(specs[i].allowed[k]));
+        }
         break;
     }
     }
@@ -872,7 +1111,9 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         if (infos[i].st == S_TRIBOOL && get_int(a, i) != -1 && get_int(a, i) != 0 && get_int(a, i) != 1)
             return bad(path, specs[i].name, "must be -1 (unset), 0 or 1, got %d", get_int(a, i));
     }
-    if (a->report_to & ~(unsigned)REPORT_ALL) return bad(path, "report_to", "invalid destinations 0x%x", a->report_to);
+    for (int i = 0; i < N_ARGS; i++)
+        if (infos[i].st == S_MASK && (*(unsigned *)field(a, i) & ~mask_all(i)))
+            return bad(path, specs[i].name, "invalid value 0x%x", *(unsigned *)field(a, i));
     if (a->lr_scheduler_kwargs && !json_is_object(a->lr_scheduler_kwargs))
         return bad(path, "lr_scheduler_kwargs", "must be an object");
 
@@ -914,6 +1155,12 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         return bad(path, "save_total_limit", "must be >= 0 (0 or null keeps every checkpoint), got %lld",
                    (long long)a->save_total_limit);
     if (a->seed < 0) return bad(path, "seed", "must be >= 0, got %lld", (long long)a->seed);
+    if (a->eval_accumulation_steps < 0)
+        return bad(path, "eval_accumulation_steps", "must be > 0 batches (or null), got %lld",
+                   (long long)a->eval_accumulation_steps);
+    if (!(a->label_smoothing_factor >= 0 && a->label_smoothing_factor <= 1))
+        return bad(path, "label_smoothing_factor", "must lie in [0, 1], got %s",
+                   num_str(a->label_smoothing_factor, b1));
     if (a->ddp_bucket_cap_mb < 0)
         return bad(path, "ddp_bucket_cap_mb", "must be > 0 MiB (null means 25), got %lld", (long long)a->ddp_bucket_cap_mb);
     if (a->generation_max_length < 0)
@@ -982,16 +1229,16 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
         size_t n = strlen(a->metric_for_best_model);
         a->greater_is_better = !(n >= 4 && strcmp(a->metric_for_best_model + n - 4, "loss") == 0);
     }
-    /* Trainer.__init__'s check (save_strategy "best" compares metric_for_best_model), and one of ours:
-     * "best" saves only after evaluations, so without them it would never save. */
+    /* Trainer.__init__'s check (save_strategy "best" compares metric_for_best_model). "best" with
+     * eval_strategy "no" is accepted as HF accepts it (configs move between the two); it never saves,
+     * which the Trainer warns about when training starts. */
     if (a->save_strategy == CT_INTERVAL_BEST && !a->metric_for_best_model[0])
         return bad(path, "save_strategy", "'best' requires metric_for_best_model, which is not set");
-    if (a->save_strategy == CT_INTERVAL_BEST && a->eval_strategy == CT_INTERVAL_NO)
-        return bad(path, "save_strategy",
-                   "'best' saves when an evaluation finds a new best metric, but eval_strategy is 'no'");
     if (strcmp(a->lr_scheduler_type, "reduce_lr_on_plateau") == 0 && a->eval_strategy == CT_INTERVAL_NO)
         return bad(path, "lr_scheduler_type", "'reduce_lr_on_plateau' requires evaluations, but eval_strategy is 'no'");
     if (a->data_seed < 0) a->data_seed = a->seed;
+    /* __post_init__: "do_eval" follows from an evaluation strategy */
+    if (a->eval_strategy != CT_INTERVAL_NO) a->do_eval = true;
     return CT_OK;
 }
 
@@ -1052,6 +1299,32 @@ static const char *type_name(int i) {
     return "?";
 }
 
+/* Where ctrainer keeps its own behaviour against transformers 4.51.3 (each a defect there), found
+ * by tests/oracle/test_trainer_differential.py, which leaves exactly these out by name. */
+static const char differences_text[] =
+    "\n## Differences from Hugging Face\n\n"
+    "ctrainer follows transformers 4.51.3's Trainer rule for rule (tests/oracle/test_trainer_differential.py runs "
+    "both on the same arguments and compares every decision), except where 4.51.3 has a defect:\n\n"
+    "- **The last gradient-accumulation group of an epoch** (`accumulation_tail`). HF's `_inner_training_loop` "
+    "(trainer.py:2480) gives the epoch's last update `num_examples % gradient_accumulation_steps` batches, a count "
+    "of samples used as a count of batches: when that is fewer than the batches left, the epoch ends without an "
+    "optimizer step, the remaining batches are not trained on and the last gradients are carried into the next "
+    "epoch's first step. ctrainer steps on the short last group. The defect came with 4.46 (pull request 34198); "
+    "4.52 counts the remainder in batches (pull request 37923) and agrees with ctrainer.\n"
+    "- **inverse_sqrt's `timescale`** (`inverse_sqrt_timescale`). HF's `get_scheduler` passes inverse_sqrt only "
+    "`num_warmup_steps` (optimization.py:582), so a `timescale` in `lr_scheduler_kwargs` is silently ignored there "
+    "(the default, `num_warmup_steps` or 10000, applies). ctrainer honours it.\n"
+    "- **`best_model_checkpoint` under save_strategy `best`** (`best_model_checkpoint_under_best`). HF sets it only "
+    "for save_strategy `steps` and `epoch` (trainer.py:3202), so under `best` it stays null and "
+    "load_best_model_at_end loads nothing. ctrainer names the checkpoint each new best was saved to, protects it "
+    "from rotation and loads it at the end. (best_global_step stays null under `best`, as in HF.)\n\n"
+    "Rules where ctrainer matches HF 4.51.3 on purpose, though they may surprise: eval_on_start's evaluation "
+    "neither counts toward the best metric nor steps reduce_lr_on_plateau (HF's `_evaluate(skip_scheduler=True)`); "
+    "best_global_step is set only under save_strategy `steps` and `epoch`; save_strategy `best` with eval_strategy "
+    "`no` is accepted and never saves (a warning says so); a checkpoint's TrainerControl is recorded before on_save "
+    "lowers should_save; a resume restores callback states and TrainerControl only with "
+    "restore_callback_states_from_checkpoint.\n";
+
 char *ct_training_args_markdown(void) {
     sbuf b = {0};
     sb_add(&b, "# Configuration reference\n\n"
@@ -1076,6 +1349,19 @@ char *ct_training_args_markdown(void) {
         sb_cell(&b, specs[i].doc);
         sb_add(&b, " |\n");
     }
+    sb_add(&b, "\n## Hugging Face arguments that do not apply\n\n"
+               "Every other field of TrainingArguments (and Seq2SeqTrainingArguments) 4.51.3. A config may name one at "
+               "a value that asks for nothing (Hugging Face's default, null, false, \"\", [] or {}), so configs "
+               "written for Hugging Face run; any other value is refused (exit 2) with the reason below.\n\n"
+               "| Argument | Accepted value | Why ctrainer has no use for it |\n|---|---|---|\n");
+    for (size_t i = 0; i < CT_ARRAY_LEN(refused); i++) {
+        sb_add(&b, "| `%s` | `", refused[i].name);
+        sb_cell(&b, refused[i].hf_default);
+        sb_add(&b, "` | ");
+        sb_cell(&b, refused[i].why);
+        sb_add(&b, " |\n");
+    }
+    sb_add(&b, "%s", differences_text);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -63,6 +63,8 @@ typedef enum ct_on_save_error {
 
 /* report_to destinations, a bit set ("none" = 0, "all" = every one). */
 enum { CT_REPORT_JSONL = 1 << 0, CT_REPORT_TENSORBOARD = 1 << 1 };
+/* include_for_metrics, a bit set. */
+enum { CT_INCLUDE_INPUTS = 1 << 0, CT_INCLUDE_LOSS = 1 << 1 };
 
 #define CT_ARGS_PATH_MAX 1024
 #define CT_ARGS_NAME_MAX 64
@@ -70,6 +72,8 @@ enum { CT_REPORT_JSONL = 1 << 0, CT_REPORT_TENSORBOARD = 1 << 1 };
 typedef struct ct_training_args {
     char output_dir[CT_ARGS_PATH_MAX]; /* "trainer_output" */
     bool overwrite_output_dir;         /* false */
+    /* for scripts (HF's Trainer does not read them); do_eval is set when eval_strategy is not "no" */
+    bool do_train, do_eval, do_predict; /* false */
     /* length of the run */
     double num_train_epochs; /* 3.0 (fractions allowed, as HF) */
     int64_t max_steps;       /* -1: from num_train_epochs; > 0 overrides it */
@@ -77,6 +81,7 @@ typedef struct ct_training_args {
     int64_t per_device_train_batch_size; /* 8 */
     int64_t per_device_eval_batch_size;  /* 8 */
     int64_t gradient_accumulation_steps; /* 1 */
+    int64_t eval_accumulation_steps;     /* 0 = null; outputs stay on the host anyway: checked only */
     bool dataloader_drop_last;           /* false */
     int64_t dataloader_num_workers;      /* 0 */
     /* optimizer (see optim/optimizer.h for their meaning) */
@@ -87,6 +92,7 @@ typedef struct ct_training_args {
     double adam_beta2;            /* 0.999 */
     double adam_epsilon;          /* 1e-8 */
     double max_grad_norm;         /* 1.0; 0 disables clipping */
+    double label_smoothing_factor; /* 0: the default cross-entropy loss's label smoothing */
     ct_nan_inf_policy nan_inf_policy; /* ctrainer's own: "error" */
     /* scheduler (see optim/scheduler.h) */
     char lr_scheduler_type[CT_ARGS_NAME_MAX]; /* "linear" */
@@ -98,11 +104,17 @@ typedef struct ct_training_args {
     double eval_steps;         /* 0 = unset: logging_steps, as HF */
     double eval_delay;         /* 0: epochs or steps (by eval_strategy) before the first evaluation */
     bool eval_on_start;        /* false */
+    bool prediction_loss_only; /* false: evaluation and prediction compute the loss only */
+    unsigned include_for_metrics; /* CT_INCLUDE_* bits: what compute_metrics receives besides outputs */
+    bool batch_eval_metrics;   /* false */
     /* saving */
     ct_interval save_strategy; /* "steps" */
     double save_steps;         /* 500 */
     int64_t save_total_limit;  /* 0 = unlimited (HF's None) */
     bool save_only_model;      /* false */
+    bool save_safetensors;     /* true: the final model also as model.safetensors */
+    bool restore_callback_states_from_checkpoint; /* false: a resume starts callbacks and control afresh */
+    bool ignore_data_skip;     /* false: a resume skips the batches of its epoch already trained on */
     ct_on_save_error on_save_error; /* ctrainer's own: "stop" */
     bool load_best_model_at_end;                  /* false */
     char metric_for_best_model[CT_ARGS_NAME_MAX]; /* "" = unset; "loss" when load_best_model_at_end */
@@ -115,6 +127,7 @@ typedef struct ct_training_args {
     double logging_steps;         /* 500 */
     bool logging_first_step;      /* false */
     bool logging_nan_inf_filter;  /* true */
+    bool include_num_input_tokens_seen; /* false */
     ct_log_level log_level;          /* "passive" */
     ct_log_level log_level_replica;  /* "warning" */
     bool log_on_each_node;           /* true */
@@ -142,6 +155,7 @@ typedef struct ct_training_args {
     /* randomness */
     int64_t seed;      /* 42 */
     int64_t data_seed; /* -1 = unset: seed */
+    bool full_determinism; /* false; ctrainer is deterministic anyway */
 } ct_training_args;
 
 /* The device a process of local rank `local_rank` trains on: device, with use_cpu forcing the CPU

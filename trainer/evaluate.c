@@ -326,7 +326,19 @@ static ct_status finish_metrics(ct_trainer *t, eval_run *r, const char *prefix, 
                                .confidence = t->args.eval_confidence_level,
                                .seed = (uint64_t)t->args.seed};
     CT_TRY(ct_metric_set_uncertainty(&t->metrics, &u, prefix, m));
-    if (!r->detached) CT_TRY(ct_trainer_call_compute_metrics(t, r->out, prefix, m));
+    if (t->args.prediction_loss_only) {
+        /* HF's prediction_loss_only: the loss (here with its uncertainty) and nothing else */
+        char loss[128];
+        int n = snprintf(loss, sizeof loss, "%s_loss", prefix);
+        const char *k;
+        json_t *v;
+        void *tmp;
+        json_object_foreach_safe(m, tmp, k, v) {
+            if (strncmp(k, loss, (size_t)n) != 0) json_object_del(m, k);
+        }
+    } else if (!r->detached) {
+        CT_TRY(ct_trainer_call_compute_metrics(t, r->out, prefix, m));
+    }
     double total_batch = (double)(t->args.per_device_eval_batch_size * t->world_size);
     ct_trainer_speed_metrics(m, prefix, runtime, (double)r->samples, ceil((double)r->samples / total_batch));
     return CT_OK;
@@ -348,7 +360,7 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     CT_TRY(r->test ? ct_trainer_get_test_dataloader(t, r->ds, &loader) : ct_trainer_get_eval_dataloader(t, r->ds, &loader));
     /* compute_metrics sees every output: keep them even when the caller does not want them. */
     ct_prediction_output kept = {0};
-    bool keep_for_hook = !r->out && CT_TRAINER_HOOK(t, compute_metrics);
+    bool keep_for_hook = !r->out && CT_TRAINER_HOOK(t, compute_metrics) && !t->args.prediction_loss_only;
     if (keep_for_hook) r->out = &kept;
     double runtime = 0;
     ct_status s = run_loop(t, r, loader, &runtime);

@@ -13,6 +13,7 @@
 #include "core/fs.h"
 #include "core/json.h"
 #include "model/model_io.h"
+#include "model/model_safetensors.h"
 #include "trainer/trainer_impl.h"
 
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) { return ct_trainer_save_model_from(t, dir, NULL, NULL); }
@@ -33,6 +34,12 @@ ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_te
     if (s == CT_OK && t->config) {
         snprintf(path, sizeof path, "%s/run_config.json", dir);
         s = ct_json_write_file(t->config, path);
+    }
+    /* save_safetensors (HF's default true): the model PyTorch reads too; the model's own weights, so
+     * not for a copy of other values (a best-model checkpoint written from a snapshot) */
+    if (s == CT_OK && t->args.save_safetensors && !values) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        s = ct_model_save_safetensors(t->model, CT_ST_F32, path);
     }
     /* its own manifest, so that every reader can verify it (ct_checkpoint_load_model); the other files
      * of output_dir change later and are not listed */

@@ -128,7 +128,16 @@ static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_mo
 static ct_status build_rest(ct_run *r) {
     const json_t *loss = ct_run_config_section(&r->config, "loss");
     if (loss) CT_TRY(ct_run_config_annotate(&r->config, ct_loss_from_json(loss, "loss", &r->loss)));
-    else CT_TRY(ct_cross_entropy_loss_create(&(ct_cross_entropy_opts){.ignore_index = -100}, &r->loss));
+    else
+        CT_TRY(ct_cross_entropy_loss_create(
+            &(ct_cross_entropy_opts){.ignore_index = -100, .label_smoothing = r->args.label_smoothing_factor},
+            &r->loss));
+    /* HF's label smoother replaces the model's loss; here a loss section is that loss, and says its own
+     * label_smoothing: two settings of one thing would leave one of them unused. */
+    if (loss && r->args.label_smoothing_factor > 0)
+        return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG,
+                                      "training_args.label_smoothing_factor: applies to the default cross-entropy "
+                                      "loss, but the config has a loss section: set \"label_smoothing\" there"));
     /* The metrics are built by the trainer; building them once here puts their errors in context. */
     ct_metric_set check = {0};
     ct_status s = ct_metric_set_from_json(ct_run_config_section(&r->config, "metrics"), "metrics", &check);

@@ -4,6 +4,7 @@
  * which of the trainer's pieces a checkpoint holds. */
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_async.h"
+#include "core/log.h"
 #include "trainer/trainer_impl.h"
 
 void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) {
@@ -29,6 +30,10 @@ void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) 
 }
 
 ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
+    /* HF's save_model line: at info level, so the CLI's main process shows every save */
+    if (t->rank == 0)
+        ct_log_info("Saving model checkpoint to %s/checkpoint-%lld", t->args.output_dir,
+                    (long long)t->state.global_step);
     ct_checkpoint_snapshot s;
     ct_trainer_checkpoint_snapshot(t, &s);
     return ct_checkpoint_save_step(&s);

@@ -72,7 +72,11 @@ static ct_status determine_best(ct_trainer *t, const json_t *metrics, bool *is_n
     if (!t->state.has_best || (greater ? value > t->state.best_metric : value < t->state.best_metric)) {
         t->state.has_best = true;
         t->state.best_metric = value;
-        t->state.best_global_step = t->state.global_step;
+        /* HF records best_global_step only for the strategies that save on a schedule (steps, epoch);
+         * the loop's own record says which save is the best one under "best". */
+        if (t->args.save_strategy == CT_INTERVAL_STEPS || t->args.save_strategy == CT_INTERVAL_EPOCH)
+            t->state.best_global_step = t->state.global_step;
+        t->priv->progress.best_step = t->state.global_step;
         *is_new_best = true;
     }
     return CT_OK;
@@ -89,14 +93,25 @@ static ct_status feed_scheduler(ct_trainer *t, const json_t *metrics) {
                              : ct_error(CT_ERR_CONFIG, "reduce_lr_on_plateau: no metric '%s' to follow", key);
 }
 
-/* Hugging Face's _evaluate: evaluate, feed a metric-driven scheduler, track the best metric. */
-static ct_status evaluate_during_training(ct_trainer *t, bool feed, bool *is_new_best) {
+/* Hugging Face's _evaluate followed by _determine_best_metric: evaluate, feed a metric-driven
+ * scheduler, track the best metric. */
+static ct_status evaluate_during_training(ct_trainer *t, bool *is_new_best) {
     json_t *metrics = NULL;
     CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &metrics));
-    ct_status s = feed ? feed_scheduler(t, metrics) : CT_OK;
+    ct_status s = feed_scheduler(t, metrics);
     if (s == CT_OK) s = determine_best(t, metrics, is_new_best);
     json_decref(metrics);
     return s;
+}
+
+/* eval_on_start is HF's _evaluate(skip_scheduler=True) alone: a sanity check before training that
+ * neither steps a plateau scheduler nor counts towards the best metric (so early stopping still sees
+ * no best at the first evaluation in training, and no checkpoint can be "the best" of step 0). */
+static ct_status evaluate_on_start(ct_trainer *t) {
+    json_t *metrics = NULL;
+    CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &metrics));
+    json_decref(metrics);
+    return CT_OK;
 }
 
 /* --- asynchronous evaluation (eval_async; trainer/async_eval.h) ----------------------------------- *
@@ -172,9 +187,11 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
         a.metrics = metrics;
         s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
     }
-    if (s == CT_OK) s = feed_scheduler(t, metrics);
+    /* step 0 is eval_on_start's snapshot: no scheduler step, no best metric (evaluate_on_start) */
+    bool on_start = step == 0;
+    if (s == CT_OK && !on_start) s = feed_scheduler(t, metrics);
     bool is_new_best = false;
-    if (s == CT_OK) s = determine_best(t, metrics, &is_new_best);
+    if (s == CT_OK && !on_start) s = determine_best(t, metrics, &is_new_best);
     if (s == CT_OK && is_new_best) s = keep_best(t, step, r);
     t->state.global_step = now_step;
     t->state.epoch = now_epoch;
@@ -242,7 +259,7 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         CT_TRY(submit_snapshot(t));
     } else if (t->control.should_evaluate) {
         bool is_new_best;
-        CT_TRY(evaluate_during_training(t, true, &is_new_best));
+        CT_TRY(evaluate_during_training(t, &is_new_best));
         if (t->args.save_strategy == CT_INTERVAL_BEST) t->control.should_save = is_new_best;
     }
     /* continuous: the next evaluation starts on the newest weights as soon as the last one ended */
@@ -334,6 +351,14 @@ static ct_status nan_inf_step(ct_trainer *t, const ct_step_check *c, int64_t epo
                     "update, 'stop' save the last good step first)", what);
 }
 
+/* include_num_input_tokens_seen: the input elements (tokens of token data) of global batch b->index,
+ * every process's rows, known from the sampler's arithmetic without communicating. */
+static int64_t input_elements(const ct_trainer *t, const ct_batch *b) {
+    int64_t G = t->args.per_device_train_batch_size * t->world_size, n = ct_dataset_length(t->train_dataset);
+    int64_t rows = n - b->index * G < G ? n - b->index * G : G;
+    return rows * ct_shape_numel(&t->train_dataset->spec.feature_shape);
+}
+
 /* The micro-batches [first, first + n) of the epoch: forward, loss and backward of each, the
  * gradient sums of every process gathered by the distribution strategy during the last backward.
  * *loss and *flops: this process's own. */
@@ -367,6 +392,7 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
         }
         CT_TRY(s);
         *loss = ct_loss_value_add(*loss, lv);
+        if (t->args.include_num_input_tokens_seen) t->state.num_input_tokens_seen += input_elements(t, b);
         if (b->rows > 0) *flops += ct_trainer_floating_point_ops(t, b);
         if (!last) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
@@ -499,6 +525,8 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     t->priv->progress = (ct_train_progress){.grad_norm = NAN};
     t->priv->batches_per_epoch = len;
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
+    /* ignore_data_skip (HF): the interrupted epoch's data starts again from its first batch */
+    if (resume && a->ignore_data_skip && !t->priv->progress.epoch_done) t->priv->progress.next_batch = 0;
     CT_TRY(ct_dist_broadcast_params(&t->priv->dist));
     ct_trainer_state_resolve(&t->state, a, max_steps, epochs);
     ct_trainer_log_run_summary(t, max_steps, epochs);
@@ -512,8 +540,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (a->eval_on_start && !resume && a->eval_async) {
         CT_TRY(submit_snapshot(t));
     } else if (a->eval_on_start && !resume) {
-        bool ignored;
-        CT_TRY(evaluate_during_training(t, false, &ignored));
+        CT_TRY(evaluate_on_start(t));
     }
     int64_t first_epoch = L->epoch_done ? L->epoch + 1 : L->epoch, first_batch = L->epoch_done ? 0 : L->next_batch;
     /* Resumed from the run's last step: nothing is left to train (the flow callback would only stop
@@ -558,6 +585,9 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
                         ct_interval_name(t->args.eval_strategy));
     /* before anything reads a checkpoint or writes into output_dir */
     CT_TRY(ct_trainer_claim_output_dir(t));
+    if (t->args.save_strategy == CT_INTERVAL_BEST && t->args.eval_strategy == CT_INTERVAL_NO && t->rank == 0)
+        ct_log_warning("save_strategy 'best' saves when an evaluation finds a new best metric, but eval_strategy is "
+                       "'no': no checkpoint will be saved");
     ct_memory_tracker_start(t->priv->memory, CT_MEM_TRAIN);
     ct_loader *loader;
     ct_status ls = ct_trainer_get_train_dataloader(t, &loader);

@@ -215,6 +215,8 @@ ct_callback_args ct_trainer_callback_args(ct_trainer *t) {
 
 ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs) {
     json_object_set_new(logs, "epoch", json_real(t->state.epoch));
+    if (t->args.include_num_input_tokens_seen)
+        json_object_set_new(logs, "num_input_tokens_seen", json_integer(t->state.num_input_tokens_seen));
     json_t *entry = json_deep_copy(logs);
     if (!entry || json_object_set_new(entry, "step", json_integer(t->state.global_step)) != 0) {
         json_decref(entry);
@@ -287,6 +289,15 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     ct_memory_tracker_start(t->priv->memory, CT_MEM_INIT);
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
+    /* compute_metrics gets the whole set's outputs and labels, once: per-batch calls (HF's
+     * batch_eval_metrics) and inputs or per-sample losses beside them (include_for_metrics) are not
+     * implemented, and are refused rather than ignored. Without the hook both change nothing, as in
+     * HF, where they only concern compute_metrics. */
+    if (CT_TRAINER_HOOK(t, compute_metrics) && (t->args.batch_eval_metrics || t->args.include_for_metrics))
+        return ct_error(CT_ERR_CONFIG, "training_args.%s: a compute_metrics hook receives the whole set's outputs "
+                        "and labels once; %s is not supported with it",
+                        t->args.batch_eval_metrics ? "batch_eval_metrics" : "include_for_metrics",
+                        t->args.batch_eval_metrics ? "computing it batch by batch" : "passing inputs or losses");
     if (in->comm) {
         t->comm = in->comm;
     } else {

@@ -308,7 +308,7 @@ static void test_set_text(void) {
     CHECK_OK(ct_training_args_set(&a, "report_to", "[\"jsonl\"]"));
     CHECK(a.report_to == CT_REPORT_JSONL, "report_to [jsonl]");
     CHECK_MSG(ct_training_args_set(&a, "report_to", "jsonl,none"),
-              "report_to[1]: 'none' cannot be combined with other destinations");
+              "report_to[1]: 'none' cannot be combined with other values");
     CHECK_MSG(ct_training_args_set(&a, "report_to", "wandb"),
               "report_to: unknown value 'wandb' (allowed: none, all, jsonl, tensorboard)");
     CHECK_MSG(ct_training_args_set(&a, "report_to", "[1]"),
@@ -426,9 +426,11 @@ static json_t *random_value(const ct_arg_spec *r) {
         if (ct_rng_below(&rng, 2)) return json_object();
         return json_pack("{s:f, s:[i, s]}", "num_cycles", ct_rng_uniform(&rng), "x", 1, "y");
     case CT_ARG_LIST: {
-        const char *choices[] = {"none", "all", "jsonl"};
-        if (ct_rng_below(&rng, 2)) return json_string(choices[ct_rng_below(&rng, 3)]);
-        return json_pack("[s]", "jsonl");
+        /* one allowed word alone, or a list of the last one */
+        int n = 0;
+        while (r->allowed[n]) n++;
+        if (ct_rng_below(&rng, 2)) return json_string(r->allowed[ct_rng_below(&rng, (uint64_t)n)]);
+        return json_pack("[s]", r->allowed[n - 1]);
     }
     }
     return json_null();
@@ -640,10 +642,8 @@ static void test_validate_rules(void) {
     /* save_strategy best, reduce_lr_on_plateau */
     CHECK_MSG(validate_text("{\"save_strategy\": \"best\", \"eval_strategy\": \"epoch\"}"),
               "training_args.save_strategy: 'best' requires metric_for_best_model, which is not set");
-    CHECK_MSG(
-        validate_text("{\"save_strategy\": \"best\", \"metric_for_best_model\": \"accuracy\"}"),
-        "training_args.save_strategy: 'best' saves when an evaluation finds a new best metric, but eval_strategy is "
-        "'no'");
+    /* accepted as Hugging Face accepts it (the Trainer warns that nothing will be saved) */
+    CHECK_OK(validate_text("{\"save_strategy\": \"best\", \"metric_for_best_model\": \"accuracy\"}"));
     CHECK_OK(validate_text(
         "{\"save_strategy\": \"best\", \"eval_strategy\": \"epoch\", \"metric_for_best_model\": \"f1\"}"));
     CHECK_MSG(
@@ -682,7 +682,7 @@ static void test_validate_rules(void) {
     CHECK_MSG(ct_training_args_validate(&a), "greater_is_better: must be -1 (unset), 0 or 1, got 5");
     ct_training_args_default(&a);
     a.report_to = 1u << 7;
-    CHECK_MSG(ct_training_args_validate(&a), "report_to: invalid destinations 0x80");
+    CHECK_MSG(ct_training_args_validate(&a), "report_to: invalid value 0x80");
     ct_training_args_default(&a);
     memset(a.optim, 'x', sizeof a.optim);
     CHECK_MSG(ct_training_args_validate(&a), "optim: not NUL-terminated");
@@ -814,6 +814,55 @@ static void test_scheduler_config(void) {
 }
 
 /* docs/config.md is the generated text. */
+/* Hugging Face's arguments added for parity, and those refused with a reason. */
+static void test_hf_parity_args(void) {
+    ct_training_args a;
+    ct_training_args_default(&a);
+    CHECK(!a.do_train && !a.do_eval && !a.do_predict && !a.prediction_loss_only && a.include_for_metrics == 0 &&
+              !a.batch_eval_metrics && !a.include_num_input_tokens_seen && a.save_safetensors &&
+              a.label_smoothing_factor == 0 && !a.full_determinism && !a.restore_callback_states_from_checkpoint &&
+              !a.ignore_data_skip && a.eval_accumulation_steps == 0,
+          "Hugging Face's defaults of the parity arguments");
+    CHECK_OK(ct_training_args_set(&a, "include_for_metrics", "inputs,loss"));
+    CHECK(a.include_for_metrics == (CT_INCLUDE_INPUTS | CT_INCLUDE_LOSS), "include_for_metrics inputs,loss");
+    CHECK_MSG(ct_training_args_set(&a, "include_for_metrics", "input"),
+              "include_for_metrics: unknown value 'input', did you mean 'inputs'? (allowed: inputs, loss)");
+    /* do_eval follows an evaluation strategy, as __post_init__ sets it */
+    CHECK_OK(ct_training_args_set(&a, "eval_strategy", "epoch"));
+    CHECK_OK(ct_training_args_validate(&a));
+    CHECK(a.do_eval, "do_eval set by eval_strategy epoch");
+    ct_training_args_free(&a);
+    CHECK_MSG(validate_text("{\"eval_accumulation_steps\": -2}"),
+              "training_args.eval_accumulation_steps: must be > 0 batches (or null), got -2");
+    CHECK_MSG(validate_text("{\"label_smoothing_factor\": 1.5}"),
+              "training_args.label_smoothing_factor: must lie in [0, 1], got 1.5");
+    CHECK_OK(validate_text("{\"eval_accumulation_steps\": 4, \"label_smoothing_factor\": 0.1}"));
+
+    /* Refused: a value that asks for nothing is ignored (a config written for HF runs), any other is an
+     * error with the reason; in JSON and on a command line alike. */
+    CHECK_OK(validate_text("{\"fp16\": false, \"deepspeed\": null, \"push_to_hub\": false, \"fsdp\": \"\", "
+                           "\"hub_strategy\": \"every_save\", \"debug\": [], \"remove_unused_columns\": true}"));
+    ct_training_args_default(&a);
+    ct_training_args b;
+    CHECK_OK(ct_training_args_copy(&b, &a));
+    json_t *o = json_loads("{\"learning_rate\": 0.5, \"deepspeed\": \"ds.json\"}", 0, NULL);
+    CHECK_MSG(ct_training_args_from_json(&a, o, "training_args"),
+              "training_args.deepspeed: Hugging Face's argument is not supported by ctrainer (DeepSpeed does not "
+              "exist for C (optimizer_sharding zero1 is ZeRO stage 1)), got \"ds.json\"; leave it out or at null");
+    CHECK(a.learning_rate == b.learning_rate, "a refused key leaves the arguments as they were");
+    json_decref(o);
+    CHECK_MSG(ct_training_args_set(&a, "fp16", "true"),
+              "fp16: Hugging Face's argument is not supported by ctrainer (mixed precision is not implemented: "
+              "training runs in float32), got true; leave it out or at false");
+    CHECK_OK(ct_training_args_set(&a, "fp16", "false"));
+    CHECK_OK(ct_training_args_set(&a, "hub_token", "None"));
+    CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing", "true"),
+              "gradient_checkpointing: Hugging Face's argument is not supported by ctrainer (activation recomputation "
+              "is not implemented: activations are kept for backward), got true; leave it out or at false");
+    ct_training_args_free(&a);
+    ct_training_args_free(&b);
+}
+
 static void test_docs(void) {
     char *md = ct_training_args_markdown();
     CHECK(md != NULL, "markdown");
@@ -920,6 +969,7 @@ int main(int argc, char **argv) {
     test_derived();
     test_optim_config();
     test_scheduler_config();
+    test_hf_parity_args();
     test_docs();
     return ct_test_finish();
 }

@@ -302,8 +302,9 @@ static void test_sync_async_resume(void) {
     json_t *ctl = json_object_get(json_object_get(o, "stateful_callbacks"), "TrainerControl");
     json_t *args = json_object_get(ctl, "args");
     CHECK(args != NULL, "no TrainerControl args in trainer_state.json: %s", st ? st : "(none)");
-    CHECK(json_is_false(json_object_get(args, "should_save")) && json_is_false(json_object_get(args, "should_log")),
-          "the control was saved with its step flags up: %s", st ? st : "(none)");
+    /* as Hugging Face's _save_checkpoint records it: before on_save lowers should_save */
+    CHECK(json_is_true(json_object_get(args, "should_save")),
+          "the control was not saved as it was during the save (should_save true): %s", st ? st : "(none)");
     json_decref(o);
     free(st);
 
