@@ -73,24 +73,6 @@ static unsigned char *random_bytes(size_t n) {
     return b;
 }
 
-/* Runs fn(arg) with stderr captured; returns what it printed (malloc'd). */
-static char *capture_stderr(void (*fn)(void *), void *arg) {
-    fflush(stderr);
-    FILE *cap = tmpfile();
-    int saved = dup(2);
-    dup2(fileno(cap), 2);
-    fn(arg);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    long len = ftell(cap);
-    char *out = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
-    rewind(cap);
-    if (len > 0) out[fread(out, 1, (size_t)len, cap)] = 0;
-    fclose(cap);
-    return out;
-}
-
 /* --- a random parameter store (see test_optim.c) ------------------------------------------------- */
 
 #define MAX_TENSORS 16
@@ -691,7 +673,7 @@ static void latest(void) {
     free(b);
 
     latest_call c = {.output_dir = out_dir};
-    char *err = capture_stderr(call_find_latest, &c);
+    char *err = ct_test_capture_stderr(call_find_latest, &c);
     char want[512];
     snprintf(want, sizeof want, "%s/checkpoint-10", out_dir);
     CHECK(c.s == CT_OK && strcmp(c.out, want) == 0, "latest -> %s '%s': %s", ct_status_str(c.s), c.out, c.msg);
@@ -705,12 +687,12 @@ static void latest(void) {
     free(err);
 
     c.spec = "latest";
-    err = capture_stderr(call_resolve, &c);
+    err = ct_test_capture_stderr(call_resolve, &c);
     CHECK(c.s == CT_OK && strcmp(c.out, want) == 0, "resolve latest -> %s '%s': %s", ct_status_str(c.s), c.out, c.msg);
     free(err);
     snprintf(path, sizeof path, "%s/checkpoint-5", out_dir);
     c.spec = path;
-    err = capture_stderr(call_resolve, &c);
+    err = ct_test_capture_stderr(call_resolve, &c);
     CHECK(c.s == CT_OK && strcmp(c.out, path) == 0 && !err[0], "resolve %s -> %s '%s': %s", path, ct_status_str(c.s),
           c.out, c.msg);
     free(err);
@@ -718,7 +700,7 @@ static void latest(void) {
     snprintf(path, sizeof path, "%s/checkpoint-20", out_dir);
     c.spec = path;
     c.out[0] = 0;
-    err = capture_stderr(call_resolve, &c);
+    err = ct_test_capture_stderr(call_resolve, &c);
     CHECK(c.s == CT_ERR_FORMAT && !c.out[0], "resolve corrupt -> %s", ct_status_str(c.s));
     CHECK(strstr(c.msg, "resume_from_checkpoint '") && strstr(c.msg, "checkpoint-20: optimizer.h5 does not match"),
           "resolve corrupt message: %s", c.msg);
@@ -726,16 +708,16 @@ static void latest(void) {
     free(err);
     snprintf(path, sizeof path, "%s/checkpoint-30", out_dir);
     c.spec = path;
-    free(capture_stderr(call_resolve, &c));
+    free(ct_test_capture_stderr(call_resolve, &c));
     CHECK(c.s == CT_ERR_FORMAT && strstr(c.msg, "checkpoint-30: no manifest.json"), "resolve incomplete -> %s: %s",
           ct_status_str(c.s), c.msg);
     snprintf(path, sizeof path, "%s/checkpoint-77", out_dir);
     c.spec = path;
-    free(capture_stderr(call_resolve, &c));
+    free(ct_test_capture_stderr(call_resolve, &c));
     CHECK(c.s == CT_ERR_IO && strstr(c.msg, "checkpoint-77: cannot open"), "resolve missing -> %s: %s",
           ct_status_str(c.s), c.msg);
     c.cap = 8;
-    free(capture_stderr(call_find_latest, &c));
+    free(ct_test_capture_stderr(call_find_latest, &c));
     CHECK(c.s == CT_ERR_INVALID_ARG && strstr(c.msg, "checkpoint-10' is longer than 7"), "small buffer -> %s: %s",
           ct_status_str(c.s), c.msg);
     c.cap = 0;
@@ -746,7 +728,7 @@ static void latest(void) {
     snprintf(path, sizeof path, "%s/checkpoint-10/model.h5", out_dir);
     CHECK(truncate(path, 100) == 0, "truncate");
     c.spec = "latest";
-    err = capture_stderr(call_resolve, &c);
+    err = ct_test_capture_stderr(call_resolve, &c);
     CHECK(c.s == CT_ERR_IO, "latest of invalid ones -> %s", ct_status_str(c.s));
     snprintf(want, sizeof want, "resume_from_checkpoint 'latest': no checkpoint in '%s' (every one is invalid: ",
              out_dir);
@@ -761,12 +743,12 @@ static void latest(void) {
     snprintf(path, sizeof path, "%s/empty", root_dir);
     CHECK(mkdir(path, 0755) == 0, "mkdir empty");
     c.output_dir = path;
-    free(capture_stderr(call_find_latest, &c));
+    free(ct_test_capture_stderr(call_find_latest, &c));
     snprintf(want, sizeof want, "no checkpoint in '%s'", path);
     CHECK(c.s == CT_ERR_IO && strcmp(c.msg, want) == 0, "empty -> %s: %s", ct_status_str(c.s), c.msg);
     snprintf(path, sizeof path, "%s/does-not-exist", root_dir);
     c.output_dir = path;
-    free(capture_stderr(call_find_latest, &c));
+    free(ct_test_capture_stderr(call_find_latest, &c));
     CHECK(c.s == CT_ERR_IO && strstr(c.msg, "no checkpoint in"), "missing dir -> %s: %s", ct_status_str(c.s), c.msg);
     rm_tree(out_dir);
 }

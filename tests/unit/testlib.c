@@ -2,9 +2,11 @@
 #include "testlib.h"
 
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/ops/ops.h"
 #include "model/model.h"
@@ -208,4 +210,21 @@ void ct_test_mirror_sum(ct_tensor *t) {
         for (int64_t i = 0; i < n; i++) ((double *)t->data)[i] *= 2;
     else
         for (int64_t i = 0; i < n; i++) ((int64_t *)t->data)[i] *= 2;
+}
+
+char *ct_test_capture_stderr(void (*fn)(void *), void *arg) {
+    fflush(stderr);
+    FILE *cap = tmpfile();
+    int saved = dup(2);
+    dup2(fileno(cap), 2);
+    fn(arg);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    long len = ftell(cap);
+    char *out = calloc(1, (size_t)(len > 0 ? len : 0) + 1);
+    rewind(cap);
+    if (len > 0) out[fread(out, 1, (size_t)len, cap)] = 0;
+    fclose(cap);
+    return out;
 }

@@ -92,4 +92,8 @@ double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, 
  * i64), which is what a SUM over both ranks gives (MIN and MAX keep the value). */
 void ct_test_mirror_sum(ct_tensor *t);
 
+/* Runs fn(arg) with stderr (file descriptor 2) going to a temporary file; returns what it printed
+ * (malloc'd, never NULL). */
+char *ct_test_capture_stderr(void (*fn)(void *), void *arg);
+
 #endif
