@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "callbacks/tensorboard.h"
@@ -277,6 +278,17 @@ static ct_status check_same_config(ct_trainer *t, const json_t *config) {
     return ct_comm_check_same(t->comm, h, "the hash of the resolved run config and training arguments");
 }
 
+/* output_dir is written at the first log, save or result: one that exists and is not a directory is
+ * refused now, not after training. A missing one is made by its first writer, which names itself
+ * when that fails (a regular file on the way, no permission). */
+static ct_status check_output_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return ct_error(CT_ERR_IO, "training_args.output_dir: '%s' is %s, not a directory", dir,
+                        S_ISREG(st.st_mode) ? "a regular file" : "another kind of file");
+    return CT_OK;
+}
+
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
     /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
@@ -286,6 +298,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     ct_memory_tracker_start(t->priv->memory, CT_MEM_INIT);
     CT_TRY(ct_training_args_copy(&t->args, args));
     CT_TRY(ct_training_args_validate(&t->args));
+    CT_TRY(check_output_dir(t->args.output_dir));
     if (in->comm) {
         t->comm = in->comm;
     } else {

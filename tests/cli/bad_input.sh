@@ -14,7 +14,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model init_from_not_safetensors
-       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file)
+       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_is_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
 tmp=$(mktemp -d)
@@ -201,6 +201,11 @@ output_dir_under_a_file)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 1 "cannot create directory 'blocker/out': Not a directory" \
          "$ctrainer" train run.json --output_dir blocker/out ;;
+output_dir_is_a_file)
+  echo "a file" >blocker
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 1 "training_args.output_dir: 'blocker' is a regular file, not a directory" \
+         "$ctrainer" train run.json --output_dir blocker ;;
 *)
   echo "bad_input.sh: unknown case '$case' (bad_input.sh --list)"
   exit 2 ;;
