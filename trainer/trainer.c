@@ -330,6 +330,11 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     for (int i = 0; i < in->n_eval; i++) {
         t->eval_datasets[i] = in->eval_datasets[i];
         snprintf(t->eval_names[i], sizeof t->eval_names[i], "%s", in->eval_names[i] ? in->eval_names[i] : "");
+        /* It would evaluate to nothing: no metrics, no log entry, and no word of why. */
+        if (!t->eval_datasets[i] || ct_dataset_length(t->eval_datasets[i]) == 0)
+            return ct_error(CT_ERR_FORMAT, "evaluation set%s%s%s: %s has no samples, so it would give no metrics",
+                            t->eval_names[i][0] ? " '" : "", t->eval_names[i], t->eval_names[i][0] ? "'" : "",
+                            t->eval_datasets[i] ? t->eval_datasets[i]->source : "(none)");
     }
     t->config = in->config ? json_incref(in->config) : NULL;
     CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
