@@ -1,6 +1,7 @@
 /* Checkpoint directories: saving one, resuming from one, loading the best (see checkpoint.h); the
  * rotation is in rotation.c, the image a save writes in image.c, the asynchronous writer in
  * checkpoint_async.c. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,30 @@ static json_t *hex_double(double v) {
     return json_string(buf);
 }
 
+void ct_checkpoint_pending_file(int64_t step, int64_t checkpoint_step, char *out, size_t cap) {
+    if (step == checkpoint_step)
+        snprintf(out, cap, "model.h5");
+    else
+        snprintf(out, cap, "eval_pending_%lld.h5", (long long)step);
+}
+
+void ct_pending_evals_clear(ct_pending_evals *p) {
+    free(p->items);
+    *p = (ct_pending_evals){.last_step = -1};
+}
+
+/* {"last_step": N, "pending": [{"step", "epoch" (hex), "file"}, ...]}: the evaluator's record. */
+static json_t *evals_json(const ct_pending_evals *e, int64_t checkpoint_step) {
+    json_t *list = json_array();
+    for (int i = 0; list && i < e->n; i++) {
+        char file[64];
+        ct_checkpoint_pending_file(e->items[i].step, checkpoint_step, file, sizeof file);
+        json_array_append_new(list, json_pack("{s:I, s:o, s:s}", "step", (json_int_t)e->items[i].step, "epoch",
+                                              hex_double(e->items[i].epoch), "file", file));
+    }
+    return json_pack("{s:I, s:o}", "last_step", (json_int_t)e->last_step, "pending", list);
+}
+
 char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
     const ct_train_progress *p = snap->progress;
     json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:I, s:I, s:I, s:b, s:o, s:o, s:I, s:o, s:b, s:o, s:I}", "format",
@@ -52,6 +77,10 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
                           "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
+    if (o && snap->evals && json_object_set_new(o, "eval_async", evals_json(snap->evals, snap->state->global_step))) {
+        json_decref(o);
+        o = NULL;
+    }
     /* indented, keys sorted, as ct_json_write_file writes JSON */
     char *text = o ? json_dumps(o, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
@@ -64,6 +93,49 @@ static ct_status read_double(const json_t *o, const char *file, const char *key,
     if (!text) return ct_error(CT_ERR_FORMAT, "%s: no \"%s\"", file, key);
     *out = strtod(text, &end);
     if (*end) return ct_error(CT_ERR_FORMAT, "%s: \"%s\" is not a number: '%s'", file, key, text);
+    return CT_OK;
+}
+
+/* rng_state_0.json's "eval_async" (absent: no evaluator ran) into out: every value in range and
+ * consistent with the checkpoint's step, every file one of its own. */
+static ct_status read_evals(const json_t *o, const char *file, const char *dir, int64_t global_step,
+                            ct_pending_evals *out) {
+    ct_pending_evals_clear(out);
+    if (!o) return CT_OK;
+    const json_t *last = json_object_get(o, "last_step"), *list = json_object_get(o, "pending");
+    if (!json_is_integer(last) || json_integer_value(last) < -1 || json_integer_value(last) > global_step)
+        return ct_error(CT_ERR_FORMAT, "%s: eval_async.last_step must be an integer in [-1, %lld] (the checkpoint's "
+                        "step)", file, (long long)global_step);
+    if (!json_is_array(list) || json_array_size(list) > 64)
+        return ct_error(CT_ERR_FORMAT, "%s: eval_async.pending must be a list of at most 64 evaluations", file);
+    out->last_step = json_integer_value(last);
+    snprintf(out->model_file, sizeof out->model_file, "%s/model.h5", dir);
+    int n = (int)json_array_size(list);
+    if (n && !(out->items = calloc((size_t)n, sizeof *out->items))) return ct_error(CT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n; i++) {
+        const json_t *e = json_array_get(list, (size_t)i), *step = json_object_get(e, "step");
+        const char *name = json_string_value(json_object_get(e, "file"));
+        ct_pending_eval *q = &out->items[i];
+        char want[64];
+        q->step = json_integer_value(step);
+        ct_checkpoint_pending_file(q->step, global_step, want, sizeof want);
+        ct_status s = json_is_integer(step) && q->step >= 0 && q->step <= out->last_step &&
+                              (i == 0 || q->step > out->items[i - 1].step)
+                          ? read_double(e, file, "epoch", &q->epoch)
+                          : ct_error(CT_ERR_FORMAT, "%s: eval_async.pending[%d].step must be an integer above the one "
+                                     "before and at most last_step %lld", file, i, (long long)out->last_step);
+        if (s == CT_OK && !(isfinite(q->epoch) && q->epoch >= 0))
+            s = ct_error(CT_ERR_FORMAT, "%s: eval_async.pending[%d].epoch must be a finite number >= 0", file, i);
+        if (s == CT_OK && (!name || strcmp(name, want) != 0))
+            s = ct_error(CT_ERR_FORMAT, "%s: eval_async.pending[%d].file must be '%s' (the evaluation of step %lld)",
+                         file, i, want, (long long)q->step);
+        if (s != CT_OK) {
+            ct_pending_evals_clear(out);
+            return s;
+        }
+        out->n = i + 1;
+        snprintf(q->file, sizeof q->file, "%s/%s", dir, name);
+    }
     return CT_OK;
 }
 
@@ -213,6 +285,9 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
         r.scheduler_same_type = s == CT_OK && strcmp(sched_type, ct_scheduler_name(snap->scheduler)) == 0;
     }
     if (s == CT_OK) s = ct_checkpoint_validate(snap, &r);
+    /* Only the world's process zero runs an evaluator, and rank 0's file holds its record. */
+    if (s == CT_OK && snap->evals)
+        s = read_evals(json_object_get(progress_json, "eval_async"), progress_file, dir, st.global_step, snap->evals);
     json_decref(progress_json);
     /* Everything that can fail on a mismatch (another model, another optimizer) comes before the
      * trainer state and the progress the snapshot points at change. */
@@ -239,6 +314,7 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     if (control) s = ct_trainer_control_load_state(snap->control, control, "stateful_callbacks.TrainerControl");
     if (s != CT_OK) {
         ct_trainer_state_free(&st);
+        if (snap->evals) ct_pending_evals_clear(snap->evals);
         return ct_error_prefix(s, "resume from %s: ", dir);
     }
     /* The best checkpoint's name is the old run's: the checkpoints may have moved since. */

@@ -31,10 +31,13 @@ ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap);
 /* Hugging Face's rotation (save_total_limit, the best kept) over output_dir's checkpoints now. */
 ct_status ct_checkpoint_rotate(const ct_checkpoint_snapshot *snap);
 /* Continues from a checkpoint (spec: "latest" or a directory, see ct_checkpoint_resolve): model,
- * optimizer, scheduler, trainer state, callback and control state, and the loop's progress. Call
+ * optimizer, scheduler, trainer state, callback and control state, the loop's progress, and (into
+ * snap->evals when not NULL) eval_async's evaluations whose results the checkpoint does not hold. Call
  * after the optimizer and scheduler exist. On failure the trainer state and progress the snapshot
  * points at are unchanged (the model, optimizer and scheduler each load all or nothing). */
 ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec);
+/* Frees p's list and empties it (last_step -1); the tensors are views, never freed here. */
+void ct_pending_evals_clear(ct_pending_evals *p);
 /* Loads the weights of state->best_model_checkpoint into the model. */
 ct_status ct_checkpoint_load_best(ct_checkpoint_snapshot *snap);
 /* Puts the callbacks' and the control's saved state into state->stateful_callbacks (Hugging Face's

@@ -35,6 +35,7 @@ typedef struct ct_checkpoint_image {
     bool has_optimizer;
     ct_optimizer_snapshot optim;
     ct_optimizer *gathered; /* ZeRO-1: the full state gathered to rank 0; optim points into it */
+    ct_pending_evals evals; /* eval_async's unrecorded evaluations (rank 0); copies when owns_weights */
 } ct_checkpoint_image;
 
 void ct_checkpoint_image_free(ct_checkpoint_image *im);
@@ -56,6 +57,10 @@ ct_status ct_checkpoint_image_commit(const ct_checkpoint_image *im);
  * agree. */
 ct_status ct_checkpoint_agree(const ct_checkpoint_snapshot *snap, ct_status s, const char *dir, const char *what,
                               bool *comm_failed);
+
+/* The checkpoint file holding the weights of an unrecorded evaluation of `step` in the checkpoint of
+ * `checkpoint_step`: model.h5 for its own step (the same weights), else eval_pending_<step>.h5. */
+void ct_checkpoint_pending_file(int64_t step, int64_t checkpoint_step, char *out, size_t cap);
 
 /* The newest checkpoint directory of output_dir, "none" when there is none (for messages: listed,
  * not verified; rotation.c). */

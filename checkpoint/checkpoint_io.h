@@ -11,6 +11,8 @@
  *   trainer_state.json   callbacks/state.h
  *   rng_state_<rank>.json  what the process needs to continue exactly: the loader position and the
  *                        loop's carried values (ct_train_progress, checkpoint/snapshot.h; checkpoint.c)
+ *   eval_pending_<step>.h5  the weights of an asynchronous evaluation of an earlier step whose result
+ *                        was not recorded yet (model.h5's format; rng_state_0.json lists them)
  *   training_args.json, run_config.json
  *   manifest.json        {"format": "ctrainer-checkpoint", "version": 1, "files": {"model.h5":
  *                        {"size": bytes, "crc32": "8 hex digits"}, ...}} over every other file

@@ -25,6 +25,11 @@ void ct_checkpoint_image_free(ct_checkpoint_image *s) {
     }
     if (s->owns_optim)
         for (int i = 0; i < s->optim.n_state; i++) ct_tensor_free(&s->optim.state[i]);
+    for (int i = 0; s->owns_weights && i < s->evals.n; i++) {
+        ct_tensor_free(&s->evals.items[i].values);
+        ct_tensor_free(&s->evals.items[i].buffers);
+    }
+    free(s->evals.items);
     ct_optimizer_destroy(s->gathered);
     json_decref(s->model_spec);
     free(s->training_args);
@@ -68,6 +73,29 @@ static char *state_text(const ct_trainer_state *st) {
 
 #define NOMEM_UNLESS(p) ((p) ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory"))
 
+/* The weights of eval_async's unrecorded evaluations, but for those of this very step (model.h5
+ * holds them): views, or host copies that the image owns. */
+static ct_status take_evals(const ct_pending_evals *from, ct_checkpoint_image *s, bool copy) {
+    s->evals.last_step = from->last_step;
+    if (from->n == 0) return CT_OK;
+    CT_TRY(NOMEM_UNLESS(s->evals.items = calloc((size_t)from->n, sizeof *s->evals.items)));
+    for (int i = 0; i < from->n; i++, s->evals.n++) {
+        const ct_pending_eval *p = &from->items[i];
+        ct_pending_eval *q = &s->evals.items[i];
+        q->step = p->step;
+        q->epoch = p->epoch;
+        if (p->step == s->step) continue;
+        if (!copy) {
+            q->values = p->values;
+            q->buffers = p->buffers;
+            continue;
+        }
+        CT_TRY(host_copy(&q->values, &p->values, NULL));
+        if (p->buffers.data) CT_TRY(host_copy(&q->buffers, &p->buffers, NULL));
+    }
+    return CT_OK;
+}
+
 /* Rank 0's part: model, arguments, trainer state and (unless save_only_model) the optimizer and
  * scheduler. copy: host copies of the tensors (spare: the previous image, whose memory is reused). */
 static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *s, bool copy,
@@ -83,6 +111,7 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
         s->values = ps->values;
         s->buffers = ps->buffers;
     }
+    if (snap->evals && !snap->args->save_only_model) CT_TRY(take_evals(snap->evals, s, copy));
     const json_t *spec = snap->run_config ? json_object_get(snap->run_config, "model") : NULL;
     if (spec) CT_TRY(NOMEM_UNLESS(s->model_spec = json_deep_copy(spec)));
     json_t *args;
@@ -188,6 +217,15 @@ ct_status ct_checkpoint_image_write(const ct_checkpoint_image *s) {
             CT_TRY(ct_optimizer_snapshot_save_h5(&s->optim, path));
         }
         if (s->scheduler) CT_TRY(write_text(s, "scheduler.json", s->scheduler));
+        for (int i = 0; i < s->evals.n; i++) {
+            const ct_pending_eval *p = &s->evals.items[i];
+            if (p->step == s->step) continue;
+            char name[64];
+            ct_checkpoint_pending_file(p->step, s->step, name, sizeof name);
+            snprintf(path, sizeof path, "%s/%s", s->tmp, name);
+            CT_TRY(ct_model_save_h5_values(s->model, &p->values, p->buffers.data ? &p->buffers : NULL, s->model_spec,
+                                           path));
+        }
     }
     if (s->progress) {
         char name[64];

@@ -45,6 +45,25 @@ typedef struct ct_train_progress {
     int64_t best_step;
 } ct_train_progress;
 
+/* An evaluation eval_async's evaluator accepted whose result is not in log_history yet (finished
+ * but not taken, running, or waiting). A checkpoint keeps its step, epoch and weights, and the
+ * resumed run evaluates it again (trainer/async_eval.h): a crash while it ran must not lose it. */
+typedef struct ct_pending_eval {
+    int64_t step;
+    double epoch;
+    ct_tensor values, buffers; /* saving: the weights it evaluates (views); empty when resumed */
+    char file[4400];           /* resuming: the checkpoint file holding them */
+} ct_pending_eval;
+
+/* The evaluator's record in a checkpoint (world process zero's rng_state_0.json and, for a pending
+ * evaluation of an earlier step than the checkpoint's, eval_pending_<step>.h5). */
+typedef struct ct_pending_evals {
+    int n;
+    ct_pending_eval *items;  /* oldest first; malloc'd (ct_pending_evals_clear frees it) */
+    int64_t last_step;       /* the step of the last snapshot accepted (-1: none) */
+    char model_file[4400];   /* resuming: the checkpoint's model.h5 (its own weights) */
+} ct_pending_evals;
+
 /* save_async's writer thread and the save in flight (checkpoint/checkpoint_async.c); its owner keeps
  * the pointer (NULL until the first asynchronous save) and frees it with ct_checkpoint_async_free. */
 typedef struct ct_async_saver ct_async_saver;
@@ -75,6 +94,8 @@ typedef struct ct_checkpoint_snapshot {
     int64_t *saved_step;
     bool *saved_epoch_done;
     ct_async_saver **saver; /* the writer, created by the first asynchronous save */
+    /* eval_async's unrecorded evaluations (NULL: no evaluator): read by a save, filled by a resume */
+    ct_pending_evals *evals;
 } ct_checkpoint_snapshot;
 
 #endif

@@ -198,7 +198,7 @@ static ct_status print_texts(const gen_opts *o, int64_t rows, int64_t stride, co
         json_array_append_new(all, item);
     }
     if (s == CT_OK && all && json_dump_file(all, o->output, JSON_INDENT(2)) != 0)
-        s = ct_error(CT_ERR_IO, "generate: cannot write '%s'", o->output);
+        s = ct_error(CT_ERR_IO, "generate: cannot write '%s': %s", o->output, strerror(errno));
     json_decref(all);
     free(text);
     free(utf8);

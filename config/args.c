@@ -209,7 +209,8 @@ typedef struct field_info {
     X(device, STRING, S_STR, "\"auto\"", NULL, NULL, 0, 0,                                                              \
       "ctrainer: auto (a GPU where one is visible, each process its local rank's), cpu, cuda or cuda:N.")             \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
-      "Seconds a process waits for the others in a collective before the whole job ends with an error.")               \
+      "Seconds a process waits for the others in a collective, MPI's start or its end before the job ends with an "   \
+      "error.")                                                                                                       \
     X(ddp_bucket_cap_mb, INT, S_I64, "null", NULL, NULL, 0, 0,                                                         \
       "MiB of gradients per all-reduce bucket, sent while backward goes on; null means 25 (PyTorch's).")              \
     X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \

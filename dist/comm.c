@@ -374,20 +374,29 @@ ct_status ct_comm_main_process_first(ct_comm *c, bool local, const char *desc, c
 
 /* --- choosing a communicator ---------------------------------------------------------------------- */
 
-/* The number of processes the launcher started, from the first of its variables that is set to a
- * number: OpenMPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra) and Slurm's srun. Slurm's
- * SLURM_STEP_NUM_TASKS rather than SLURM_NTASKS: a batch script has SLURM_NTASKS set while it is a
- * single process; srun sets the step's count. */
-static int launcher_world_size(void) {
-    static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
-    for (size_t i = 0; i < sizeof vars / sizeof *vars; i++) {
+/* The first of the launcher's variables that is set to a number in [min, 2^30), else fallback. */
+static int launcher_number(const char *const vars[3], int min, int fallback) {
+    for (size_t i = 0; i < 3; i++) {
         const char *v = getenv(vars[i]);
         if (!v || !*v) continue;
         char *end;
         long n = strtol(v, &end, 10);
-        if (*end == '\0' && n > 0 && n < (1L << 30)) return (int)n;
+        if (*end == '\0' && n >= min && n < (1L << 30)) return (int)n;
     }
-    return 1;
+    return fallback;
+}
+
+/* OpenMPI's mpirun, PMI (srun --mpi=pmi2, MPICH's hydra) and Slurm's srun. Slurm's
+ * SLURM_STEP_NUM_TASKS rather than SLURM_NTASKS: a batch script has SLURM_NTASKS set while it is a
+ * single process; srun sets the step's count. */
+int ct_comm_launcher_world_size(void) {
+    static const char *const vars[3] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+    return launcher_number(vars, 1, 1);
+}
+
+int ct_comm_launcher_rank(void) {
+    static const char *const vars[3] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"};
+    return launcher_number(vars, 0, -1);
 }
 
 ct_status ct_comm_create_default(double timeout_s, ct_comm **out) {
@@ -396,7 +405,7 @@ ct_status ct_comm_create_default(double timeout_s, ct_comm **out) {
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return ct_error(CT_ERR_INVALID_ARG, "communicator: ddp_timeout must be a positive number of seconds, got %g",
                         timeout_s);
-    int launched = launcher_world_size();
+    int launched = ct_comm_launcher_world_size();
 #ifdef CT_HAVE_MPI
     if (launched > 1) return ct_comm_mpi_create(timeout_s, out);
 #else

@@ -116,6 +116,10 @@ ct_status ct_comm_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor 
 ct_status ct_comm_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op);
 ct_status ct_comm_barrier(ct_comm *c);
 void ct_comm_abort(ct_comm *c, int code);
+/* What the launcher (mpirun, srun) told this process before any communicator exists: the number
+ * of processes it started (1 when not launched by one) and this one's rank (-1 when unknown). */
+int ct_comm_launcher_world_size(void);
+int ct_comm_launcher_rank(void);
 void ct_comm_free(ct_comm *c);
 
 /* Helpers over the wrappers. */

@@ -1,5 +1,6 @@
 /* `ctrainer export` (see export.h): model.h5's tensors and spec to model.safetensors and
  * config.json. */
+#include <errno.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,7 +79,8 @@ static herr_t read_link(hid_t g, const char *name, const H5L_info_t *info, void 
 
 /* Every tensor of model.h5, and its spec unless one is given (*spec is then a new reference). */
 static ct_status read_model_h5(const char *file, h5_tensors *t, json_t **spec) {
-    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "cannot read '%s' (not a saved model directory?)", file);
+    if (access(file, R_OK) != 0)
+        return ct_error(CT_ERR_IO, "cannot read '%s': %s (not a saved model directory?)", file, strerror(errno));
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);

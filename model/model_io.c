@@ -1,4 +1,5 @@
 /* Model weights to and from HDF5 (see model_io.h for the format). */
+#include <errno.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,7 +108,7 @@ static ct_status read_all(hid_t f, ct_model *m) {
 }
 
 ct_status ct_model_load_h5(ct_model *m, const char *file) {
-    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "load model: cannot read '%s'", file);
+    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "load model: cannot read '%s': %s", file, strerror(errno));
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);

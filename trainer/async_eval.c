@@ -14,14 +14,11 @@
 #include "checkpoint/checkpoint_io.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
+#include "model/model_io.h"
 #include "trainer/trainer_impl.h"
 
-typedef struct snapshot {
-    int64_t step;
-    double epoch;
-    ct_tensor values, buffers;
-} snapshot;
-
+/* A snapshot handed over is its result-to-be: the weights, step and epoch are filled on the training
+ * thread (nothing is allocated on the evaluator thread but the metrics), the rest by the evaluator. */
 typedef struct result_node {
     ct_async_result *r;
     struct result_node *next;
@@ -37,19 +34,13 @@ struct ct_async_eval {
     bool thread_started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    snapshot *waiting;          /* the next snapshot to evaluate */
-    bool running, stop;
+    result_node *waiting;       /* the next snapshot to evaluate */
+    result_node *running;       /* the one being evaluated */
+    bool stop;
     int64_t last_step;          /* step of the last accepted snapshot (-1: none) */
     result_node *head, *tail;   /* finished, oldest first */
     int n_ready;
 };
-
-static void snapshot_free(snapshot *s) {
-    if (!s) return;
-    ct_tensor_free(&s->values);
-    ct_tensor_free(&s->buffers);
-    free(s);
-}
 
 void ct_async_result_free(ct_async_result *r) {
     if (!r) return;
@@ -58,6 +49,12 @@ void ct_async_result_free(ct_async_result *r) {
     ct_tensor_free(&r->values);
     ct_tensor_free(&r->buffers);
     free(r);
+}
+
+static void node_free(result_node *n) {
+    if (!n) return;
+    ct_async_result_free(n->r);
+    free(n);
 }
 
 /* A host copy of a flat buffer (any device), or an empty tensor for an empty one. */
@@ -71,14 +68,7 @@ static ct_status host_copy(const ct_tensor *src, ct_tensor *dst) {
 }
 
 /* The evaluation of one snapshot on the evaluator thread: load it into the replica, then every set. */
-static ct_async_result *evaluate(ct_async_eval *e, snapshot *snap) {
-    ct_async_result *r = calloc(1, sizeof *r);
-    if (!r) return NULL;
-    r->step = snap->step;
-    r->epoch = snap->epoch;
-    r->values = snap->values;
-    r->buffers = snap->buffers;
-    snap->values = snap->buffers = (ct_tensor){0};
+static void evaluate(ct_async_eval *e, ct_async_result *r) {
     ct_param_store *ps = &e->replica.params;
     ct_status s = ct_tensor_copy_to(&ps->values, &r->values);
     if (s == CT_OK && r->buffers.data) s = ct_tensor_copy_to(&ps->buffers, &r->buffers);
@@ -97,7 +87,6 @@ static ct_async_result *evaluate(ct_async_eval *e, snapshot *snap) {
     }
     r->status = s;
     if (s != CT_OK) snprintf(r->error, sizeof r->error, "%s", ct_last_error());
-    return r;
 }
 
 static void *evaluator_main(void *arg) {
@@ -108,28 +97,18 @@ static void *evaluator_main(void *arg) {
     for (;;) {
         while (!e->stop && !e->waiting) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stop) break;
-        snapshot *snap = e->waiting;
+        result_node *node = e->waiting;
         e->waiting = NULL;
-        e->running = true;
+        e->running = node;
         pthread_cond_broadcast(&e->cv); /* the slot is free ("wait" policy) */
         pthread_mutex_unlock(&e->mu);
-        ct_async_result *r = evaluate(e, snap);
-        snapshot_free(snap);
-        result_node *node = r ? calloc(1, sizeof *node) : NULL;
-        if (!node) {
-            /* Out of memory: say so through a result if possible, else drop it with a message. */
-            if (r) ct_async_result_free(r);
-            ct_log_error("asynchronous evaluation: out of memory; an evaluation result was lost");
-        }
+        evaluate(e, node->r);
         pthread_mutex_lock(&e->mu);
-        if (node) {
-            node->r = r;
-            if (e->tail) e->tail->next = node;
-            else e->head = node;
-            e->tail = node;
-            e->n_ready++;
-        }
-        e->running = false;
+        if (e->tail) e->tail->next = node;
+        else e->head = node;
+        e->tail = node;
+        e->n_ready++;
+        e->running = NULL;
         pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
@@ -218,7 +197,7 @@ void ct_async_eval_free(ct_async_eval *e) {
     if (e->thread_started) {
         pthread_mutex_lock(&e->mu);
         e->stop = true;
-        snapshot_free(e->waiting);
+        node_free(e->waiting);
         e->waiting = NULL;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
@@ -227,12 +206,11 @@ void ct_async_eval_free(ct_async_eval *e) {
         ct_trainer_state_free(&e->shadow.state);
         ct_trainer_free_device_batch(&e->shadow);
     }
-    snapshot_free(e->waiting);
+    node_free(e->waiting);
     while (e->head) {
         result_node *n = e->head;
         e->head = n->next;
-        ct_async_result_free(n->r);
-        free(n);
+        node_free(n);
     }
     if (e->replica_built) ct_model_free(&e->replica);
     pthread_mutex_destroy(&e->mu);
@@ -240,46 +218,100 @@ void ct_async_eval_free(ct_async_eval *e) {
     free(e);
 }
 
-ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
-    *accepted = false;
-    /* The same weights twice (a step's end and the epoch's end that follows it): once is enough. */
-    if (e->t->state.global_step == e->last_step) return CT_OK;
-    pthread_mutex_lock(&e->mu);
-    bool busy = e->running || e->waiting;
-    pthread_mutex_unlock(&e->mu);
-    if (e->skip_policy && busy) {
-        ct_log_info("asynchronous evaluation: step %lld skipped (an evaluation is still running)",
-                    (long long)e->t->state.global_step);
-        return CT_OK;
-    }
+/* Hands a snapshot of the model's weights now, evaluated as those of (step, epoch), to the evaluator.
+ * wait: until the waiting slot is free, so that it replaces none ("wait" policy, and resumed
+ * evaluations); else "latest" replaces a waiting snapshot. */
+static ct_status submit(ct_async_eval *e, int64_t step, double epoch, bool wait) {
     /* The copy is taken on the training thread, before the weights change again. */
-    snapshot *snap = calloc(1, sizeof *snap);
-    if (!snap) return ct_error(CT_ERR_NOMEM, "out of memory");
-    snap->step = e->t->state.global_step;
-    snap->epoch = e->t->state.epoch;
-    const ct_param_store *ps = &e->t->model->params;
-    ct_status s = host_copy(&ps->values, &snap->values);
-    if (s == CT_OK) s = host_copy(&ps->buffers, &snap->buffers);
-    if (s != CT_OK) {
-        snapshot_free(snap);
-        return ct_error_prefix(s, "asynchronous evaluation: snapshot of step %lld: ", (long long)e->t->state.global_step);
+    result_node *node = calloc(1, sizeof *node);
+    ct_async_result *r = node ? calloc(1, sizeof *r) : NULL;
+    ct_status s = r ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+    if (node) node->r = r;
+    if (s == CT_OK) {
+        r->step = step;
+        r->epoch = epoch;
+        const ct_param_store *ps = &e->t->model->params;
+        s = host_copy(&ps->values, &r->values);
+        if (s == CT_OK) s = host_copy(&ps->buffers, &r->buffers);
     }
-    int64_t snap_step = snap->step; /* snap belongs to the evaluator once published */
+    if (s != CT_OK) {
+        node_free(node);
+        return ct_error_prefix(s, "asynchronous evaluation: snapshot of step %lld: ", (long long)step);
+    }
     pthread_mutex_lock(&e->mu);
-    /* "wait": every due evaluation runs; training waits until the waiting one has started. */
-    while (e->wait_policy && e->waiting) pthread_cond_wait(&e->cv, &e->mu);
-    snapshot *replaced = e->waiting;
-    e->waiting = snap;
+    while (wait && e->waiting) pthread_cond_wait(&e->cv, &e->mu);
+    result_node *replaced = e->waiting;
+    e->waiting = node; /* the evaluator's from here */
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (replaced) {
         ct_log_info("asynchronous evaluation: the snapshot of step %lld replaces the waiting one of step %lld",
-                    (long long)snap_step, (long long)replaced->step);
-        snapshot_free(replaced);
+                    (long long)step, (long long)replaced->r->step);
+        node_free(replaced);
     }
-    e->last_step = snap_step;
+    e->last_step = step;
+    return CT_OK;
+}
+
+ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
+    *accepted = false;
+    int64_t step = e->t->state.global_step;
+    /* The same weights twice (a step's end and the epoch's end that follows it): once is enough. */
+    if (step == e->last_step) return CT_OK;
+    pthread_mutex_lock(&e->mu);
+    bool busy = e->running || e->waiting;
+    pthread_mutex_unlock(&e->mu);
+    if (e->skip_policy && busy) {
+        ct_log_info("asynchronous evaluation: step %lld skipped (an evaluation is still running)", (long long)step);
+        return CT_OK;
+    }
+    CT_TRY(submit(e, step, e->t->state.epoch, e->wait_policy));
     *accepted = true;
     return CT_OK;
+}
+
+static void add_pending(ct_pending_evals *out, const ct_async_result *r) {
+    out->items[out->n++] = (ct_pending_eval){.step = r->step, .epoch = r->epoch, .values = r->values,
+                                             .buffers = r->buffers};
+}
+
+ct_status ct_async_eval_pending(ct_async_eval *e, ct_pending_evals *out) {
+    *out = (ct_pending_evals){.last_step = e->last_step};
+    pthread_mutex_lock(&e->mu);
+    int n = e->n_ready + (e->running != NULL) + (e->waiting != NULL);
+    out->items = n ? calloc((size_t)n, sizeof *out->items) : NULL;
+    if (out->items) {
+        /* oldest first: finished, then running, then waiting */
+        for (result_node *q = e->head; q; q = q->next) add_pending(out, q->r);
+        if (e->running) add_pending(out, e->running->r);
+        if (e->waiting) add_pending(out, e->waiting->r);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return n && !out->items ? ct_error(CT_ERR_NOMEM, "asynchronous evaluation: out of memory") : CT_OK;
+}
+
+ct_status ct_async_eval_resume(ct_async_eval *e, const ct_pending_evals *p) {
+    ct_model *m = e->t->model;
+    bool moved = false; /* the model holds another step's weights */
+    ct_status s = CT_OK;
+    for (int i = 0; s == CT_OK && i < p->n; i++) {
+        const ct_pending_eval *q = &p->items[i];
+        bool own = strcmp(q->file, p->model_file) == 0;
+        if (!own || moved) s = ct_model_load_h5(m, q->file);
+        moved = !own;
+        if (s == CT_OK) s = submit(e, q->step, q->epoch, true);
+        if (s != CT_OK) s = ct_error_prefix(s, "asynchronous evaluation of step %lld (not recorded in the checkpoint): ",
+                                            (long long)q->step);
+    }
+    if (moved) {
+        ct_status r = ct_model_load_h5(m, p->model_file);
+        if (s == CT_OK) s = r;
+    }
+    if (s == CT_OK) {
+        e->last_step = p->last_step;
+        if (p->n) ct_log_info("asynchronous evaluation: %d evaluation(s) the checkpoint has no result of run again", p->n);
+    }
+    return s;
 }
 
 bool ct_async_eval_idle(ct_async_eval *e) {
@@ -314,7 +346,7 @@ ct_async_result *ct_async_eval_take(ct_async_eval *e) {
 void ct_async_eval_drain(ct_async_eval *e, bool drop_waiting) {
     pthread_mutex_lock(&e->mu);
     if (drop_waiting) {
-        snapshot_free(e->waiting);
+        node_free(e->waiting);
         e->waiting = NULL;
     }
     while (e->running || e->waiting) pthread_cond_wait(&e->cv, &e->mu);

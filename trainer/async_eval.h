@@ -15,10 +15,16 @@
  * loaders, the snapshot; the datasets and the loss are shared read-only (the built-in ones are
  * safe for that). The application's compute_metrics runs on the training thread when the result
  * is taken (the outputs travel with it); an overridden prediction_step or get_eval_dataloader
- * cannot run on a replica and is refused. */
+ * cannot run on a replica and is refused.
+ *
+ * A checkpoint records every evaluation accepted whose result is not yet in log_history (finished
+ * but not taken, running, waiting) with its weights (ct_async_eval_pending), and a resumed run hands
+ * them to its evaluator again (ct_async_eval_resume): a crash or a stop signal while an evaluation
+ * runs loses nothing of the uninterrupted run's log_history. */
 #ifndef CT_ASYNC_EVAL_H
 #define CT_ASYNC_EVAL_H
 
+#include "checkpoint/snapshot.h"
 #include "trainer/trainer.h"
 
 typedef struct ct_async_eval ct_async_eval;
@@ -49,6 +55,14 @@ bool ct_async_eval_idle(ct_async_eval *e);
 int ct_async_eval_ready(ct_async_eval *e);
 /* The oldest finished result (NULL when none); the caller frees it. */
 ct_async_result *ct_async_eval_take(ct_async_eval *e);
+/* Every evaluation accepted whose result was not taken yet, oldest first, with views of its weights
+ * (valid until the training thread next calls into e: the evaluator never frees them), and the
+ * step of the last one accepted; free out's list with ct_pending_evals_clear. */
+ct_status ct_async_eval_pending(ct_async_eval *e, ct_pending_evals *out);
+/* Resuming: each evaluation of p (from ct_checkpoint_resume) loaded from its file into the trainer's
+ * model and handed over (none replaces another, whatever the policy), then the model's own weights
+ * (p->model_file) back; the last accepted step is p's. */
+ct_status ct_async_eval_resume(ct_async_eval *e, const ct_pending_evals *p);
 /* Waits until nothing runs and nothing waits; drop_waiting drops a waiting snapshot first. */
 void ct_async_eval_drain(ct_async_eval *e, bool drop_waiting);
 void ct_async_result_free(ct_async_result *r);

@@ -11,6 +11,7 @@
 
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "data/hdf5_util.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
 #include "core/util.h"
@@ -510,12 +511,15 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s'", af.tmp) : ct_h5_write_tensor(f, "logits", logits);
+    char why[512];
+    s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s': %s", af.tmp, ct_h5_error_detail(why, sizeof why))
+              : ct_h5_write_tensor(f, "logits", logits);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
     if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
     if (s == CT_OK && p->generated.data) s = ct_h5_write_tensor(f, "generated", &p->generated);
     /* HDF5 writes out what it buffered at the close: a failed close is a file not whole */
-    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot write '%s'", af.tmp);
+    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK)
+        s = ct_error(CT_ERR_IO, "cannot write '%s': %s", af.tmp, ct_h5_error_detail(why, sizeof why));
     ct_h5_unlock();
     ct_tensor_free(&pred);
     if (s == CT_OK) s = ct_atomic_file_commit(&af);

@@ -5,6 +5,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_async.h"
 #include "core/log.h"
+#include "trainer/async_eval.h"
 #include "trainer/trainer_impl.h"
 
 void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) {
@@ -36,7 +37,15 @@ ct_status ct_trainer_save_checkpoint(ct_trainer *t) {
                     (long long)t->state.global_step);
     ct_checkpoint_snapshot s;
     ct_trainer_checkpoint_snapshot(t, &s);
-    return ct_checkpoint_save_step(&s);
+    /* eval_async: what the evaluator holds unrecorded goes into the checkpoint with its weights */
+    ct_pending_evals evals;
+    if (t->priv->async_eval) {
+        CT_TRY(ct_async_eval_pending(t->priv->async_eval, &evals));
+        s.evals = &evals;
+    }
+    ct_status st = ct_checkpoint_save_step(&s);
+    if (s.evals) ct_pending_evals_clear(&evals);
+    return st;
 }
 
 ct_status ct_trainer_finish_checkpoints(ct_trainer *t) {
@@ -54,7 +63,19 @@ ct_status ct_trainer_rotate_checkpoints(ct_trainer *t) {
 ct_status ct_trainer_resume(ct_trainer *t, const char *spec) {
     ct_checkpoint_snapshot s;
     ct_trainer_checkpoint_snapshot(t, &s);
-    return ct_checkpoint_resume(&s, spec);
+    /* Evaluations the checkpoint holds without their results run again (the world's process zero
+     * reads them: only it evaluates asynchronously, and rank 0's progress file holds them). */
+    ct_pending_evals evals = {.last_step = -1};
+    if (t->rank == 0) s.evals = &evals;
+    ct_status st = ct_checkpoint_resume(&s, spec);
+    if (st == CT_OK && t->priv->async_eval)
+        st = ct_async_eval_resume(t->priv->async_eval, &evals);
+    else if (st == CT_OK && evals.n)
+        ct_log_warning("resume: the checkpoint holds %d asynchronous evaluation(s) without their results (the first "
+                       "of step %lld); this run has no eval_async, so they are not run again",
+                       evals.n, (long long)evals.items[0].step);
+    ct_pending_evals_clear(&evals);
+    return st;
 }
 
 ct_status ct_trainer_load_best_model(ct_trainer *t) {

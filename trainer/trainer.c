@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "callbacks/tensorboard.h"
@@ -280,6 +281,17 @@ static ct_status check_same_config(ct_trainer *t, const json_t *config) {
     return ct_comm_check_same(t->comm, h, "the hash of the resolved run config and training arguments");
 }
 
+/* output_dir is written at the first log, save or result: one that exists and is not a directory is
+ * refused now, not after training. A missing one is made by its first writer, which names itself
+ * when that fails (a regular file on the way, no permission). */
+static ct_status check_output_dir(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+        return ct_error(CT_ERR_IO, "training_args.output_dir: '%s' is %s, not a directory", dir,
+                        S_ISREG(st.st_mode) ? "a regular file" : "another kind of file");
+    return CT_OK;
+}
+
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
     /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
@@ -298,6 +310,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
                         "and labels once; %s is not supported with it",
                         t->args.batch_eval_metrics ? "batch_eval_metrics" : "include_for_metrics",
                         t->args.batch_eval_metrics ? "computing it batch by batch" : "passing inputs or losses");
+    CT_TRY(check_output_dir(t->args.output_dir));
     if (in->comm) {
         t->comm = in->comm;
     } else {
@@ -329,6 +342,11 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     for (int i = 0; i < in->n_eval; i++) {
         t->eval_datasets[i] = in->eval_datasets[i];
         snprintf(t->eval_names[i], sizeof t->eval_names[i], "%s", in->eval_names[i] ? in->eval_names[i] : "");
+        /* It would evaluate to nothing: no metrics, no log entry, and no word of why. */
+        if (!t->eval_datasets[i] || ct_dataset_length(t->eval_datasets[i]) == 0)
+            return ct_error(CT_ERR_FORMAT, "evaluation set%s%s%s: %s has no samples, so it would give no metrics",
+                            t->eval_names[i][0] ? " '" : "", t->eval_names[i], t->eval_names[i][0] ? "'" : "",
+                            t->eval_datasets[i] ? t->eval_datasets[i]->source : "(none)");
     }
     t->config = in->config ? json_incref(in->config) : NULL;
     CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));

@@ -15,18 +15,30 @@
  * last MPI communicator is destroyed, unless someone else initialised it. Errors come back as
  * codes (MPI_ERRORS_RETURN on the duplicate), never as MPI's default abort.
  *
+ * MPI_Init_thread, MPI_Comm_split_type and MPI_Finalize have no non-blocking form, and each waits for
+ * every rank (the launcher's fence at the start and at the end): a rank stopped before the others
+ * got through, or after the last collective, would leave them there forever. A guard thread bounds
+ * each by ddp_timeout: past it, the process says which call on which rank did not complete and
+ * ends itself with exit code 1, after which the launcher ends the job (the stopped rank too). That
+ * is the one way out of a call nothing can cancel, and it runs only where the call never returned.
+ *
  * MPI counts are ints: all-reduce and broadcast split bigger tensors into chunks of at most 2^30
  * elements (CT_MPI_MAX_COUNT in the environment lowers that, so tests can exercise the chunking on
  * small tensors); all-gather, gather_v and reduce-scatter refuse per-rank blocks beyond INT_MAX
  * elements with CT_ERR_UNSUPPORTED. Finished request records go to a per-communicator pool, so a
  * training step that all-reduces its gradient buckets allocates nothing once warm. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "core/log.h"
 #include "dist/comm.h"
 #include "dist/poll.h"
 
@@ -95,6 +107,63 @@ static ct_status usable(const mpi_comm *m) {
                         "error); end the job with ct_comm_abort",
                         m->broken, m->base.timeout_s);
     return CT_OK;
+}
+
+/* --- the guard of MPI's blocking calls ------------------------------------------------------------ */
+
+typedef struct guard {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC */
+    bool done, started;
+    const char *call;
+    double limit_s;
+    int rank, world; /* -1 before MPI knows them */
+} guard;
+
+static void *guard_main(void *arg) {
+    guard *g = arg;
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double end = (double)until.tv_sec + until.tv_nsec * 1e-9 + g->limit_s;
+    until.tv_sec = (time_t)end;
+    until.tv_nsec = (long)((end - (double)until.tv_sec) * 1e9);
+    pthread_mutex_lock(&g->mu);
+    int rc = 0;
+    while (!g->done && rc != ETIMEDOUT) rc = pthread_cond_timedwait(&g->cv, &g->mu, &until);
+    bool expired = !g->done;
+    pthread_mutex_unlock(&g->mu);
+    if (!expired) return NULL;
+    char who[64] = "";
+    if (g->rank >= 0) snprintf(who, sizeof who, "rank %d/%d: ", g->rank, g->world);
+    ct_log_error("%s%s did not complete within %g s (ddp_timeout): another rank of the job never got there (stopped, "
+                 "hung or gone); ending this process so that the job ends",
+                 who, g->call, g->limit_s);
+    fflush(NULL);
+    _exit(1);
+}
+
+/* Starts the guard of `call`; where no thread can be started, the call runs unguarded, as before. */
+static void guard_start(guard *g, const char *call, double limit_s, int rank, int world) {
+    *g = (guard){.call = call, .limit_s = limit_s, .rank = rank, .world = world};
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_mutex_init(&g->mu, NULL);
+    pthread_cond_init(&g->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    g->started = pthread_create(&g->thread, NULL, guard_main, g) == 0;
+    if (!g->started) ct_log_warning("%s runs without its ddp_timeout guard (no thread could be started)", call);
+}
+
+static void guard_stop(guard *g) {
+    pthread_mutex_lock(&g->mu);
+    g->done = true;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    if (g->started) pthread_join(g->thread, NULL);
+    pthread_cond_destroy(&g->cv);
+    pthread_mutex_destroy(&g->mu);
 }
 
 /* --- request records ----------------------------------------------------------------------------- */
@@ -378,6 +447,8 @@ static void free_records(mpi_req *r, mpi_req *end) {
 
 static void mpi_destroy(ct_comm *c) {
     mpi_comm *m = (mpi_comm *)c;
+    int rank = c->rank, world = c->world_size;
+    double limit = c->timeout_s;
     drain(m);
     free_records(m->inflight.next, &m->inflight);
     free_records(m->pool, NULL);
@@ -386,7 +457,12 @@ static void mpi_destroy(ct_comm *c) {
     if (--live_comms == 0 && we_initialised && !unfinished) {
         int finalised = 0;
         MPI_Finalized(&finalised);
-        if (!finalised) MPI_Finalize();
+        if (!finalised) {
+            guard g;
+            guard_start(&g, "MPI_Finalize (the end of the job)", limit, rank, world);
+            MPI_Finalize();
+            guard_stop(&g);
+        }
     }
 }
 
@@ -417,7 +493,7 @@ static int64_t chunk_from_env(void) {
     return (int64_t)1 << 30;
 }
 
-static ct_status init_mpi(void) {
+static ct_status init_mpi(double timeout_s) {
     int initialised = 0, finalised = 0;
     MPI_Initialized(&initialised);
     MPI_Finalized(&finalised);
@@ -426,7 +502,11 @@ static ct_status init_mpi(void) {
                                       "keep one communicator for the whole run");
     if (!initialised) {
         int provided = MPI_THREAD_SINGLE;
+        guard g;
+        guard_start(&g, "MPI_Init (the start of the job)", timeout_s, ct_comm_launcher_rank(),
+                    ct_comm_launcher_world_size());
         int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
+        guard_stop(&g);
         if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Init_thread");
         we_initialised = true;
         if (provided < MPI_THREAD_FUNNELED)
@@ -448,7 +528,7 @@ ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out) {
     if (!(timeout_s > 0) || !isfinite(timeout_s))
         return ct_error(CT_ERR_INVALID_ARG,
                         "mpi communicator: ddp_timeout must be a positive number of seconds, got %g", timeout_s);
-    ct_status s = init_mpi();
+    ct_status s = init_mpi(timeout_s);
     if (s != CT_OK) return ct_error_prefix(s, "mpi communicator: ");
     int world_rank = 0, world_size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
@@ -482,7 +562,10 @@ ct_status ct_comm_mpi_create(double timeout_s, ct_comm **out) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
 
     MPI_Comm local = MPI_COMM_NULL;
+    guard g;
+    guard_start(&g, "MPI_Comm_split_type (communicator creation)", timeout_s, world_rank, world_size);
     rc = MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, world_rank, MPI_INFO_NULL, &local);
+    guard_stop(&g);
     if (rc != MPI_SUCCESS) {
         s = mpi_error(rc, "MPI_Comm_split_type");
         MPI_Comm_free(&m->comm);

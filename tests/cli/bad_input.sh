@@ -16,7 +16,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
-       output_dir_stale_lock output_dir_leftovers)
+       output_dir_stale_lock output_dir_leftovers output_dir_is_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
 tmp=$(mktemp -d)
@@ -288,6 +288,11 @@ output_dir_leftovers)
   expect 0 "out/checkpoint-2.deleting: deleted, a leftover of a run that did not end cleanly" \
          "$ctrainer" train run.json || exit 1
   [ ! -e out/checkpoint-6.tmp ] && [ ! -e out/checkpoint-2.deleting ] || { ls out; echo "leftovers stayed"; exit 1; } ;;
+output_dir_is_a_file)
+  echo "a file" >blocker
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 1 "training_args.output_dir: 'blocker' is a regular file, not a directory" \
+         "$ctrainer" train run.json --output_dir blocker ;;
 *)
   echo "bad_input.sh: unknown case '$case' (bad_input.sh --list)"
   exit 2 ;;

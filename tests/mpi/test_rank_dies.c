@@ -5,8 +5,13 @@
  *   hang   stops answering (a deadlock, a stuck file system): the others give up after TIMEOUT_S
  *          (the ddp_timeout) and end the job with ct_comm_abort;
  *   abort  calls ct_comm_abort(4) itself (a rank that found its own error).
+ * Two more modes stop rank 1 (SIGSTOP) where no collective of ours is waiting:
+ *   stop_start  before its communicator exists (MPI_Init, whose fence waits for every rank);
+ *   stop_end    after the last all-reduce, so the others are alone at the end (MPI_Finalize).
+ * The others must give up after TIMEOUT_S and end the job with a message naming their rank.
  * The job must end non-zero; tests/mpi/expect_fail_within.sh checks that it does so in time. Reaching
  * the end of the steps is the failure this program exists to catch (it then exits 0). */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +22,18 @@
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
     double timeout = argc > 2 ? atof(argv[2]) : 0;
-    if (argc != 3 || (strcmp(mode, "exit") && strcmp(mode, "hang") && strcmp(mode, "abort")) || !(timeout > 0)) {
-        fprintf(stderr, "usage: mpirun -np N test_rank_dies exit|hang|abort TIMEOUT_S\n");
+    if (argc != 3 ||
+        (strcmp(mode, "exit") && strcmp(mode, "hang") && strcmp(mode, "abort") && strcmp(mode, "stop_start") &&
+         strcmp(mode, "stop_end")) ||
+        !(timeout > 0)) {
+        fprintf(stderr, "usage: mpirun -np N test_rank_dies exit|hang|abort|stop_start|stop_end TIMEOUT_S\n");
         return 2;
+    }
+    bool stop_start = !strcmp(mode, "stop_start"), stop_end = !strcmp(mode, "stop_end");
+    if (stop_start && ct_comm_launcher_rank() == 1) {
+        printf("rank 1: stopping before MPI_Init\n");
+        fflush(stdout);
+        raise(SIGSTOP);
     }
     ct_comm *c = NULL;
     if (ct_comm_create_default(timeout, &c) != CT_OK) {
@@ -34,6 +48,7 @@ int main(int argc, char **argv) {
     ct_tensor grad;
     if (ct_tensor_alloc(&grad, CT_F32, CT_CPU, 1, &n) != CT_OK) ct_comm_abort(c, 2);
     for (int step = 0; step < 200; step++) {
+        if (step == 20 && stop_end) break;
         if (step == 20 && c->rank == 1) {
             printf("rank 1: failing (%s) at step %d\n", mode, step);
             fflush(stdout);
@@ -48,8 +63,15 @@ int main(int argc, char **argv) {
             ct_comm_abort(c, 1);
         }
     }
-    printf("rank %d: all 200 steps done although rank 1 failed\n", c->rank);
     ct_tensor_free(&grad);
+    if (stop_end && c->rank == 1) {
+        printf("rank 1: stopping after the last all-reduce\n");
+        fflush(stdout);
+        raise(SIGSTOP);
+    }
+    int rank = c->rank;
     ct_comm_free(c);
+    printf("rank %d: %s although rank 1 %s\n", rank, stop_end ? "ended" : "all 200 steps done",
+           stop_end ? "stopped" : "failed");
     return 0;
 }

@@ -10,8 +10,14 @@
  *    evaluations, and its best is the best of what it evaluated;
  *  - compute_metrics runs on the training thread with the snapshot's outputs: same values;
  *  - errors: no make_model, an overridden prediction_step, a failing compute_metrics (named with
- *    the snapshot's step). */
+ *    the snapshot's step);
+ *  - a stop (SIGTERM) while an evaluation runs and another waits: the checkpoint records both (the
+ *    earlier step's weights in a file of their own), and the run resumed from it logs the
+ *    uninterrupted run's evaluations and training entries; a resumed run without eval_async says it
+ *    does not redo them. */
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +54,37 @@ static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_mo
     return build_model(max_batch, dev, out);
 }
 
+/* An evaluation set whose batches wait while `eval_held` is set (at most a minute, so that a broken
+ * run fails instead of hanging): the test holds an evaluation running until the checkpoint that must
+ * record it is written. */
+static atomic_bool eval_held;
+
+typedef struct gated_dataset {
+    ct_dataset base;
+    ct_dataset *inner;
+} gated_dataset;
+
+static int64_t gated_length(ct_dataset *ds) { return ct_dataset_length(((gated_dataset *)ds)->inner); }
+
+static ct_status gated_get_batch(ct_dataset *ds, const int64_t *idx, int64_t n, const ct_fetch_ctx *ctx,
+                                 ct_tensor *features, ct_tensor *labels) {
+    for (int ms = 0; atomic_load(&eval_held) && ms < 60000; ms++) usleep(1000);
+    return ct_dataset_get_batch(((gated_dataset *)ds)->inner, idx, n, ctx, features, labels);
+}
+
+static void gated_destroy(ct_dataset *ds) { free(ds); } /* the inner set is the test's */
+
+static const ct_dataset_ops gated_ops = {.size = sizeof(ct_dataset_ops), .name = "gated", .length = gated_length,
+                                         .get_batch = gated_get_batch, .destroy = gated_destroy};
+
+static ct_dataset *gated(ct_dataset *inner) {
+    gated_dataset *g = calloc(1, sizeof *g);
+    ct_dataset_base_init(&g->base, &gated_ops);
+    g->base.spec = inner->spec;
+    g->inner = inner;
+    return &g->base;
+}
+
 /* --- a recording trainer ----------------------------------------------------------------------- */
 
 #define MAX_STEPS 64
@@ -58,6 +95,7 @@ typedef struct rec_trainer {
     float *weights[MAX_STEPS + 1]; /* the weights at the end of each step (0: at the start) */
     bool fail_metrics;
     unsigned step_sleep_us; /* slows training down so that evaluations overlap several steps */
+    int64_t stop_at;        /* > 0: SIGTERM at the end of this step; the held evaluation goes on at its save */
 } rec_trainer;
 
 static ct_status record_step(ct_callback *cb, const ct_callback_args *a) {
@@ -71,11 +109,20 @@ static ct_status record_step(ct_callback *cb, const ct_callback_args *a) {
     r->weights[g] = malloc((size_t)r->n_values * sizeof(float));
     memcpy(r->weights[g], v->data, (size_t)r->n_values * sizeof(float));
     if (r->step_sleep_us) usleep(r->step_sleep_us);
+    if (r->stop_at > 0 && g == r->stop_at) raise(SIGTERM);
+    return CT_OK;
+}
+
+static ct_status release_held(ct_callback *cb, const ct_callback_args *a) {
+    (void)cb;
+    if (a->state->global_step == ct_container_of(a->trainer, rec_trainer, base)->stop_at)
+        atomic_store(&eval_held, false);
     return CT_OK;
 }
 
 static const ct_callback_ops recorder_ops = {.size = sizeof(ct_callback_ops), .name = "Recorder",
-                                             .on_train_begin = record_step, .on_step_end = record_step};
+                                             .on_train_begin = record_step, .on_step_end = record_step,
+                                             .on_save = release_held};
 
 /* Hugging Face's compute_metrics: the mean of the first logit and the number of rows. */
 static ct_status my_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
@@ -102,8 +149,10 @@ typedef struct run_opts {
     bool async, compute_metrics, best, early_stopping, no_factory, override_prediction, fail_metrics;
     ct_interval eval_strategy, save_strategy;
     const char *policy, *eval_device;
-    int64_t eval_steps, max_steps;
+    int64_t eval_steps, max_steps, stop_at;
     unsigned step_sleep_us;
+    const char *resume, *output_dir; /* resume_from_checkpoint; an output_dir of an earlier run */
+    ct_dataset *eval_data;           /* instead of eval_set */
 } run_opts;
 
 typedef struct run_out {
@@ -125,7 +174,8 @@ static void run(const run_opts *o, run_out *out) {
     if (build_model(32, CT_CPU, &model) != CT_OK) abort();
     ct_training_args a;
     ct_training_args_default(&a);
-    snprintf(out->output_dir, sizeof out->output_dir, "%s/run%d", tmp_root, run_counter++);
+    if (o->output_dir) snprintf(out->output_dir, sizeof out->output_dir, "%s", o->output_dir);
+    else snprintf(out->output_dir, sizeof out->output_dir, "%s/run%d", tmp_root, run_counter++);
     snprintf(a.output_dir, sizeof a.output_dir, "%s", out->output_dir);
     a.disable_tqdm = true;
     a.logging_strategy = CT_INTERVAL_STEPS;
@@ -151,6 +201,7 @@ static void run(const run_opts *o, run_out *out) {
     rec_trainer *rec = calloc(1, sizeof *rec);
     rec->fail_metrics = o->fail_metrics;
     rec->step_sleep_us = o->step_sleep_us;
+    rec->stop_at = o->stop_at;
     out->rec = rec;
     ct_trainer_ops ops = {.size = sizeof ops};
     if (o->compute_metrics) ops.compute_metrics = my_compute_metrics;
@@ -166,14 +217,15 @@ static void run(const run_opts *o, run_out *out) {
         json_decref(spec);
         ct_callback_list_add(&cbs, es);
     }
-    ct_trainer_setup setup = {.model = &model, .train_dataset = train_set, .n_eval = 1, .eval_datasets = {eval_set},
-                              .metrics = metrics, .callbacks = &cbs};
+    ct_trainer_setup setup = {.model = &model, .train_dataset = train_set, .n_eval = 1,
+                              .eval_datasets = {o->eval_data ? o->eval_data : eval_set}, .metrics = metrics,
+                              .callbacks = &cbs};
     if (!o->no_factory) setup.make_model = make_replica;
     out->status = ct_training_args_validate(&a);
     if (out->status == CT_OK) out->status = ct_trainer_init(&rec->base, &ops, &a, &setup);
     if (out->status == CT_OK) {
         ct_train_output to;
-        out->status = ct_trainer_train(&rec->base, NULL, &to);
+        out->status = ct_trainer_train(&rec->base, o->resume, &to);
         if (out->status == CT_OK) ct_train_output_free(&to);
         else snprintf(out->error, sizeof out->error, "%s", ct_last_error());
         out->history = json_deep_copy(rec->base.state.log_history);
@@ -454,6 +506,92 @@ static void test_errors(void) {
     free_out(&r);
 }
 
+/* The "eval_async" record of a checkpoint's rng_state_0.json (NULL when none). */
+static json_t *pending_record(const char *ckpt) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/rng_state_0.json", ckpt);
+    json_t *o = json_load_file(path, 0, NULL);
+    json_t *e = json_incref(json_object_get(o, "eval_async"));
+    json_decref(o);
+    return e;
+}
+
+typedef struct run_call {
+    const run_opts *o;
+    run_out *out;
+} run_call;
+
+static void run_captured(void *arg) {
+    run_call *c = arg;
+    run(c->o, c->out);
+}
+
+static void test_stop_while_evaluating(void) {
+    /* Evaluations and saves at 4, 8, 12, 16; step 4's evaluation is held running until step 8's
+     * save, whose own evaluation then waits; SIGTERM at step 8 stops the run there: checkpoint-8
+     * holds neither result. */
+    run_opts o = {.async = true, .eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_STEPS,
+                  .eval_steps = 4, .max_steps = 16, .policy = "wait"};
+    run_out ref, stopped, resumed;
+    run(&o, &ref);
+    CHECK(ref.status == CT_OK, "stop while evaluating: the uninterrupted run (%s)", ref.error);
+    ct_dataset *held = gated(eval_set);
+    atomic_store(&eval_held, true);
+    o.eval_data = held;
+    o.stop_at = 8;
+    run(&o, &stopped);
+    atomic_store(&eval_held, false);
+    CHECK(stopped.status == CT_ERR_INTERRUPTED, "stop while evaluating: stopped by SIGTERM (%s)", stopped.error);
+    char ckpt[600], file[700];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoint-8", stopped.output_dir);
+    json_t *rec = pending_record(ckpt), *pending = json_object_get(rec, "pending");
+    CHECK(json_integer_value(json_object_get(rec, "last_step")) == 8 && json_array_size(pending) == 2 &&
+              json_integer_value(json_object_get(json_array_get(pending, 0), "step")) == 4 &&
+              json_integer_value(json_object_get(json_array_get(pending, 1), "step")) == 8 &&
+              !strcmp(json_string_value(json_object_get(json_array_get(pending, 1), "file")), "model.h5"),
+          "checkpoint-8 records the running evaluation of step 4 and the waiting one of step 8");
+    snprintf(file, sizeof file, "%s/eval_pending_4.h5", ckpt);
+    CHECK(access(file, R_OK) == 0, "checkpoint-8 holds step 4's weights in eval_pending_4.h5");
+    json_t *early = eval_entries(stopped.history);
+    CHECK(json_array_size(early) == 0, "the stopped run logged no evaluation (%zu)", json_array_size(early));
+    json_decref(early);
+    json_decref(rec);
+
+    o.eval_data = NULL;
+    o.stop_at = 0;
+    o.resume = ckpt;
+    o.output_dir = stopped.output_dir;
+    run(&o, &resumed);
+    CHECK(resumed.status == CT_OK, "stop while evaluating: the resumed run (%s)", resumed.error);
+    json_t *ew = eval_entries(ref.history), *eg = eval_entries(resumed.history);
+    CHECK(json_array_size(ew) == 4, "4 evaluations in the uninterrupted run, got %zu", json_array_size(ew));
+    check_same_json("resumed after a stop while evaluating: eval entries", eg, ew);
+    json_t *tw = train_entries(ref.history), *tg = train_entries(resumed.history);
+    check_same_json("resumed after a stop while evaluating: training entries", tg, tw);
+    CHECK(ref.n == resumed.n && memcmp(ref.final, resumed.final, (size_t)ref.n * sizeof(float)) == 0,
+          "resumed after a stop while evaluating: the final weights");
+    json_decref(ew);
+    json_decref(eg);
+    json_decref(tw);
+    json_decref(tg);
+    free_out(&resumed);
+
+    /* Without eval_async the resumed run cannot redo them, and says so instead of losing them silently. */
+    o.async = false;
+    o.eval_strategy = CT_INTERVAL_NO;
+    o.output_dir = NULL; /* its own copy of the checkpoint's directory is not needed: it writes elsewhere */
+    run_call call = {&o, &resumed};
+    char *text = ct_test_capture_stderr(run_captured, &call);
+    CHECK(resumed.status == CT_OK && strstr(text, "2 asynchronous evaluation(s) without their results") &&
+              strstr(text, "of step 4"),
+          "a resumed run without eval_async warns (%s): %s", resumed.error, text);
+    free(text);
+    free_out(&resumed);
+    free_out(&stopped);
+    free_out(&ref);
+    ct_dataset_free(held);
+}
+
 int main(void) {
     ct_test_begin("test_async_eval");
     if (!(tmp_root = ct_fixture_tmp_root("ct_async_eval"))) return 1;
@@ -467,6 +605,7 @@ int main(void) {
     test_best();
     test_early_stopping();
     test_errors();
+    test_stop_while_evaluating();
     ct_dataset_free(train_set);
     ct_dataset_free(eval_set);
     ct_fixture_cleanup();

@@ -682,6 +682,34 @@ static void test_failed_init(void) {
         ct_trainer_free(&t);
         ct_training_args_free(&a);
     }
+    /* what can be known at the start is said at the start: an evaluation set without samples, an
+     * output_dir that is a regular file */
+    int64_t fshape[2] = {0, 6}, lshape[1] = {0};
+    ct_tensor feats, labels;
+    CHECK_OK(ct_tensor_alloc(&feats, CT_F32, CT_CPU, 2, fshape));
+    CHECK_OK(ct_tensor_alloc(&labels, CT_I64, CT_CPU, 1, lshape));
+    ct_dataset *empty = NULL;
+    CHECK_OK(ct_tensor_dataset_create(&feats, &labels, 4, &empty));
+    ct_training_args a;
+    test_args(&a, "failed_init");
+    ct_trainer t;
+    CHECK_ERR(ct_trainer_init(&t, NULL, &a,
+                              &(ct_trainer_setup){.model = &m, .n_eval = 1, .eval_datasets = {empty},
+                                                  .eval_names = {"val"}}),
+              CT_ERR_FORMAT, "evaluation set 'val'", "has no samples");
+    ct_trainer_free(&t);
+    char file[600];
+    snprintf(file, sizeof file, "%s/a_file", tmp_root);
+    FILE *f = fopen(file, "w");
+    if (f) fclose(f);
+    snprintf(a.output_dir, sizeof a.output_dir, "%s", file);
+    CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m}), CT_ERR_IO, "training_args.output_dir",
+              "a_file' is a regular file, not a directory");
+    ct_trainer_free(&t);
+    ct_training_args_free(&a);
+    ct_dataset_free(empty);
+    ct_tensor_free(&feats);
+    ct_tensor_free(&labels);
     ct_model_free(&m);
 }
 
