@@ -152,8 +152,15 @@ const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap) {
 }
 
 ct_status ct_tensor_check_finite(const ct_tensor *t) {
-    CT_ASSERT(t->device.kind == CT_DEVICE_CPU);
     if (!ct_dtype_is_float(t->dtype)) return CT_OK;
+    if (t->device.kind != CT_DEVICE_CPU) { /* weights just loaded onto a device: checked on the way */
+        ct_tensor host = {0};
+        CT_TRY(ct_tensor_alloc(&host, t->dtype, CT_CPU, t->ndim, t->shape));
+        ct_status s = ct_tensor_copy_to(&host, t);
+        if (s == CT_OK) s = ct_tensor_check_finite(&host);
+        ct_tensor_free(&host);
+        return s;
+    }
     int64_t n = ct_tensor_numel(t), bad = 0, first = 0;
     if (t->dtype == CT_F32) { /* the common case, one pass that vectorises */
         const float *x = t->data;

@@ -10,14 +10,6 @@
  * allocates nothing. */
 static char single_done;
 
-static ct_status need_cpu(const ct_tensor *t, const char *what) {
-    char buf[128];
-    if (t->device.kind != CT_DEVICE_CPU)
-        return ct_error(CT_ERR_DEVICE, "%s %s: the single communicator copies CPU tensors only", what,
-                        ct_tensor_str(t, buf, sizeof buf));
-    return CT_OK;
-}
-
 static ct_status single_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) { return CT_OK; }
 
 static ct_status single_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, ct_comm_request **req) {
@@ -32,27 +24,26 @@ static ct_status single_wait(ct_comm *c, ct_comm_request *req) {
 
 static ct_status single_broadcast(ct_comm *c, ct_tensor *t, int root) { return CT_OK; }
 
+/* The copies go through the device functions, so tensors on any device (and in == out, the in-place
+ * all-gather) are served. */
+static ct_status copy(const ct_tensor *in, ct_tensor *out, size_t bytes) {
+    if (bytes == 0 || in->data == out->data) return CT_OK;
+    return ct_device_copy(out->data, out->device, in->data, in->device, bytes);
+}
+
 static ct_status single_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
-    CT_TRY(need_cpu(in, "in"));
-    CT_TRY(need_cpu(out, "out"));
-    if (ct_tensor_nbytes(in)) memmove(out->data, in->data, ct_tensor_nbytes(in));
-    return CT_OK;
+    return copy(in, out, ct_tensor_nbytes(in));
 }
 
 static ct_status single_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
-    CT_TRY(need_cpu(in, "in"));
     int64_t n = ct_tensor_numel(in);
     if (n == 0) return CT_OK; /* the wrapper left *out empty, which is the whole result */
-    CT_TRY(ct_tensor_alloc(out, in->dtype, CT_CPU, 1, &n));
-    memcpy(out->data, in->data, ct_tensor_nbytes(in));
-    return CT_OK;
+    CT_TRY(ct_tensor_alloc(out, in->dtype, in->device, 1, &n));
+    return copy(in, out, ct_tensor_nbytes(in));
 }
 
 static ct_status single_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
-    CT_TRY(need_cpu(in, "in"));
-    CT_TRY(need_cpu(out, "out"));
-    if (ct_tensor_nbytes(out)) memcpy(out->data, in->data, ct_tensor_nbytes(out));
-    return CT_OK;
+    return copy(in, out, ct_tensor_nbytes(out));
 }
 
 static ct_status single_barrier(ct_comm *c) { return CT_OK; }
@@ -74,6 +65,7 @@ static const ct_comm_ops single_ops = {
     .barrier = single_barrier,
     .abort = single_abort,
     .destroy = single_destroy,
+    .device_kinds = ~0u, /* every device: nothing travels */
 };
 
 ct_status ct_comm_single_create(ct_comm **out) {

@@ -60,13 +60,15 @@ static void chunked(void) {
     ct_comm_free(c);
 }
 
-/* MPI's own validation: its collectives refuse GPU tensors. */
+/* MPI takes host memory only: a device tensor is staged through a host copy by the wrappers (the
+ * checked device's runs under mpirun, tests/cli/checked_device.sh, compare the results), so a device
+ * this build or machine lacks fails in that copy, named, and MPI itself never sees device memory. */
 static void cpu_only(void) {
     ct_tensor f = ct_comm_test_host(CT_F32, 4), gpu = f;
     gpu.device = (ct_device){CT_DEVICE_CUDA, 0};
     char prefix[64];
     snprintf(prefix, sizeof prefix, "all_reduce (rank %d/%d): ", R, W);
-    CHECK_ERR(ct_comm_all_reduce(comm, &gpu, CT_SUM), CT_ERR_DEVICE, prefix, "cuda:0", "MPI collectives take CPU tensors");
+    if (ct_device_check(gpu.device) != CT_OK) CHECK_ERR(ct_comm_all_reduce(comm, &gpu, CT_SUM), CT_ERR_DEVICE, prefix);
     ct_tensor_free(&f);
 }
 

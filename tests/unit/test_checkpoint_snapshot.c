@@ -486,9 +486,20 @@ static void test_rotation_proves(void) {
 }
 
 /* Saves steps [first, last] of r (best_global_step as set by the caller). */
+/* Saves at global steps first..last, the optimizer, scheduler and position advanced with them, so
+ * that each checkpoint is one a resume's checks accept (as run_init's is). */
 static void save_steps(run *r, int first, int last) {
     for (int step = first; step <= last; step++) {
         r->state.global_step = step;
+        while (ct_optimizer_step_count(r->opt) < step - r->progress.nan_inf_skipped) {
+            fill_params(&r->model.params, true);
+            CHECK_OK(ct_optimizer_step(r->opt, ct_scheduler_lr(r->sched)));
+            ct_scheduler_step(r->sched);
+        }
+        r->progress.epoch = step / 7;
+        r->progress.next_batch = 2 * (step % 7);
+        r->progress.last_logged_step = step - 1;
+        r->progress.learning_rate = ct_scheduler_lr(r->sched);
         CHECK_OK(save(r));
     }
 }

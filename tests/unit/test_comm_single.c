@@ -181,15 +181,17 @@ static void validation(ct_comm *c) {
               "in and out overlap");
     CHECK_ERR(ct_comm_reduce_scatter(c, &f, &f, (ct_reduce)-1), CT_ERR_INVALID_ARG, "unknown reduction -1");
 
-    /* Copies need host memory; the no-op collectives accept any device. */
+    /* The no-op collectives accept any device and stage nothing; copies go through the device's
+     * backend, which refuses a device this build or machine lacks. */
     ct_tensor gpu = f;
     gpu.device = (ct_device){CT_DEVICE_CUDA, 0};
     ct_tensor cpu_copy = random_tensor(CT_F32, n);
-    CHECK_ERR(ct_comm_all_gather(c, &gpu, &cpu_copy), CT_ERR_DEVICE, "all_gather (rank 0/1): ", "cuda:0",
-              "CPU tensors only");
-    CHECK_ERR(ct_comm_gather_v(c, &gpu, 0, &g), CT_ERR_DEVICE, "gather_v (rank 0/1): ", "cuda:0");
     CHECK_OK(ct_comm_all_reduce(c, &gpu, CT_SUM));
     CHECK_OK(ct_comm_broadcast(c, &gpu, 0));
+    if (ct_device_check(gpu.device) != CT_OK) {
+        CHECK_ERR(ct_comm_all_gather(c, &gpu, &cpu_copy), CT_ERR_DEVICE, "all_gather (rank 0/1): ");
+        CHECK_ERR(ct_comm_gather_v(c, &gpu, 0, &g), CT_ERR_DEVICE, "gather_v (rank 0/1): ");
+    }
     ct_tensor_free(&cpu_copy);
 
     ct_tensor_free(&f);
