@@ -93,7 +93,10 @@ static ct_status check_batching(const ct_checkpoint_snapshot *snap, const json_t
 
 static ct_status read_progress(const ct_checkpoint_snapshot *snap, const char *file, ct_train_progress *p) {
     json_error_t err;
-    json_t *o = json_load_file(file, 0, &err);
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f));
+    json_t *o = json_loadf(f, 0, &err);
+    fclose(f);
     if (!o) return ct_error(CT_ERR_FORMAT, "%s:%d:%d: %s", file, err.line, err.column, err.text);
     ct_status bs = check_batching(snap, o, file);
     if (bs != CT_OK) {

@@ -270,6 +270,8 @@ static ct_status read_optimizer(hid_t f, ct_optimizer *opt, const char *file, op
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "load optimizer: cannot read '%s': %s", file, strerror(errno));
+    ct_status rs = ct_check_regular_file(file); /* HDF5 would block on a FIFO */
+    if (rs != CT_OK) return ct_error_prefix(rs, "load optimizer: ");
     optim_load ld = {0};
     ct_h5_lock();
     ct_h5_quiet();
@@ -311,7 +313,11 @@ ct_status ct_scheduler_load_json(ct_scheduler *s, const char *file) {
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "load scheduler: cannot read '%s': %s", file, strerror(errno));
     json_error_t jerr;
-    json_t *o = json_load_file(file, 0, &jerr);
+    FILE *f;
+    ct_status os = ct_fopen_read(file, &f);
+    if (os != CT_OK) return ct_error_prefix(os, "load scheduler: ");
+    json_t *o = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!o)
         return ct_error(CT_ERR_FORMAT, "load scheduler: %s:%d:%d: %s", file, jerr.line, jerr.column, jerr.text);
     ct_status rc = CT_OK;

@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "core/format/h5io.h"
+#include "core/fs.h"
 #include "data/dataset.h"
 #include "data/hdf5_util.h"
 
@@ -540,10 +541,7 @@ static ct_status check_stored(const char *path, const h5_array *a) {
 static ct_status setup(h5_dataset *d, const ct_hdf5_dataset_config *cfg) {
     const char *path = d->base.source;
     char det[256];
-    errno = 0;
-    struct stat st;
-    if (stat(path, &st) != 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return ct_error(CT_ERR_IO, "%s: cannot open: is a directory, expected an HDF5 file", path);
+    CT_TRY(ct_check_regular_file(path)); /* HDF5 would block on a FIFO */
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0)
         return ct_error(CT_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature%s%s)", path, is < 0 ? "; " : "",
