@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_io.h"
+#include "core/format/h5_check.h"
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
@@ -207,6 +208,10 @@ static ct_status read_state(hid_t f, const char *file, const char *name, const c
     if (!ct_h5_exists(f, name)) return ct_error(CT_ERR_FORMAT, "%s has no state tensor '%s'", file, name);
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
     if (ds < 0) return ct_error(CT_ERR_FORMAT, "%s: '%s' is not a dataset", file, name);
+    if (ct_h5_check_dataset(ds, name) != CT_OK) {
+        H5Dclose(ds);
+        return ct_error_prefix(CT_ERR_FORMAT, "%s: ", file);
+    }
     hid_t space = H5Dget_space(ds);
     int nd = H5Sget_simple_extent_ndims(space);
     hsize_t dims[CT_MAX_DIMS] = {0};

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/format/h5_check.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
 #include "data/dataset.h"
@@ -281,6 +282,7 @@ static ct_status open_array(const char *path, hid_t file, const char *name, cons
                          "%s: dataset '%s' holds %s elements; expected numbers for the %s "
                          "(u8, i8, u16, i16, i32, i64, f32 or f64)",
                          path, name, a->type_name, role);
+        if (s == CT_OK && (s = ct_h5_check_dataset(a->id, name)) != CT_OK) s = ct_error_prefix(s, "%s: ", path);
         if (s == CT_OK) choose_kind(a);
     }
     if (type >= 0) H5Tclose(type);
