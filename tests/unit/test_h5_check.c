@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/format/h5_check.h"
@@ -212,6 +213,13 @@ static void unsupported_headers(void) {
     expect_readers(path, CT_OK, NULL);
 }
 
+/* The innermost message on libhdf5's error stack ("incorrect metadata checksum ..."). */
+static herr_t first_detail(unsigned n, const H5E_error2_t *e, void *data) {
+    char *buf = data;
+    if (!buf[0] && e->desc) snprintf(buf, 256, "%s", e->desc);
+    return 0;
+}
+
 /* ct_h5_file_create's format: the same chunk layout lives in a checksummed object header, so the
  * same damage is libhdf5's checksum error, not a decoded lie. */
 static void checksummed_format(void) {
@@ -240,14 +248,23 @@ static void checksummed_format(void) {
     bool patched = patch(path, from, to, sizeof from);
     CHECK(patched, "no chunk dimensions 64, 3 found in %s", path);
     if (!patched) return;
-    ct_h5_lock();
-    ct_h5_quiet();
-    f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    d = f >= 0 ? H5Dopen2(f, "features", H5P_DEFAULT) : -1;
-    CHECK(d < 0, "%s: a flipped byte of the layout opened without a checksum error", path);
-    if (d >= 0) H5Dclose(d);
-    if (f >= 0) H5Fclose(f);
-    ct_h5_unlock();
+    /* In a child: libhdf5 1.10 loses a block of its own (an object header's, from its free lists)
+     * when a header fails its checksum, which LeakSanitizer would pin on this test; _exit ends the
+     * child without its leak check. The answer travels in the exit status. */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+        char detail[256] = "";
+        f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        d = f >= 0 ? H5Dopen2(f, "features", H5P_DEFAULT) : -1;
+        if (d < 0) H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, first_detail, detail);
+        _exit(d >= 0 ? 1 : strstr(detail, "checksum") ? 0 : 2);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status), "the child did not finish");
+    CHECK(WEXITSTATUS(status) != 1, "%s: a flipped byte of the layout opened without a checksum error", path);
+    CHECK(WEXITSTATUS(status) != 2, "%s: refused, but not for its checksum", path);
 }
 
 int main(void) {
