@@ -249,8 +249,8 @@ ct_status ct_trainer_state_save(const ct_trainer_state *s, const char *file) {
 }
 
 ct_status ct_trainer_state_load(ct_trainer_state *s, const char *file) {
-    FILE *f = fopen(file, "r");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f));
     json_error_t err;
     json_t *root = json_loadf(f, 0, &err);
     fclose(f);

@@ -143,7 +143,10 @@ static ct_status read_evals(const json_t *o, const char *file, const char *dir, 
  * the values mean is ct_checkpoint_validate's to check. */
 static ct_status read_progress(const char *file, ct_train_progress *p, json_t **json) {
     json_error_t err;
-    json_t *o = json_load_file(file, 0, &err);
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f));
+    json_t *o = json_loadf(f, 0, &err);
+    fclose(f);
     if (!o) return ct_error(CT_ERR_FORMAT, "%s:%d:%d: %s", file, err.line, err.column, err.text);
     if (!json_is_object(o)) {
         json_decref(o);

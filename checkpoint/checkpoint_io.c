@@ -45,8 +45,8 @@ ct_status ct_checkpoint_write_text(const char *path, const char *text) {
 /* Size and CRC-32 of a file, read in chunks; with sync, the file is also fsync'd (the manifest
  * writer reads every file anyway, so it is the natural place to make them durable). */
 static ct_status file_crc(const char *path, bool sync, int64_t *size, uint32_t *crc) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_error(CT_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int fd;
+    CT_TRY(ct_open_read(path, &fd));
     enum { CHUNK = 1 << 20 };
     unsigned char *buf = malloc(CHUNK);
     if (!buf) {
@@ -232,7 +232,11 @@ ct_status ct_checkpoint_verify(const char *dir) {
         return ct_error(CT_ERR_IO, "%s: cannot stat " MANIFEST ": %s", dir, strerror(errno));
     }
     json_error_t jerr;
-    json_t *root = json_load_file(path, 0, &jerr);
+    FILE *f;
+    ct_status os = ct_fopen_read(path, &f);
+    if (os != CT_OK) return ct_error_prefix(os, "%s: ", dir);
+    json_t *root = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!root)
         return ct_error(CT_ERR_FORMAT, "%s: " MANIFEST " is not valid JSON (line %d, column %d: %s)", dir, jerr.line,
                         jerr.column, jerr.text);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "checkpoint/checkpoint_io.h"
+#include "core/format/h5_check.h"
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
@@ -207,6 +208,10 @@ static ct_status read_state(hid_t f, const char *file, const char *name, const c
     if (!ct_h5_exists(f, name)) return ct_error(CT_ERR_FORMAT, "%s has no state tensor '%s'", file, name);
     hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
     if (ds < 0) return ct_error(CT_ERR_FORMAT, "%s: '%s' is not a dataset", file, name);
+    if (ct_h5_check_dataset(ds, name) != CT_OK) {
+        H5Dclose(ds);
+        return ct_error_prefix(CT_ERR_FORMAT, "%s: ", file);
+    }
     hid_t space = H5Dget_space(ds);
     int nd = H5Sget_simple_extent_ndims(space);
     hsize_t dims[CT_MAX_DIMS] = {0};
@@ -288,6 +293,8 @@ ct_status ct_optimizer_read_step_h5(const char *file, int64_t *step) {
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "load optimizer: cannot read '%s': %s", file, strerror(errno));
+    ct_status rs = ct_check_regular_file(file); /* HDF5 would block on a FIFO */
+    if (rs != CT_OK) return ct_error_prefix(rs, "load optimizer: ");
     optim_load ld = {0};
     ct_h5_lock();
     ct_h5_quiet();
@@ -330,7 +337,11 @@ ct_status ct_scheduler_read_json(const char *file, char *type, size_t cap, ct_sc
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "load scheduler: cannot read '%s': %s", file, strerror(errno));
     json_error_t jerr;
-    json_t *o = json_load_file(file, 0, &jerr);
+    FILE *f;
+    ct_status os = ct_fopen_read(file, &f);
+    if (os != CT_OK) return ct_error_prefix(os, "load scheduler: ");
+    json_t *o = json_loadf(f, 0, &jerr);
+    fclose(f);
     if (!o)
         return ct_error(CT_ERR_FORMAT, "load scheduler: %s:%d:%d: %s", file, jerr.line, jerr.column, jerr.text);
     ct_status rc = CT_OK;

@@ -193,8 +193,8 @@ static void on_signal(int sig) { stop_signal = sig; }
  * prefix), else its last non-empty line. */
 static void last_message(const char *log, char *buf, size_t cap) {
     buf[0] = '\0';
-    FILE *f = fopen(log, "rb");
-    if (!f) return;
+    FILE *f;
+    if (ct_fopen_read(log, &f) != CT_OK) return;
     char line[4096];
     bool from_train = false;
     while (fgets(line, sizeof line, f)) {
@@ -322,7 +322,9 @@ static ct_status run_trial(void *ctx, ct_hp_trial *t) {
                         msg[0] ? msg : "exited without a message");
     }
     json_error_t err;
-    t->metrics = json_load_file(results, 0, &err);
+    FILE *f = NULL;
+    t->metrics = ct_fopen_read(results, &f) == CT_OK ? json_loadf(f, 0, &err) : NULL;
+    if (f) fclose(f);
     if (!json_is_object(t->metrics)) {
         json_decref(t->metrics);
         t->metrics = NULL;

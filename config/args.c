@@ -1134,6 +1134,23 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     if (a->gradient_accumulation_steps < 1)
         return bad(path, "gradient_accumulation_steps", "must be >= 1, got %lld",
                    (long long)a->gradient_accumulation_steps);
+    /* Batch sizes multiply (samples per optimizer step = per-device batch x accumulation steps x
+     * processes, in int64 counts and float64 throughputs): past 2^40 samples per process and step no
+     * data set fills one step, and the products overflow (2^62 accumulation steps made the reported
+     * samples per second 0). */
+    const int64_t max_step_samples = (int64_t)1 << 40;
+    if (a->per_device_train_batch_size > max_step_samples || a->per_device_eval_batch_size > max_step_samples)
+        return bad(path,
+                   a->per_device_train_batch_size > max_step_samples ? "per_device_train_batch_size"
+                                                                     : "per_device_eval_batch_size",
+                   "must be at most 2^40 (%lld) samples, got %lld", (long long)max_step_samples,
+                   (long long)CT_MAX(a->per_device_train_batch_size, a->per_device_eval_batch_size));
+    if (a->gradient_accumulation_steps > max_step_samples / a->per_device_train_batch_size)
+        return bad(path, "gradient_accumulation_steps",
+                   "%lld steps of per_device_train_batch_size %lld are more than 2^40 (%lld) samples per optimizer "
+                   "step and process",
+                   (long long)a->gradient_accumulation_steps, (long long)a->per_device_train_batch_size,
+                   (long long)max_step_samples);
     if (a->dataloader_num_workers < 0)
         return bad(path, "dataloader_num_workers", "must be >= 0, got %lld", (long long)a->dataloader_num_workers);
     ct_optim_config ocfg;

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "core/json.h"
 
 static const char *const sections[] = {"model",     "data",       "loss",      "metrics", "training_args",
@@ -475,8 +476,8 @@ ct_status ct_run_config_parse(const char *text, const char *name, ct_run_config 
 ct_status ct_run_config_load(const char *file, ct_run_config *out) {
     CT_ASSERT(file && out);
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(file, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f)); /* a regular file: never a FIFO that would block */
     size_t cap = 1 << 16, len = 0;
     char *buf = malloc(cap);
     for (;;) {

@@ -71,6 +71,54 @@ ct_status ct_fsync_path(const char *path) {
     return CT_OK;
 }
 
+/* --- opening to read ----------------------------------------------------------------------------- */
+
+/* CT_OK for a regular file; otherwise the refusal, naming what path is. */
+static ct_status regular_or_refuse(const char *path, mode_t mode) {
+    if (S_ISREG(mode)) return CT_OK;
+    if (S_ISDIR(mode)) return ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(EISDIR));
+    const char *what = S_ISFIFO(mode)  ? "a FIFO (named pipe)"
+                       : S_ISCHR(mode) ? "a character device"
+                       : S_ISBLK(mode) ? "a block device"
+                       : S_ISSOCK(mode) ? "a socket"
+                                        : "not a file";
+    return ct_error(CT_ERR_IO, "%s: cannot read: Is %s, not a regular file", path, what);
+}
+
+ct_status ct_open_read(const char *path, int *fd) {
+    *fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+    if (*fd < 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    ct_status s = fstat(*fd, &st) != 0 ? ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno))
+                                       : regular_or_refuse(path, st.st_mode);
+    int flags = s == CT_OK ? fcntl(*fd, F_GETFL) : -1;
+    if (s == CT_OK && (flags < 0 || fcntl(*fd, F_SETFL, flags & ~O_NONBLOCK) != 0))
+        s = ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(errno));
+    if (s != CT_OK) {
+        close(*fd);
+        *fd = -1;
+    }
+    return s;
+}
+
+ct_status ct_fopen_read(const char *path, FILE **f) {
+    int fd;
+    *f = NULL;
+    CT_TRY(ct_open_read(path, &fd));
+    if (!(*f = fdopen(fd, "rb"))) {
+        int err = errno;
+        close(fd);
+        return ct_error(CT_ERR_IO, "%s: cannot read: %s", path, strerror(err));
+    }
+    return CT_OK;
+}
+
+ct_status ct_check_regular_file(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    return regular_or_refuse(path, st.st_mode);
+}
+
 /* --- the atomic write --------------------------------------------------------------------------- */
 
 /* This host's name as the temporaries carry it: no '/' or '.', which a file name cannot hold or

@@ -1,5 +1,6 @@
 /* File-system helpers shared by every area that writes files (checkpoints, models, logs, results,
- * data caches, plots): directory creation, THE durable atomic file write, and removal of a tree.
+ * data caches, plots): directory creation, THE durable atomic file write, and removal of a tree;
+ * and the one way every area opens a file to read it (regular files only, never blocking).
  *
  * Atomic write: the bytes go to a temporary file beside the target (same directory, so the rename
  * is atomic), named after the host and process so that writers on several nodes of a shared file
@@ -77,6 +78,21 @@ bool ct_atomic_file_is_orphan(const char *name);
 
 /* The whole of data as the new content of path, atomically and durably (the above in one call). */
 ct_status ct_write_file_atomic(const char *path, const void *data, size_t n);
+
+/* Opening a file to read it: every path ctrainer reads (configs, data, tokenizer input, checkpoint
+ * files and manifests, models, safetensors, JSON state) goes through one of these, so that a path
+ * naming a FIFO, a device or a socket is refused instead of read: open() of a FIFO without a writer
+ * blocks forever, and a device may never end. The file is opened with O_NONBLOCK (which keeps
+ * open() itself from blocking), fstat'd, refused unless it is a regular file, and only then
+ * switched back to blocking reads. Messages: "PATH: cannot open: No such file or directory",
+ * "PATH: cannot read: Is a directory", "PATH: cannot read: Is a FIFO (named pipe), not a regular
+ * file" (a character or block device, a socket likewise), CT_ERR_IO. */
+ct_status ct_open_read(const char *path, int *fd);
+/* The same as a stdio stream opened "rb" (the caller fcloses it). */
+ct_status ct_fopen_read(const char *path, FILE **f);
+/* The same check for libraries that open by name (HDF5, zlib, jansson), without opening: stat()
+ * never blocks. Call it right before handing them the path. */
+ct_status ct_check_regular_file(const char *path);
 
 /* rm -rf path without following symbolic links; a path that does not exist is no error. Callers
  * decide what they own: this never looks at what it deletes. */

@@ -63,7 +63,7 @@ static ct_status out_open(h5_out *o, const char *path) {
     }
     ct_h5_lock();
     ct_h5_quiet();
-    o->file = H5Fcreate(o->a.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    ct_h5_file_create(o->a.tmp, 0, &o->file); /* the message below has HDF5's reason */
     char det[256];
     if (o->file < 0) ct_h5_error_detail(det, sizeof det);
     ct_h5_unlock();
@@ -560,9 +560,7 @@ ct_status ct_convert_csv_to_hdf5(const char *csv_path, const char *label_column,
                                  int64_t chunk_rows, int compression_level) {
     CT_TRY(check_options("convert", &chunk_rows, &compression_level));
     csv_job j = {.r = {.path = csv_path}, .feat = -1};
-    errno = 0;
-    j.r.f = fopen(csv_path, "r");
-    if (!j.r.f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", csv_path, strerror(errno));
+    CT_TRY(ct_fopen_read(csv_path, &j.r.f));
     ct_status s = csv_convert(&j, label_column, has_header, out_path, chunk_rows, compression_level);
     if (j.feat >= 0) {
         ct_h5_lock();

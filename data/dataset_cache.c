@@ -76,6 +76,7 @@ static ct_status inspect(const char *cache, const struct stat *st, const char *r
             return ct_error(CT_ERR_INVALID_ARG,
                             "%s: the cache is the same file as the source %s; give it a path of its own", cache, src[i]);
     if (access(cache, R_OK) != 0) return ct_error(CT_ERR_IO, "%s: cannot read the cache: %s", cache, strerror(errno));
+    CT_TRY(ct_check_regular_file(cache));
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fis_hdf5(cache) > 0 ? H5Fopen(cache, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;

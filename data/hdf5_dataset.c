@@ -24,7 +24,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/format/h5_check.h"
 #include "core/format/h5io.h"
+#include "core/fs.h"
 #include "data/dataset.h"
 #include "data/hdf5_util.h"
 
@@ -280,6 +282,7 @@ static ct_status open_array(const char *path, hid_t file, const char *name, cons
                          "%s: dataset '%s' holds %s elements; expected numbers for the %s "
                          "(u8, i8, u16, i16, i32, i64, f32 or f64)",
                          path, name, a->type_name, role);
+        if (s == CT_OK && (s = ct_h5_check_dataset(a->id, name)) != CT_OK) s = ct_error_prefix(s, "%s: ", path);
         if (s == CT_OK) choose_kind(a);
     }
     if (type >= 0) H5Tclose(type);
@@ -402,9 +405,26 @@ static void feature_row(const h5_dataset *d, const void *src, float *dst) {
     }
 }
 
+/* Labels are class ids held as int64: a u64 label above INT64_MAX (or INT64_MAX itself, whose
+ * num_classes would overflow) has no such id. A cast would make 2^64-1 the label -1, and the
+ * message would blame a label the file does not hold, so it is refused with its own value. */
+static ct_status label_too_large(const char *source, const h5_array *a, const void *src, int64_t i, int64_t row) {
+    uint64_t v = a->kind == K_U64 ? ((const uint64_t *)src)[i] : (uint64_t)((const int64_t *)src)[i];
+    return ct_error(CT_ERR_FORMAT,
+                    "%s: label %llu of sample %lld in dataset '%s' is too large for a class id (at most 2^63 - 2)",
+                    source, (unsigned long long)v, (long long)row, a->name);
+}
+
+static bool label_fits(const h5_array *a, const void *src, int64_t i) {
+    if (a->kind == K_U64) return ((const uint64_t *)src)[i] < (uint64_t)INT64_MAX;
+    return a->kind != K_I64 || ((const int64_t *)src)[i] != INT64_MAX;
+}
+
 /* Integer labels of one sample to int64 with the range check. */
 static ct_status label_row(const h5_dataset *d, const void *src, int64_t row, int64_t *dst) {
     int64_t n = d->lab.row_numel;
+    for (int64_t i = 0; i < n; i++)
+        if (!label_fits(&d->lab, src, i)) return label_too_large(d->base.source, &d->lab, src, i, row);
     KIND_SWITCH(d->lab.kind, const T *s = src; for (int64_t i = 0; i < n; i++) dst[i] = (int64_t)s[i])
     for (int64_t i = 0; i < n; i++)
         if (dst[i] < 0 || dst[i] >= d->num_classes) {
@@ -431,6 +451,10 @@ static ct_status scan_num_classes(h5_dataset *d) {
         int64_t first = b * a->block_rows, count = d->n - first < a->block_rows ? d->n - first : a->block_rows;
         for (int64_t i = 0; s == CT_OK && i < count * a->row_numel; i++) {
             int64_t v = 0;
+            if (!label_fits(a, buf, i)) {
+                s = label_too_large(d->base.source, a, buf, i, first + i / a->row_numel);
+                break;
+            }
             KIND_SWITCH(a->kind, v = (int64_t)((const T *)buf)[i])
             if (v < 0)
                 s = ct_error(CT_ERR_FORMAT,
@@ -540,10 +564,7 @@ static ct_status check_stored(const char *path, const h5_array *a) {
 static ct_status setup(h5_dataset *d, const ct_hdf5_dataset_config *cfg) {
     const char *path = d->base.source;
     char det[256];
-    errno = 0;
-    struct stat st;
-    if (stat(path, &st) != 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) return ct_error(CT_ERR_IO, "%s: cannot open: is a directory, expected an HDF5 file", path);
+    CT_TRY(ct_check_regular_file(path)); /* HDF5 would block on a FIFO */
     htri_t is = H5Fis_hdf5(path);
     if (is <= 0)
         return ct_error(CT_ERR_FORMAT, "%s: not an HDF5 file (no HDF5 signature%s%s)", path, is < 0 ? "; " : "",

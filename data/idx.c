@@ -5,7 +5,10 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
+
+#include "core/fs.h"
 
 static int read_exact(gzFile f, void *buf, size_t n) { return gzread(f, buf, (unsigned)n) == (int)n; }
 
@@ -47,9 +50,14 @@ static ct_status read_data(gzFile f, const char *path, size_t bytes, void **data
 }
 
 ct_status ct_idx_read(const char *path, ct_tensor *out) {
+    int fd;
+    CT_TRY(ct_open_read(path, &fd));
     errno = 0;
-    gzFile f = gzopen(path, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib could not open it");
+    gzFile f = gzdopen(fd, "rb"); /* owns fd from here */
+    if (!f) {
+        close(fd);
+        return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, errno ? strerror(errno) : "zlib could not open it");
+    }
     ct_status s = CT_OK;
     unsigned char magic[4];
     if (!read_exact(f, magic, 4) || magic[0] != 0 || magic[1] != 0) {

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/fs.h"
 #include "core/util.h"
 #include "data/dataset.h"
 
@@ -108,8 +109,8 @@ ct_status ct_token_dataset_create(const ct_token_dataset_config *cfg, ct_dataset
         return ct_error(CT_ERR_INVALID_ARG, "%s: vocab_size %lld must be >= 0 (0 = unchecked)", path,
                         (long long)cfg->vocab_size);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    CT_TRY(ct_open_read(path, &fd)); /* a regular file (mmap of a FIFO or device is no token file) */
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;

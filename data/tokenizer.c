@@ -75,10 +75,10 @@ typedef struct text {
     size_t cut; /* bytes [0, cut) go to training, [cut, len) to validation */
 } text;
 
-/* The whole file (any kind that reads: pipes and /dev/stdin too). */
+/* The whole file: a regular one (a FIFO could block for ever). */
 static ct_status read_all(const char *path, text *t) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    FILE *f;
+    CT_TRY(ct_fopen_read(path, &f));
     size_t cap = 1 << 16, len = 0;
     unsigned char *buf = malloc(cap);
     ct_status s = CT_OK;

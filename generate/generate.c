@@ -209,6 +209,10 @@ ct_status ct_generate(ct_model *model, const ct_generation_config *g, int64_t n,
         model->out_shape.dims[0] != model->in_shape.dims[0])
         return ct_error(CT_ERR_SHAPE, "generate: the model does not map token ids [T] to logits [T, V]");
     const int64_t W = model->in_shape.dims[0], V = model->out_shape.dims[1], B = model->opts.max_batch;
+    /* an id no logit stands for would never be drawn: generation would silently run to max_new_tokens */
+    if (g->eos_token_id >= V)
+        return ct_error(CT_ERR_CONFIG, "generation.eos_token_id: %lld is outside the model's vocabulary [0, %lld)",
+                        (long long)g->eos_token_id, (long long)V);
     for (int64_t r = 0; r < n; r++)
         if (len[r] < 1 || len[r] > stride)
             return ct_error(CT_ERR_INVALID_ARG, "generate: sequence %lld has %lld tokens (need 1..%lld)", (long long)r,

@@ -81,6 +81,7 @@ static herr_t read_link(hid_t g, const char *name, const H5L_info_t *info, void 
 static ct_status read_model_h5(const char *file, h5_tensors *t, json_t **spec) {
     if (access(file, R_OK) != 0)
         return ct_error(CT_ERR_IO, "cannot read '%s': %s (not a saved model directory?)", file, strerror(errno));
+    CT_TRY(ct_check_regular_file(file)); /* HDF5 would block on a FIFO */
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);

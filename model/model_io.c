@@ -109,6 +109,8 @@ static ct_status read_all(hid_t f, ct_model *m) {
 
 ct_status ct_model_load_h5(ct_model *m, const char *file) {
     if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "load model: cannot read '%s': %s", file, strerror(errno));
+    ct_status rs = ct_check_regular_file(file); /* HDF5 would block on a FIFO */
+    if (rs != CT_OK) return ct_error_prefix(rs, "load model: ");
     ct_h5_lock();
     ct_h5_quiet();
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);

@@ -10,12 +10,13 @@
 #include <string.h>
 
 #include "callbacks/state.h"
+#include "core/fs.h"
 
 /* --- the file ------------------------------------------------------------------------------------ */
 
 static ct_status read_text(const char *file, char **out, size_t *len) {
-    FILE *f = fopen(file, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f));
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap + 1);
     while (buf) {

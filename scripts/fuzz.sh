@@ -6,11 +6,11 @@
 # build-fuzz/crashes/<target>-<kind>-<sha1> and makes the script exit 1 after the others have run;
 # the log is build-fuzz/logs/<target>.log. A summary line per target gives executions and corpus size.
 #
-# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     targets: checkpoint hdf5_dataset idx run_config
+# Usage: scripts/fuzz.sh [SECONDS] [TARGET...]     targets: checkpoint h5_flip hdf5_dataset idx run_config
 #                                                  safetensors token_dataset (default: all)
 #        scripts/fuzz.sh --seeds                   rewrites the seeds the targets make themselves from
-#                                                  files the project writes (checkpoint, hdf5_dataset,
-#                                                  safetensors) in fuzz/corpus/
+#                                                  files the project writes (checkpoint, h5_flip,
+#                                                  hdf5_dataset, safetensors) in fuzz/corpus/
 #        scripts/fuzz.sh --merge TARGET...         minimises the grown corpus into fuzz/corpus/<target>/
 #                                                  (keep the repository's corpora small: check the size)
 # Environment: CC (default clang), FUZZ_BUILD_DIR (default build-fuzz), FUZZ_ARGS (extra libFuzzer
@@ -51,7 +51,7 @@ empty=$(mktemp)
 trap 'rm -f "$empty"' EXIT
 
 if [ "$mode" = seeds ]; then
-  for t in checkpoint hdf5_dataset safetensors; do
+  for t in checkpoint h5_flip hdf5_dataset safetensors; do
     mkdir -p "fuzz/corpus/$t"
     CT_FUZZ_WRITE_SEEDS="fuzz/corpus/$t" "$dir/fuzz/fuzz_$t" "$empty" >/dev/null 2>&1
     echo "seeds: fuzz/corpus/$t: $(ls "fuzz/corpus/$t" | wc -l) files"
@@ -81,8 +81,10 @@ for t in "${targets[@]}"; do
   dict=(); [ -e "fuzz/$t.dict" ] && dict=(-dict="fuzz/$t.dict")
   log="$dir/logs/$t.log"
   rc=0
+  # a target's LeakSanitizer suppressions (third-party leaks only, each with its reason): fuzz/<target>.lsan
+  lsan=""; [ -e "fuzz/$t.lsan" ] && lsan="suppressions=$PWD/fuzz/$t.lsan"
   # shellcheck disable=SC2086
-  "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=16384 \
+  LSAN_OPTIONS="${LSAN_OPTIONS:-} $lsan" "$dir/fuzz/fuzz_$t" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=16384 \
     -print_final_stats=1 -artifact_prefix="$dir/crashes/$t-" "${dict[@]}" ${FUZZ_ARGS:-} \
     "$corpus" "fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/fs.h"
 #include "core/json.h"
 #include "core/rng.h"
 
@@ -162,11 +163,11 @@ ct_status ct_hp_space_from_json(const json_t *spec, const char *name, ct_hp_spac
 
 ct_status ct_hp_space_load(const char *file, ct_hp_space *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(file, "rb");
-    if (!f) return ct_error(CT_ERR_IO, "%s: cannot open: %s", file, strerror(errno));
-    fclose(f);
+    FILE *f;
+    CT_TRY(ct_fopen_read(file, &f));
     json_error_t err;
-    json_t *spec = json_load_file(file, JSON_REJECT_DUPLICATES, &err);
+    json_t *spec = json_loadf(f, JSON_REJECT_DUPLICATES, &err);
+    fclose(f);
     if (!spec) return ct_error(CT_ERR_CONFIG, "%s:%d:%d: %s", file, err.line, err.column, err.text);
     ct_status s = ct_hp_space_from_json(spec, file, out);
     json_decref(spec);

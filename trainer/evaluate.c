@@ -510,10 +510,10 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
     }
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f = H5Fcreate(af.tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f;
     char why[512];
-    s = f < 0 ? ct_error(CT_ERR_IO, "cannot create '%s': %s", af.tmp, ct_h5_error_detail(why, sizeof why))
-              : ct_h5_write_tensor(f, "logits", logits);
+    s = ct_h5_file_create(af.tmp, 0, &f);
+    if (s == CT_OK) s = ct_h5_write_tensor(f, "logits", logits);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
     if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);
     if (s == CT_OK && p->generated.data) s = ct_h5_write_tensor(f, "generated", &p->generated);

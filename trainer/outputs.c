@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_io.h"
@@ -168,7 +169,12 @@ ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t
     /* all_results.json accumulates every split's metrics, as Hugging Face's save_metrics(combined=True). */
     snprintf(path, sizeof path, "%s/all_results.json", t->args.output_dir);
     json_error_t err;
-    json_t *all = json_load_file(path, 0, &err);
+    FILE *f = NULL;
+    /* a file that is not ours to read (a FIFO, a device) is an error, not replaced; missing: a new one */
+    ct_status os = access(path, F_OK) == 0 ? ct_fopen_read(path, &f) : CT_OK;
+    if (os != CT_OK) return os;
+    json_t *all = f ? json_loadf(f, 0, &err) : NULL;
+    if (f) fclose(f);
     if (!json_is_object(all)) {
         json_decref(all);
         all = json_object();

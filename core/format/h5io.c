@@ -1,6 +1,8 @@
 /* HDF5 tensor I/O (see h5io.h). */
 #include "core/format/h5io.h"
 
+#include "core/format/h5_check.h"
+
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,19 @@ static hid_t mem_type(ct_dtype dt) {
     case CT_BF16: return H5T_NATIVE_UINT16; /* raw bits */
     }
     return H5T_NATIVE_FLOAT;
+}
+
+ct_status ct_h5_file_create(const char *path, size_t in_memory_increment, hid_t *out) {
+    *out = -1;
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
+    bool ok = fapl >= 0 && fcpl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0 &&
+              H5Pset_obj_track_times(fcpl, 0) >= 0 &&
+              (in_memory_increment == 0 || H5Pset_fapl_core(fapl, in_memory_increment, 0) >= 0);
+    if (ok) *out = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (*out < 0) return ct_error(CT_ERR_IO, "hdf5: cannot create '%s'", path);
+    return CT_OK;
 }
 
 void ct_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }
@@ -88,6 +103,11 @@ static ct_status open_dataset(hid_t file, const char *name, hid_t *ds, int *ndim
     if (!ct_h5_exists(file, name)) return ct_error(CT_ERR_FORMAT, "hdf5: no dataset '%s'", name);
     *ds = H5Dopen2(file, name, H5P_DEFAULT);
     if (*ds < 0) return ct_error(CT_ERR_FORMAT, "hdf5: '%s' is not a dataset", name);
+    ct_status s = ct_h5_check_dataset(*ds, name);
+    if (s != CT_OK) {
+        H5Dclose(*ds);
+        return ct_error_prefix(s, "hdf5: ");
+    }
     hid_t space = H5Dget_space(*ds);
     int nd = H5Sget_simple_extent_ndims(space);
     if (nd < 0 || nd > CT_MAX_DIMS) {

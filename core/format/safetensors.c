@@ -441,11 +441,8 @@ ct_status ct_st_open(const char *path, ct_st_file **out) {
     CT_TRY(new_file(path, &f));
     ct_status s = CT_OK;
     struct stat st;
-    f->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &st) != 0)
-        s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        s = ct_error(CT_ERR_IO, "%s: not a regular file", path);
+    s = ct_open_read(path, &f->fd); /* a regular file: a FIFO would block the open itself */
+    if (s == CT_OK && fstat(f->fd, &st) != 0) s = ct_error(CT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     uint64_t size = s == CT_OK ? (uint64_t)st.st_size : 0, n = 0;
     unsigned char head[8];
     if (s == CT_OK && size < 8)

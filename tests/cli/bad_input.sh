@@ -16,7 +16,8 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
-       output_dir_stale_lock output_dir_leftovers output_dir_is_a_file)
+       output_dir_stale_lock output_dir_leftovers output_dir_is_a_file
+       config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
 tmp=$(mktemp -d)
@@ -245,6 +246,43 @@ init_from_nan_weights)
          '{"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 32}, {"type": "relu"}, {"type": "linear", "out_features": 10}]}' >run.json
   expect 1 "ctrainer evaluate: init_from: ./hf/model.safetensors: tensor '[0-9a-z_.]+': holds 1 non-finite value, the first nan at element 0 of [0-9]+" \
          "$ctrainer" evaluate run.json ;;
+# --- not regular files: refused at once, never read (a FIFO without a writer would block for ever;
+# `timeout` turns a hang into a failure of the test instead of a stuck suite) ---
+config_fifo)
+  mkfifo run.json
+  expect 2 "ctrainer train: run.json: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" train run.json ;;
+hdf5_fifo)
+  mkfifo data.h5
+  run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5"}'
+  expect 1 "data.train.path: data.h5: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" train run.json ;;
+idx_device)
+  idx_labels 100 >lab.idx
+  run_config run.json "$mlp" '{"type": "idx", "images": "/dev/zero", "labels": "lab.idx"}'
+  expect 1 "data.train.images: /dev/zero: cannot read: Is a character device, not a regular file" \
+         timeout 60 "$ctrainer" train run.json ;;
+tokens_fifo)
+  mkfifo tok.bin
+  run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 8}'
+  expect 1 "data.train.path: tok.bin: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" train run.json ;;
+checkpoint_manifest_fifo)
+  checkpoint run
+  rm run/checkpoint-4/manifest.json && mkfifo run/checkpoint-4/manifest.json
+  expect 1 "resume_from_checkpoint 'run/checkpoint-4': run/checkpoint-4: run/checkpoint-4/manifest.json: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-4 ;;
+evaluate_model_fifo)
+  checkpoint run
+  rm run/model.h5 && mkfifo run/model.h5
+  expect 1 "ctrainer evaluate: load model: run/model.h5: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" evaluate "$tiny" --model run --set data.eval.small.limit=64 --set data.eval.other.limit=64 ;;
+init_from_fifo)
+  mkfifo w.safetensors
+  printf '{"model": %s, "init_from": "w.safetensors",\n "data": {"eval": {"type": "fashion_mnist", "split": "test", "limit": 64}}}\n' \
+         "$mlp" >run.json
+  expect 1 "ctrainer evaluate: init_from: ./w.safetensors: cannot read: Is a FIFO \\(named pipe\\), not a regular file" \
+         timeout 60 "$ctrainer" evaluate run.json ;;
 # --- environment ---
 env_omp_threads_garbage)
   # libgomp's warning, then training on its default thread count

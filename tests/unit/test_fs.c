@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "core/fs.h"
@@ -270,6 +272,60 @@ static void remove_tree(void) {
     }
 }
 
+/* The one way to open a file for reading: a regular file reads; a FIFO (no writer: open() would
+ * block), a character device, a socket and a directory are refused at once, naming what they are;
+ * the descriptor of a regular file reads in blocking mode. A blocking open would hang the test, so
+ * an alarm turns a hang into a failure. */
+static void open_read_regular_only(void) {
+    char file[600], fifo[600], sock[600], missing[600];
+    snprintf(file, sizeof file, "%s/plain.txt", dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    snprintf(sock, sizeof sock, "%s/sock", dir);
+    snprintf(missing, sizeof missing, "%s/missing", dir);
+    CHECK_OK(ct_write_file_atomic(file, "abc", 3));
+    CHECK(mkfifo(fifo, 0600) == 0, "mkfifo: %s", strerror(errno));
+    int sfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock);
+    bool have_sock = sfd >= 0 && strlen(sock) < sizeof addr.sun_path &&
+                     bind(sfd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    alarm(30);
+
+    int fd = -1;
+    CHECK_OK(ct_open_read(file, &fd));
+    char buf[8] = {0};
+    CHECK(fd >= 0 && read(fd, buf, sizeof buf) == 3 && memcmp(buf, "abc", 3) == 0, "the file did not read back");
+    CHECK(fd >= 0 && !(fcntl(fd, F_GETFL) & O_NONBLOCK), "the descriptor is left non-blocking");
+    if (fd >= 0) close(fd);
+    FILE *f = NULL;
+    CHECK_OK(ct_fopen_read(file, &f));
+    CHECK(f && fread(buf, 1, sizeof buf, f) == 3, "the stream did not read the file");
+    if (f) fclose(f);
+    CHECK_OK(ct_check_regular_file(file));
+
+    const char *fifo_msg = "cannot read: Is a FIFO (named pipe), not a regular file";
+    CHECK_ERR(ct_open_read(fifo, &fd), CT_ERR_IO, fifo, fifo_msg);
+    CHECK(fd == -1, "a refused open leaves descriptor %d", fd);
+    CHECK_ERR(ct_fopen_read(fifo, &f), CT_ERR_IO, fifo, fifo_msg);
+    CHECK(f == NULL, "a refused open leaves a stream");
+    CHECK_ERR(ct_check_regular_file(fifo), CT_ERR_IO, fifo, fifo_msg);
+    CHECK_ERR(ct_open_read("/dev/null", &fd), CT_ERR_IO, "/dev/null: cannot read: Is a character device");
+    CHECK_ERR(ct_check_regular_file("/dev/zero"), CT_ERR_IO, "/dev/zero: cannot read: Is a character device");
+    if (have_sock) {
+        CHECK_ERR(ct_open_read(sock, &fd), CT_ERR_IO, sock); /* open() itself refuses a socket: ENXIO */
+        CHECK_ERR(ct_check_regular_file(sock), CT_ERR_IO, sock, "cannot read: Is a socket, not a regular file");
+    }
+    CHECK_ERR(ct_open_read(dir, &fd), CT_ERR_IO, dir, "cannot read: Is a directory");
+    CHECK_ERR(ct_check_regular_file(dir), CT_ERR_IO, dir, "cannot read: Is a directory");
+    CHECK_ERR(ct_open_read(missing, &fd), CT_ERR_IO, missing, "cannot open: No such file or directory");
+    CHECK_ERR(ct_check_regular_file(missing), CT_ERR_IO, missing, "cannot open: No such file or directory");
+    alarm(0);
+    if (sfd >= 0) close(sfd);
+    unlink(sock);
+    unlink(fifo);
+    unlink(file);
+}
+
 int main(void) {
     ct_test_begin("test_fs");
     snprintf(dir, sizeof dir, "/tmp/ct_test_fs_XXXXXX");
@@ -284,6 +340,7 @@ int main(void) {
     stale_temp_replaced();
     path_helpers();
     remove_tree();
+    open_read_regular_only();
     CHECK_OK(ct_remove_tree(dir));
     CHECK(access(dir, F_OK) != 0, "the test directory is still there");
     return ct_test_finish();

@@ -293,6 +293,15 @@ static void decoding(void) {
         CHECK(row_len == tight, "stride caps the row: %lld of %lld", (long long)row_len, (long long)tight);
         row_len = 0;
         CHECK_ERR(ct_generate(&big, &g, 1, tight, row, &row_len, 0), CT_ERR_INVALID_ARG, "sequence 0 has 0 tokens");
+        /* an end-of-sequence id beyond the vocabulary could never be drawn: refused, not ignored */
+        row_len = ref_len[0];
+        g.eos_token_id = c.vocab_size;
+        char want[96];
+        snprintf(want, sizeof want, "generation.eos_token_id: %lld is outside the model's vocabulary [0, %lld)",
+                 (long long)c.vocab_size, (long long)c.vocab_size);
+        CHECK_ERR(ct_generate(&big, &g, 1, tight, row, &row_len, 0), CT_ERR_CONFIG, want);
+        g.eos_token_id = c.vocab_size - 1;
+        CHECK_OK(ct_generate(&big, &g, 1, tight, row, &row_len, 0));
         ct_model_free(&big);
         ct_model_free(&small);
     }

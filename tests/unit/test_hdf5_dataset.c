@@ -745,6 +745,26 @@ static void bad_hdf5_files(void) {
         CHECK_ERR(read_all(ds), CT_ERR_FORMAT, other, want, "config");
         ct_dataset_free(ds);
     }
+    /* Unsigned labels beyond int64 (and INT64_MAX, whose num_classes would overflow): their own value
+     * in the message, never the -1 a cast makes of 2^64-1; by the scan and against the config. */
+    lab[at] = 1;
+    uint64_t *ulab = (uint64_t *)lab;
+    static const uint64_t huge[] = {UINT64_MAX, (uint64_t)INT64_MAX + 1, (uint64_t)INT64_MAX};
+    for (int k = 0; k < 3; k++) {
+        ulab[at] = huge[k];
+        h5_item unsigned_labels[2] = {
+            {"features", H5T_STD_U8LE, 3, {(hsize_t)n, 4, 5}, true, px, H5T_NATIVE_UINT8},
+            {"labels", H5T_STD_U64LE, 1, {(hsize_t)n}, true, ulab, H5T_NATIVE_UINT64}};
+        write_h5(other, unsigned_labels, 2);
+        snprintf(want, sizeof want, "label %llu of sample %lld in dataset 'labels' is too large for a class id",
+                 (unsigned long long)huge[k], (long long)at);
+        CHECK_ERR(try_open(other, NULL, NULL, 0, &ds), CT_ERR_FORMAT, other, want);
+        CHECK_OK(try_open(other, NULL, NULL, 7, &ds));
+        if (ds) {
+            CHECK_ERR(read_all(ds), CT_ERR_FORMAT, other, want);
+            ct_dataset_free(ds);
+        }
+    }
     free(px);
     free(lab);
     unlink(path);
