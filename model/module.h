@@ -11,7 +11,8 @@
  * A NULL member means "nothing to do" (or, for forward/backward of a container, "run the children").
  *
  * The table starts with its size and members are only ever appended, so a layer compiled against an
- * older header keeps working. Applications add layers by writing such a table (see examples/). */
+ * older header keeps working. `size` and `type` are required, and `forward` for a layer without
+ * children: ct_model_build checks every module of the tree first (ct_module_check). Applications add layers by writing such a table (see examples/). */
 #ifndef CT_MODULE_H
 #define CT_MODULE_H
 
@@ -100,6 +101,10 @@ bool ct_module_fuse_activation(ct_module *m, int act);
 bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
 /* Initialises the base of a new module (call from a layer's constructor). */
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
+/* Checks the table of m and of every descendant (core/vtable.h): CT_ERR_INVALID_ARG naming the layer,
+ * the table and the fix when ops is NULL, its size is 0 or too small, type is NULL, or a leaf has no
+ * forward. */
+ct_status ct_module_check(const ct_module *m);
 /* Appends a child (taking ownership) under the given local name (NULL: its index). */
 ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name);
 

@@ -74,7 +74,8 @@ void ct_train_output_free(ct_train_output *o);
 typedef struct ct_trainer ct_trainer;
 
 typedef struct ct_trainer_ops {
-    size_t size; /* sizeof(ct_trainer_ops) when the table was written */
+    size_t size; /* sizeof(ct_trainer_ops) when the table was written: required (ct_trainer_init refuses
+                  * a table whose size is 0 or too small, naming the fix, rather than ignoring its hooks) */
     /* Loaders over the training set, an evaluation set and a test set (*out belongs to the caller,
      * who frees it with ct_loader_free). */
     ct_status (*get_train_dataloader)(ct_trainer *t, ct_loader **out);
@@ -118,7 +119,8 @@ typedef struct ct_trainer_ops {
 /* What a trainer is built from. Datasets may be NULL where not needed (no eval set without an
  * evaluation strategy). */
 typedef struct ct_trainer_setup {
-    ct_model *model;          /* required, built for the largest batch the arguments ask for */
+    ct_model *model;          /* required; ct_trainer_init grows its activation buffers to the larger of
+                               * the train and eval batch sizes when it was built for less */
     ct_loss *loss;            /* NULL: cross-entropy (owned by the trainer then) */
     ct_dataset *train_dataset;
     int n_eval;               /* evaluation sets; names "" for a single unnamed one */
@@ -166,9 +168,15 @@ struct ct_trainer {
     struct ct_trainer_private *priv;
 };
 
-/* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar
- * (on a terminal, unless disable_tqdm) or the printer, and the JSON-lines logger when report_to asks
- * for it. ops NULL: every default. Fires on_init_end. On failure nothing is left to free. */
+/* Builds a trainer: copies and validates args (start from ct_training_args_default: a zeroed struct is
+ * refused, saying so), installs the flow callback, then the progress bar (on a terminal, unless
+ * disable_tqdm) or the printer, and the JSON-lines logger when report_to asks for it. ops NULL: every
+ * default. Checks, before any step: every table (core/vtable.h: the hooks', the datasets', the
+ * loss's, the layers'), each dataset's samples against the model's input shape and dtype, a
+ * classifier's outputs against the data's num_classes, and (with the default compute_loss) the
+ * loss on the first sample's label; a loss without backward is refused when there is a training
+ * set. Fires on_init_end. On failure nothing is left to free, and ct_trainer_free(t) is still safe
+ * (also twice, and on a zeroed ct_trainer). */
 ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
                           const ct_trainer_setup *setup);
 void ct_trainer_free(ct_trainer *t);
@@ -262,7 +270,8 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
 /* Loads the weights of state.best_model_checkpoint into the model. */
 ct_status ct_trainer_load_best_model(ct_trainer *t);
 
-/* Callbacks (the trainer owns what it is given). */
+/* Callbacks (the trainer owns what it is given; one that fails ct_callback_check is refused and
+ * stays the caller's). */
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name);
 

@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/util.h"
+#include "core/vtable.h"
 
 /* models: modules, parameters, built-in layers and losses */
 #include "model/layers.h"
