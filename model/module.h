@@ -26,6 +26,7 @@
 
 typedef struct ct_module ct_module;
 struct ct_pool2d_geom; /* core/ops/ops_conv.h */
+struct json_t;          /* jansson.h */
 typedef struct ct_param_store ct_param_store;
 
 /* Called after the backward of a module that has parameters (m->grad_lo, m->grad_hi give where
@@ -70,6 +71,12 @@ typedef struct ct_module_ops {
      * with `pool` itself, so its output (and output gradient) take the pooled shape and the pooling
      * module only passes them through. NULL: the layer never does. */
     bool (*fuse_maxpool)(ct_module *m, const struct ct_pool2d_geom *pool);
+    /* The layer's JSON spec, which its registered reader (model/layers.h) builds the same layer from:
+     * {"type": ..., its keys}; containers list their children's (ct_module_to_json). Saved models
+     * store the model's (model/model_io.h), so ct_model_from_pretrained rebuilds any model made of
+     * layers that have it, built from JSON or from C. NULL: the model is saved without its
+     * architecture. */
+    ct_status (*to_json)(const ct_module *m, struct json_t **out);
 } ct_module_ops;
 
 struct ct_module {

@@ -73,6 +73,7 @@
 #include "callbacks/state.h"
 #include "callbacks/tensorboard.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "config/args.h"
 #include "config/run_config.h"
 #include "model/model_io.h"
