@@ -87,7 +87,22 @@ typedef struct ct_trainer_ops {
     ct_status (*create_optimizer_and_scheduler)(ct_trainer *t, int64_t num_training_steps);
     /* Forward pass and loss of one batch: *loss = (sum over the batch's samples, their count);
      * *outputs = the model's outputs (a view of its buffer). When dloss is not NULL, also writes
-     * d(loss.sum)/d(outputs) into it (shaped like outputs) for training_step to backpropagate. */
+     * d(loss.sum)/d(outputs) into it (shaped like outputs) for training_step to backpropagate.
+     * The contract an override relies on:
+     *  - dloss != NULL means training (training_step calls it); NULL means evaluation or
+     *    prediction (prediction_step), where nothing may change the gradients.
+     *  - The step's loss is (sum of every micro-batch's and process's sum) / (sum of their counts),
+     *    and before clipping the Trainer scales the flat gradients by 1 / that count. So a penalty
+     *    R(params) meant to join the step's mean is added as R x loss->count to loss->sum, and its
+     *    gradient as dR x loss->count straight into the parameter gradients (t->model->params.grads:
+     *    allowed here, before the model's backward, which only accumulates); the result is the
+     *    same for any accumulation and number of processes.
+     *  - Call "super" (ct_trainer_default_compute_loss) first rather than copying it: it skips the
+     *    padding rows of evaluation batches (b->valid) and keeps what later versions add.
+     *  - Memory may be on a device: touch parameters and gradients through ops (core/ops/), never
+     *    with host loads (CTRAINER_CHECKED_DEVICE=1 finds one). examples/weighted_trainer.c adds an
+     *    L2 penalty this way; tests/unit/test_trainer_init.c checks that it is exact under
+     *    accumulation. */
     ct_status (*compute_loss)(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
                               ct_tensor *dloss);
     /* One micro-batch of training: forward, loss, backward (gradients of the SUM accumulate in the

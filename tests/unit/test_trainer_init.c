@@ -2,10 +2,16 @@
  * arguments (pointing at ct_training_args_default), a dataset whose samples do not fit the model's
  * input, a classifier with fewer outputs than the data's classes, labels the loss cannot take; a
  * model built for a smaller batch than the arguments ask for is grown instead of failing later; and
- * ct_trainer_free is safe after a failed init, twice, and on a zeroed trainer. */
+ * ct_trainer_free is safe after a failed init, twice, and on a zeroed trainer. Also the contract
+ * compute_loss overrides rely on (trainer.h): a penalty added as R x count to the sum and
+ * dR x count to the gradients is exact under gradient accumulation. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/ops.h"
+#include "core/ops/ops_optim.h"
+#include "core/util.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
 #include "trainer_fixture.h"
@@ -145,6 +151,68 @@ static void test_max_batch(void) {
     ct_model_free(&m);
 }
 
+/* --- an L2 penalty on top of "super", as trainer.h's compute_loss contract says ------------------ */
+
+typedef struct l2_trainer {
+    ct_trainer base;
+    double l2;
+} l2_trainer;
+
+static ct_status l2_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                 ct_tensor *dloss) {
+    l2_trainer *w = ct_container_of(t, l2_trainer, base);
+    CT_TRY(ct_trainer_default_compute_loss(t, b, loss, outputs, dloss));
+    if (!dloss) return CT_OK;
+    double norm = ct_op_l2_norm(&t->model->params.values);
+    loss->sum += 0.5 * w->l2 * norm * norm * loss->count;
+    ct_op_axpy(w->l2 * loss->count, &t->model->params.values, &t->model->params.grads);
+    return CT_OK;
+}
+
+static const ct_trainer_ops l2_ops = {.size = sizeof(ct_trainer_ops), .compute_loss = l2_compute_loss};
+
+/* Final weights (a float64 model) after 4 optimizer steps of 24 samples, as batch x accumulation. */
+static void train_l2(double l2, int64_t batch, int64_t accumulation, ct_dataset *d, double *w, int64_t n) {
+    ct_model m;
+    ct_fixture_mlp o = {.dim = 4, .classes = 3, .hidden = {8}, .max_batch = 24, .seed = 3, .dtype = CT_F64};
+    if (ct_fixture_mlp_build(&o, &m) != CT_OK) abort();
+    ct_training_args a;
+    quiet_args(&a, "l2");
+    a.per_device_train_batch_size = batch;
+    a.gradient_accumulation_steps = accumulation;
+    a.max_steps = 4;
+    a.learning_rate = 0.1;
+    snprintf(a.lr_scheduler_type, sizeof a.lr_scheduler_type, "constant");
+    l2_trainer t = {.l2 = l2};
+    CHECK_OK(ct_trainer_init(&t.base, &l2_ops, &a, &(ct_trainer_setup){.model = &m, .train_dataset = d}));
+    ct_train_output out = {0};
+    CHECK_OK(ct_trainer_train(&t.base, NULL, &out));
+    ct_train_output_free(&out);
+    ct_trainer_free(&t.base);
+    for (int64_t i = 0; i < n && i < ct_tensor_numel(&m.params.values); i++)
+        w[i] = ((double *)m.params.values.data)[i];
+    ct_training_args_free(&a);
+    ct_model_free(&m);
+}
+
+static void test_l2_contract(void) {
+    ct_dataset *d = ct_fixture_dataset(&(ct_fixture_data){.n = 96, .dim = 4, .classes = 3, .seed = ct_test_seed,
+                                                           .dtype = CT_F64});
+    enum { N = 64 };
+    double one[N], three[N], none[N];
+    train_l2(0.05, 24, 1, d, one, N);
+    train_l2(0.05, 8, 3, d, three, N);
+    train_l2(0.0, 24, 1, d, none, N);
+    double diff = 0, effect = 0;
+    for (int i = 0; i < N; i++) {
+        diff = fmax(diff, fabs(one[i] - three[i]));
+        effect = fmax(effect, fabs(one[i] - none[i]));
+    }
+    CHECK(diff < 1e-12, "24 x 1 and 8 x 3 with the penalty differ by %g", diff);
+    CHECK(effect > 1e-4, "the penalty changed the weights by only %g", effect);
+    ct_dataset_free(d);
+}
+
 int main(void) {
     ct_test_begin("test_trainer_init");
     if (!(tmp_root = ct_fixture_tmp_root("ct_trainer_init"))) return 1;
@@ -153,6 +221,7 @@ int main(void) {
     test_classes();
     test_labels();
     test_max_batch();
+    test_l2_contract();
     ct_fixture_cleanup();
     return ct_test_finish();
 }
