@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/vtable.h"
+
 static const char *const event_names[CT_EVENT_COUNT] = {
     [CT_ON_INIT_END] = "on_init_end",
     [CT_ON_TRAIN_BEGIN] = "on_train_begin",
@@ -78,9 +80,18 @@ void ct_callback_list_free(ct_callback_list *l) {
     l->n = l->cap = 0;
 }
 
+ct_status ct_callback_check(const ct_callback *cb) {
+    if (!cb) return ct_error(CT_ERR_INVALID_ARG, "callback is NULL");
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_callback_ops, cb->ops, name));
+    return CT_OPS_CHECK_MEMBER(ct_callback_ops, cb->ops, name,
+                               "names the callback in errors, in pop/remove and in saved state");
+}
+
 ct_status ct_callback_list_add(ct_callback_list *l, ct_callback *cb) {
-    CT_ASSERT(l && cb && cb->ops && cb->ops->name);
-    CT_ASSERT(has_member(cb->ops, offsetof(ct_callback_ops, name), sizeof cb->ops->name));
+    CT_ASSERT(l);
+    /* A table that fails the check cannot be trusted to destroy itself: the callback stays the
+     * caller's then. */
+    CT_TRY(ct_callback_check(cb));
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 8;
         ct_callback **items = realloc(l->items, (size_t)cap * sizeof *items);

@@ -1,7 +1,8 @@
 /* Callbacks: the events of the training loop, the vtable that listens to them, and the built-ins.
  *
  * A callback is a struct whose FIRST member is a ct_callback, with a const ct_callback_ops table
- * (size first, members only ever appended, NULL = nothing to do). Every event has one signature:
+ * (size first, members only ever appended, NULL = nothing to do; `size` and `name` are required and
+ * checked when the callback is added). Every event has one signature:
  * the callback gets a ct_callback_args with the trainer, arguments, state and control, plus the
  * event's payload (logs for on_log, metrics for on_evaluate / on_predict), and may raise control
  * flags. Hugging Face's TrainerCallback and CallbackHandler are the model; the event names and the
@@ -90,7 +91,11 @@ typedef struct ct_callback_list {
 } ct_callback_list;
 
 void ct_callback_list_free(ct_callback_list *l);
-/* Appends cb (ownership passes to the list, also on failure, when cb is destroyed). */
+/* Checks cb's table (core/vtable.h): CT_ERR_INVALID_ARG naming the table and the fix when cb or its
+ * ops is NULL, ops->size is 0 or too small, or the required `name` is NULL. */
+ct_status ct_callback_check(const ct_callback *cb);
+/* Appends cb after ct_callback_check. Ownership passes to the list, also when the list cannot grow
+ * (cb is destroyed then); a callback that fails the check stays the caller's. */
 ct_status ct_callback_list_add(ct_callback_list *l, ct_callback *cb);
 /* Removes the first callback named `name` and returns it to the caller (NULL when none). */
 ct_callback *ct_callback_list_pop(ct_callback_list *l, const char *name);

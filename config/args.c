@@ -1091,6 +1091,12 @@ ct_status ct_training_args_device(const ct_training_args *a, int local_rank, ct_
 ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     CT_ASSERT(a);
     char b1[32], b2[32];
+    /* A struct declared `= {0}` (or memset) rather than filled by ct_training_args_default: no field
+     * would be named rightly by its first invalid value (log_level 0), so say what to call instead. */
+    if (a->log_level == 0 && a->log_level_replica == 0 && a->per_device_train_batch_size == 0 && !a->output_dir[0])
+        return ct_error(CT_ERR_CONFIG, "%s%straining arguments are zero-initialised: fill them with "
+                        "ct_training_args_default(&args) first, then change what you need", path ? path : "",
+                        path && path[0] ? ": " : "");
     /* Values a program (not JSON) may have put in the struct. */
     if (a->eval_strategy == CT_INTERVAL_BEST)
         return bad(path, "eval_strategy", "'best' is a save_strategy only (allowed: no, steps, epoch)");

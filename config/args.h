@@ -210,7 +210,8 @@ ct_status ct_training_args_from_json(ct_training_args *a, const json_t *obj, con
 /* Every argument as a JSON object (the resolved arguments; from_json of it gives the same args). */
 ct_status ct_training_args_to_json(const ct_training_args *a, json_t **out);
 
-/* The cross-argument rules, CT_ERR_CONFIG naming the arguments involved. Also resolves the derived
+/* The cross-argument rules, CT_ERR_CONFIG naming the arguments involved (a zero-initialised struct
+ * gets "... zero-initialised: fill them with ct_training_args_default(&args) first"). Also resolves the derived
  * defaults HF resolves in __post_init__ (metric_for_best_model "loss" with load_best_model_at_end,
  * greater_is_better from the metric's name, data_seed from seed), hence not const. */
 ct_status ct_training_args_validate(ct_training_args *a);

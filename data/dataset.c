@@ -6,11 +6,27 @@
 #include <stdlib.h>
 #include <string.h>
 
-void ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops) {
+#include "core/vtable.h"
+
+static ct_status check_ops(const ct_dataset_ops *ops) {
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_dataset_ops, ops, get_batch));
+    CT_TRY(CT_OPS_CHECK_MEMBER(ct_dataset_ops, ops, length, "gives the number of samples"));
+    return CT_OPS_CHECK_MEMBER(ct_dataset_ops, ops, get_batch, "fetches the samples");
+}
+
+ct_status ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops) {
     memset(ds, 0, sizeof *ds);
     ds->ops = ops;
     ds->spec.feature_dtype = CT_F32;
     ds->spec.label_dtype = CT_I64;
+    return check_ops(ops);
+}
+
+ct_status ct_dataset_check(const ct_dataset *ds) {
+    if (!ds) return ct_error(CT_ERR_INVALID_ARG, "dataset is NULL");
+    ct_status s = check_ops(ds->ops);
+    if (s != CT_OK) return ct_error_prefix(s, "dataset '%s': ", ds->source[0] ? ds->source : "(no source)");
+    return CT_OK;
 }
 
 int64_t ct_dataset_length(ct_dataset *ds) { return ds->ops->length(ds); }
@@ -50,7 +66,7 @@ ct_status ct_dataset_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n
 
 void ct_dataset_free(ct_dataset *ds) {
     if (!ds) return;
-    if (ds->ops->destroy)
+    if (ds->ops && CT_OPS_HAS(ds->ops, ct_dataset_ops, destroy))
         ds->ops->destroy(ds);
     else
         free(ds);

@@ -6,7 +6,9 @@
  * (seed, epoch, sample index): the same for any number of processes or workers.
  *
  * Subclass by embedding ct_dataset as the first member of your struct and filling a const
- * ct_dataset_ops (size first, members only appended, NULL = default). get_batch may be called from
+ * ct_dataset_ops (size first, members only appended): `size`, `length` and `get_batch` are required
+ * (checked by ct_dataset_base_init and again wherever a dataset enters the library: the Trainer,
+ * loaders, wrappers), `name` and `destroy` may be NULL (no name; free(ds)). get_batch may be called from
  * the loader's worker threads, one call at a time per loader unless the dataset sets
  * thread_safe (then workers fetch concurrently). */
 #ifndef CT_DATASET_H
@@ -54,7 +56,12 @@ struct ct_dataset {
     char source[512];   /* file or description, for error messages */
 };
 
-void ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops);
+/* Initialises the base of a new dataset and checks its table (core/vtable.h): CT_ERR_INVALID_ARG
+ * naming the table and the fix when `size` is 0 or too small or length / get_batch is NULL. The
+ * base is initialised either way, so ct_dataset_free still works. */
+ct_status ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops);
+/* The same check of an existing dataset (NULL is an error too), errors prefixed "dataset '<source>': ". */
+ct_status ct_dataset_check(const ct_dataset *ds);
 int64_t ct_dataset_length(ct_dataset *ds);
 /* Validates the indices and tensors, calls get_batch, prefixes errors with the dataset's source. */
 ct_status ct_dataset_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,

@@ -217,8 +217,9 @@ static ct_status create(ct_loader *l) {
 }
 
 ct_status ct_loader_create(ct_dataset *ds, const ct_loader_config *cfg, ct_loader **out) {
-    CT_ASSERT(ds && cfg && out);
+    CT_ASSERT(cfg && out);
     *out = NULL;
+    CT_TRY(ct_dataset_check(ds));
     ct_loader *l = calloc(1, sizeof *l);
     if (!l) return ct_error(CT_ERR_NOMEM, "data loader: out of memory");
     l->ds = ds;

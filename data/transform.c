@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/rng.h"
 #include "core/util.h"
+#include "core/vtable.h"
 #include "data/transform.h"
 #include "data/transform_random.h"
 
@@ -37,13 +38,13 @@ void ct_augment_random(const ct_fetch_ctx *ctx, uint32_t salt, int64_t index, ui
 /* --- vtable wrappers ---------------------------------------------------------------------------- */
 
 /* Members appended to ct_transform_ops later are absent from tables written earlier. */
-#define HAS_OP(ops, member) ((ops)->size >= offsetof(ct_transform_ops, member) + sizeof((ops)->member) && (ops)->member)
+#define HAS_OP(ops, member) CT_OPS_HAS(ops, ct_transform_ops, member)
 
 static const char *transform_name(const ct_transform *t) { return HAS_OP(t->ops, name) ? t->ops->name : "transform"; }
 
 void ct_transform_free(ct_transform *t) {
     if (!t) return;
-    if (HAS_OP(t->ops, destroy))
+    if (t->ops && HAS_OP(t->ops, destroy))
         t->ops->destroy(t);
     else
         free(t);
@@ -207,6 +208,16 @@ static bool same_shape(const ct_shape *a, const ct_shape *b) {
 ct_status ct_transformed_dataset_create(ct_dataset *base, ct_transform **transforms, int n, ct_dataset **out) {
     CT_ASSERT(base && out && n >= 0 && (n == 0 || transforms));
     *out = NULL;
+    for (int i = 0; i < n; i++) {
+        ct_status s = transforms[i] ? CT_OPS_CHECK_SIZE(ct_transform_ops, transforms[i]->ops, name)
+                                    : ct_error(CT_ERR_INVALID_ARG, "is NULL");
+        if (s != CT_OK) {
+            ct_error_prefix(s, "%s: transform %d: ", base->source, i);
+            for (int j = 0; j < n; j++) ct_transform_free(transforms[j]);
+            ct_dataset_free(base);
+            return s;
+        }
+    }
     transformed_t *td = calloc(1, sizeof *td);
     ct_transform **list = n ? calloc((size_t)n, sizeof *list) : NULL;
     if (!td || (n && !list)) {
@@ -220,10 +231,7 @@ ct_status ct_transformed_dataset_create(ct_dataset *base, ct_transform **transfo
     td->inner = base;
     td->n = n;
     td->transforms = list;
-    for (int i = 0; i < n; i++) {
-        CT_ASSERT(transforms[i] && transforms[i]->ops);
-        list[i] = transforms[i];
-    }
+    for (int i = 0; i < n; i++) list[i] = transforms[i];
     memcpy(td->base.source, base->source, sizeof td->base.source);
     td->base.thread_safe = base->thread_safe;
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/vtable.h"
 
 /* Members appended to ct_metric_ops later are absent from tables written earlier. */
 #define HAS_OP(ops, member) ((ops)->size >= offsetof(ct_metric_ops, member) + sizeof((ops)->member) && (ops)->member)
@@ -76,11 +77,22 @@ static void decl_install(ct_metric *m, decl *d) {
     m->sum_ops = d->sum_ops;
 }
 
+static ct_status check_ops(const ct_metric_ops *ops) {
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_metric_ops, ops, compute));
+    CT_TRY(CT_OPS_CHECK_MEMBER(ct_metric_ops, ops, name, "is the metric's key: \"<prefix>_<name>\""));
+    CT_TRY(CT_OPS_CHECK_MEMBER(ct_metric_ops, ops, update, "adds a batch to the state"));
+    return CT_OPS_CHECK_MEMBER(ct_metric_ops, ops, compute, "turns the state into values");
+}
+
+ct_status ct_metric_check(const ct_metric *m) {
+    if (!m) return ct_error(CT_ERR_INVALID_ARG, "metric is NULL");
+    return check_ops(m->ops);
+}
+
 ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int64_t n_counts, const ct_reduce_op *count_ops,
                               int64_t n_sums, const ct_reduce_op *sum_ops) {
-    CT_ASSERT(m && ops);
-    CT_ASSERT(ops->size >= offsetof(ct_metric_ops, compute) + sizeof(ops->compute));
-    CT_ASSERT(ops->name && ops->update && ops->compute);
+    CT_ASSERT(m);
+    CT_TRY(check_ops(ops));
     decl d;
     CT_TRY(decl_alloc(&d, ops->name, n_counts, count_ops, n_sums, sum_ops));
     m->ops = ops;
@@ -432,7 +444,8 @@ int64_t ct_metric_argmax(const ct_tensor *o, int64_t i) {
 /* --- sets --------------------------------------------------------------------------------------- */
 
 ct_status ct_metric_set_add(ct_metric_set *s, ct_metric *m) {
-    CT_ASSERT(s && m);
+    CT_ASSERT(s);
+    CT_TRY(ct_metric_check(m)); /* a metric whose table fails the check stays the caller's */
     for (int i = 0; i < s->n; i++)
         if (ct_metric_compatible(s->items[i], m)) {
             ct_status st = ct_error(CT_ERR_INVALID_ARG,

@@ -24,8 +24,9 @@
  * leaves out eval_loss when there are no labels; a non-finite value (a NaN loss) is written as JSON
  * null, since JSON has no NaN.
  *
- * Subclassing: embed ct_metric first in your struct, give it a const ct_metric_ops; size/name and
- * update/compute are required; the state's fields are declared with ct_metric_base_init in the
+ * Subclassing: embed ct_metric first in your struct, give it a const ct_metric_ops; size, name,
+ * update and compute are required (ct_metric_base_init and ct_metric_set_add check them, naming the
+ * table and the fix: "ct_metric_ops.size is 0: set .size = sizeof(ct_metric_ops)"); the state's fields are declared with ct_metric_base_init in the
  * constructor (or at the first batch with ct_metric_redeclare), per-sample records with
  * ct_metric_keep_samples. update() must leave the state unchanged when it fails (count into locals,
  * add at the end; reserve records before appending). Classification metrics validate their batch
@@ -120,6 +121,8 @@ struct ct_metric {
  * allocated and m may simply be freed. */
 ct_status ct_metric_base_init(ct_metric *m, const ct_metric_ops *ops, int64_t n_counts, const ct_reduce_op *count_ops,
                               int64_t n_sums, const ct_reduce_op *sum_ops);
+/* Checks m's table as ct_metric_base_init does (CT_ERR_INVALID_ARG; m NULL too). */
+ct_status ct_metric_check(const ct_metric *m);
 /* Redeclares the state of a metric whose shape is known only from its first batch (a confusion
  * matrix learns C there): same contract as ct_metric_base_init, the state is reset, m->ops kept.
  * On failure the old declaration is kept. A state with no fields and no record width is "blank":
@@ -204,8 +207,9 @@ typedef struct ct_metric_set {
  * its keys would collide. Errors start with the element's path ("metrics[2]: unknown metric
  * 'acuracy', did you mean 'accuracy'?"); path NULL means "metrics". On failure *out is empty. */
 ct_status ct_metric_set_from_json(const json_t *list, const char *path, ct_metric_set *out);
-/* Appends m (taking ownership, also on failure); CT_ERR_INVALID_ARG when a compatible metric (same
- * type and settings) is already in the set. A zeroed ct_metric_set is an empty set. */
+/* Appends m (taking ownership, also on failure, except when m fails ct_metric_check: a table that
+ * cannot be trusted stays the caller's); CT_ERR_INVALID_ARG when a compatible metric (same type and
+ * settings) is already in the set. A zeroed ct_metric_set is an empty set. */
 ct_status ct_metric_set_add(ct_metric_set *s, ct_metric *m);
 void ct_metric_set_free(ct_metric_set *s);
 void ct_metric_set_reset(ct_metric_set *s);

@@ -1,18 +1,24 @@
-/* A C application that subclasses the Trainer: a class-weighted loss and a callback of its own.
+/* A C application that subclasses the Trainer: a class-weighted loss, an L2 penalty added on top of
+ * the default compute_loss ("super"), and a callback of its own.
  *
- * This is Hugging Face's "CustomTrainer" example in C. The application embeds ct_trainer as the
- * first member of its own struct, overrides one hook (compute_loss) in a const ops table, and
- * leaves every other member NULL, which means the default. It adds a callback that reports each
+ * This is Hugging Face's "CustomTrainer" example in C. The class-weighted cross-entropy needs no
+ * hook: it is the trainer's loss (ct_trainer_setup.loss), which the default compute_loss uses. The
+ * application embeds ct_trainer as the first member of its own struct and overrides one hook
+ * (compute_loss) in a const ops table, leaving every other member NULL (the default); the override
+ * calls the default first, so it keeps everything the default does (padding rows, devices), and
+ * adds a penalty by the contract trainer.h states for compute_loss. A callback reports each
  * evaluation and stops training once the accuracy reaches a target, showing how callbacks steer the
  * loop through TrainerControl. Models, data and training arguments still come from a JSON run config.
  *
- *   weighted_trainer CONFIG [--weight CLASS=W ...] [--stop-at ACCURACY] [--set dotted.key=JSON ...]
+ *   weighted_trainer CONFIG [--weight CLASS=W ...] [--l2 LAMBDA] [--stop-at ACCURACY] [--set dotted.key=JSON ...]
  *
  * Fashion-MNIST's hardest class is 6 (shirt); by default it weighs 2 and the others 1. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/ops.h"
+#include "core/ops/ops_optim.h"
 #include "core/util.h"
 #include "trainer/run.h"
 
@@ -23,19 +29,25 @@
 typedef struct weighted_trainer {
     ct_trainer base; /* first: the Trainer hands hooks a ct_trainer *, container_of gives this back */
     ct_loss *weighted;
+    double l2; /* the penalty's lambda: loss + l2/2 * |parameters|^2 */
 } weighted_trainer;
 
-/* Cross-entropy with class weights. Evaluation batches may end with padding rows (mask 0) on
- * processes whose share of the data ran out: the loss is taken over the leading b->valid rows.
- * The count a weighted cross-entropy returns is the sum of the weights, PyTorch's denominator, so
- * the Trainer's division by the step's total count gives exactly PyTorch's weighted mean. */
+/* "super" (the default: forward, the trainer's loss over the batch's real rows, its gradient), then
+ * the penalty while training (dloss != NULL). The Trainer's step loss is (sum of the micro-batches'
+ * sums) / (sum of their counts), over every micro-batch and process of the step, and it scales the
+ * gradients by 1 / that count: so l2/2 |p|^2 x this batch's count added to the sum, and
+ * l2 x count x p added to the parameter gradients, give exactly mean + l2/2 |p|^2 and its gradient,
+ * whatever the accumulation or the number of processes. Both go through ops, which run where the
+ * model lives (no host access to device memory). */
 static ct_status weighted_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
                                        ct_tensor *dloss) {
     weighted_trainer *w = ct_container_of(t, weighted_trainer, base);
-    CT_TRY(ct_model_forward(t->model, &b->features, outputs));
-    ct_tensor out = ct_tensor_rows(outputs, 0, b->valid), labels = ct_tensor_rows(&b->labels, 0, b->valid);
-    CT_TRY(ct_loss_forward(w->weighted, &out, &labels, loss));
-    if (dloss) CT_TRY(ct_loss_backward(w->weighted, outputs, &b->labels, 1.0, dloss));
+    CT_TRY(ct_trainer_default_compute_loss(t, b, loss, outputs, dloss));
+    if (!dloss || w->l2 == 0) return CT_OK;
+    ct_param_store *ps = &t->model->params;
+    double norm = ct_op_l2_norm(&ps->values);
+    loss->sum += 0.5 * w->l2 * norm * norm * loss->count;
+    ct_op_axpy(w->l2 * loss->count, &ps->values, &ps->grads);
     return CT_OK;
 }
 
@@ -85,7 +97,7 @@ static const ct_callback_ops target_ops = {
 typedef struct options {
     const char *config;
     double weights[MAX_CLASSES];
-    double stop_at;
+    double stop_at, l2;
     const char *sets[64];
     int n_sets;
 } options;
@@ -102,6 +114,8 @@ static int parse(int argc, char **argv, options *o) {
                 return 2;
             }
             o->weights[k] = w;
+        } else if (strcmp(argv[i], "--l2") == 0 && i + 1 < argc) {
+            o->l2 = atof(argv[++i]);
         } else if (strcmp(argv[i], "--stop-at") == 0 && i + 1 < argc) {
             o->stop_at = atof(argv[++i]);
         } else if (strcmp(argv[i], "--set") == 0 && i + 1 < argc && o->n_sets < 64) {
@@ -109,7 +123,7 @@ static int parse(int argc, char **argv, options *o) {
         } else if (argv[i][0] != '-' && !o->config) {
             o->config = argv[i];
         } else {
-            fprintf(stderr, "usage: weighted_trainer CONFIG [--weight CLASS=W ...] [--stop-at ACCURACY] "
+            fprintf(stderr, "usage: weighted_trainer CONFIG [--weight CLASS=W ...] [--l2 LAMBDA] [--stop-at ACCURACY] "
                             "[--set dotted.key=JSON ...]\n");
             return 2;
         }
@@ -130,7 +144,9 @@ static ct_status run(const options *o, ct_run *r, weighted_trainer *w) {
     ce.weight = o->weights;
     ce.n_weight = classes;
     CT_TRY(ct_cross_entropy_loss_create(&ce, &w->weighted));
+    w->l2 = o->l2;
     ct_trainer_setup setup = ct_run_setup(r);
+    setup.loss = w->weighted; /* the default compute_loss takes the trainer's loss */
     CT_TRY(ct_trainer_init(&w->base, &weighted_ops, &r->args, &setup));
     target_callback *cb = calloc(1, sizeof *cb);
     if (!cb) return ct_error(CT_ERR_NOMEM, "out of memory");

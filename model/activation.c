@@ -53,13 +53,20 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const activation *a = ct_container_of(m, activation, base);
+    *out = a->act == CT_ACT_GELU_TANH ? json_pack("{s:s, s:s}", "type", "gelu", "approximate", "tanh")
+                                      : json_pack("{s:s}", "type", m->ops->type);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops ops[] = {
-    [CT_ACT_NONE] = {sizeof(ct_module_ops), "identity", NULL, NULL, NULL, reserve, forward, backward, NULL},
-    [CT_ACT_RELU] = {sizeof(ct_module_ops), "relu", NULL, NULL, NULL, reserve, forward, backward, NULL},
-    [CT_ACT_GELU] = {sizeof(ct_module_ops), "gelu", NULL, NULL, NULL, reserve, forward, backward, NULL},
-    [CT_ACT_GELU_TANH] = {sizeof(ct_module_ops), "gelu", NULL, NULL, NULL, reserve, forward, backward, NULL},
-    [CT_ACT_TANH] = {sizeof(ct_module_ops), "tanh", NULL, NULL, NULL, reserve, forward, backward, NULL},
-    [CT_ACT_SIGMOID] = {sizeof(ct_module_ops), "sigmoid", NULL, NULL, NULL, reserve, forward, backward, NULL},
+    [CT_ACT_NONE] = {.size = sizeof(ct_module_ops), .type = "identity", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
+    [CT_ACT_RELU] = {.size = sizeof(ct_module_ops), .type = "relu", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
+    [CT_ACT_GELU] = {.size = sizeof(ct_module_ops), .type = "gelu", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
+    [CT_ACT_GELU_TANH] = {.size = sizeof(ct_module_ops), .type = "gelu", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
+    [CT_ACT_TANH] = {.size = sizeof(ct_module_ops), .type = "tanh", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
+    [CT_ACT_SIGMOID] = {.size = sizeof(ct_module_ops), .type = "sigmoid", .reserve = reserve, .forward = forward, .backward = backward, .to_json = to_json},
 };
 
 static bool is_activation(const ct_module *m) {

@@ -106,6 +106,13 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const batchnorm2d *b = ct_container_of(m, batchnorm2d, base);
+    *out = json_pack("{s:s, s:I, s:f, s:f, s:b}", "type", "batchnorm2d", "num_features", (json_int_t)b->num_features,
+                     "eps", b->eps, "momentum", b->momentum, "affine", b->affine);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops batchnorm2d_ops = {
     .size = sizeof(ct_module_ops),
     .type = "batchnorm2d",
@@ -115,6 +122,7 @@ static const ct_module_ops batchnorm2d_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 ct_status ct_batchnorm2d_create(int64_t num_features, double eps, double momentum, bool affine, ct_module **out) {

@@ -155,6 +155,16 @@ static bool fuse_maxpool(ct_module *m, const ct_pool2d_geom *p) {
     return l->geom.pool2x2;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const ct_conv2d_config *c = &ct_container_of(m, conv2d, base)->cfg;
+    *out = json_pack("{s:s, s:I, s:I, s:[I,I], s:[I,I], s:[I,I], s:[I,I], s:b}", "type", "conv2d", "in_channels",
+                     (json_int_t)c->in_channels, "out_channels", (json_int_t)c->out_channels, "kernel_size",
+                     (json_int_t)c->kernel[0], (json_int_t)c->kernel[1], "stride", (json_int_t)c->stride[0],
+                     (json_int_t)c->stride[1], "padding", (json_int_t)c->padding[0], (json_int_t)c->padding[1],
+                     "dilation", (json_int_t)c->dilation[0], (json_int_t)c->dilation[1], "bias", c->bias);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops conv2d_ops = {
     .size = sizeof(ct_module_ops),
     .type = "conv2d",
@@ -166,6 +176,7 @@ static const ct_module_ops conv2d_ops = {
     .backward = backward,
     .fuse_activation = fuse_activation,
     .fuse_maxpool = fuse_maxpool,
+    .to_json = to_json,
 };
 
 ct_status ct_conv2d_create(const ct_conv2d_config *cfg, ct_module **out) {

@@ -65,8 +65,14 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    *out = json_pack("{s:s, s:f}", "type", "dropout", "p", ct_container_of(m, dropout, base)->p);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops dropout_ops = {
-    .size = sizeof(ct_module_ops), .type = "dropout", .reserve = reserve, .forward = forward, .backward = backward};
+    .size = sizeof(ct_module_ops), .type = "dropout", .reserve = reserve, .forward = forward, .backward = backward,
+    .to_json = to_json};
 
 ct_status ct_dropout_create(double p, ct_module **out) {
     if (!(p >= 0.0 && p <= 1.0))

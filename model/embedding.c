@@ -87,6 +87,14 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const embedding *e = ct_container_of(m, embedding, base);
+    *out = json_pack("{s:s, s:I, s:I}", "type", "embedding", "num_embeddings", (json_int_t)e->num_embeddings,
+                     "embedding_dim", (json_int_t)e->dim);
+    if (*out && e->padding_idx >= 0) json_object_set_new(*out, "padding_idx", json_integer(e->padding_idx));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops embedding_ops = {
     .size = sizeof(ct_module_ops),
     .type = "embedding",
@@ -96,6 +104,7 @@ static const ct_module_ops embedding_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, ct_module **out) {

@@ -24,8 +24,15 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return ct_tensor_reshape(dy, ndim, shape, dx);
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    (void)m;
+    *out = json_pack("{s:s}", "type", "flatten");
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops flatten_ops = {
-    .size = sizeof(ct_module_ops), .type = "flatten", .infer = infer, .forward = forward, .backward = backward};
+    .size = sizeof(ct_module_ops), .type = "flatten", .infer = infer, .forward = forward, .backward = backward,
+    .to_json = to_json};
 
 ct_status ct_flatten_create(ct_module **out) {
     ct_module *m = calloc(1, sizeof *m);

@@ -86,6 +86,13 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const layernorm *l = ct_container_of(m, layernorm, base);
+    *out = json_pack("{s:s, s:[I], s:f, s:b, s:b}", "type", "layernorm", "normalized_shape", (json_int_t)l->features,
+                     "eps", l->eps, "elementwise_affine", l->affine, "bias", l->has_bias);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops layernorm_ops = {
     .size = sizeof(ct_module_ops),
     .type = "layernorm",
@@ -95,6 +102,7 @@ static const ct_module_ops layernorm_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 ct_status ct_layernorm_create(int64_t features, double eps, bool elementwise_affine, bool bias, ct_module **out) {

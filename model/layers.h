@@ -79,6 +79,10 @@ ct_status ct_gpt_create(const ct_gpt_config *cfg, ct_module **out);
  * the path, e.g. "model.layers[2]". */
 ct_status ct_module_from_json(const json_t *spec, const char *path, ct_module **out);
 
+/* m's spec through its to_json member: CT_ERR_UNSUPPORTED naming the layer and its type when m or a
+ * descendant has none (an application's layer without to_json). */
+ct_status ct_module_to_json(const ct_module *m, json_t **out);
+
 typedef ct_status (*ct_module_from_json_fn)(const json_t *spec, const char *path, ct_module **out);
 /* Registers an application's layer type for ct_module_from_json. */
 ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn);

@@ -91,6 +91,14 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+/* The layer's JSON spec (ct_module_to_json): what ct_linear_from_json reads back. */
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const linear *l = ct_container_of(m, linear, base);
+    *out = json_pack("{s:s, s:I, s:I, s:b}", "type", "linear", "in_features", (json_int_t)l->in_features,
+                     "out_features", (json_int_t)l->out_features, "bias", l->has_bias);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops linear_ops = {
     .size = sizeof(ct_module_ops),
     .type = "linear",
@@ -100,6 +108,7 @@ static const ct_module_ops linear_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 ct_status ct_linear_create(int64_t in_features, int64_t out_features, bool bias, ct_module **out) {

@@ -8,15 +8,31 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/vtable.h"
 #include "core/util.h"
 #include "model/loss_impl.h"
 
 /* A member is usable when the table is recent enough to have it and it is set. */
-#define HAS_OP(ops, member) ((ops)->size > offsetof(ct_loss_ops, member) && (ops)->member)
+#define HAS_OP(ops, member) CT_OPS_HAS(ops, ct_loss_ops, member)
 
-void ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops) {
-    CT_ASSERT(l && ops);
+static ct_status check_ops(const ct_loss_ops *ops) {
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_loss_ops, ops, forward));
+    return CT_OPS_CHECK_MEMBER(ct_loss_ops, ops, forward, "computes the loss's (sum, count)");
+}
+
+ct_status ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops) {
+    CT_ASSERT(l);
     l->ops = ops;
+    return check_ops(ops);
+}
+
+ct_status ct_loss_check(const ct_loss *l, bool training) {
+    if (!l) return ct_error(CT_ERR_INVALID_ARG, "loss is NULL");
+    CT_TRY(check_ops(l->ops));
+    if (training && !HAS_OP(l->ops, backward))
+        return ct_error(CT_ERR_INVALID_ARG, "%s loss: ct_loss_ops.backward is NULL: training needs it (it writes the "
+                        "gradient of the sum); set .backward, or only evaluate with this loss", ct_loss_name(l));
+    return CT_OK;
 }
 
 const char *ct_loss_name(const ct_loss *l) {

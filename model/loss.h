@@ -27,6 +27,7 @@
 #define CT_LOSS_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -66,8 +67,13 @@ struct ct_loss {
     const ct_loss_ops *ops;
 };
 
-/* Initialises the base of a new loss (call from a loss's constructor). */
-void ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops);
+/* Initialises the base of a new loss (call from a loss's constructor) and checks its table
+ * (core/vtable.h): CT_ERR_INVALID_ARG naming the table and the fix when `size` is 0 or smaller than
+ * a table with `forward`, or forward is NULL. */
+ct_status ct_loss_base_init(ct_loss *l, const ct_loss_ops *ops);
+/* The same check of an existing loss; with `training`, backward is required too. ct_trainer_init
+ * runs it (training when there is a training set). */
+ct_status ct_loss_check(const ct_loss *l, bool training);
 const char *ct_loss_name(const ct_loss *l);
 
 /* The wrappers. Both check that pred is a float32/float64 tensor with target on its device (and, for

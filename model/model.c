@@ -60,6 +60,7 @@ ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_sh
     }
     if ((s = ct_device_check(opts->device)) != CT_OK) goto fail;
     if ((s = check_in_shape(in_shape)) != CT_OK) goto fail;
+    if ((s = ct_module_check(root)) != CT_OK) goto fail;
     ct_module_configure(root, model->opts.dtype, model->opts.device, &model->step);
     ct_module_assign_names(root, "");
     root->need_input_grad = false;

@@ -9,6 +9,7 @@
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "model/layers.h"
 #include "model/model_io.h"
 
 /* values / buffers NULL: the model's own; else flat copies laid out like the model's buffers. */
@@ -25,12 +26,75 @@ static ct_status write_all(hid_t f, const ct_model *m, const ct_tensor *values, 
                            : *p->value;
         CT_TRY(ct_h5_write_tensor(f, p->name, &v));
     }
-    if (spec) {
-        char *text = json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS);
-        if (!text) return ct_error(CT_ERR_NOMEM, "out of memory");
-        ct_status s = ct_h5_write_string_attr(f, "config", text);
-        free(text);
-        CT_TRY(s);
+    /* The architecture: the spec given (a run config's "model", presets unexpanded), else the layers'
+     * own (ct_module_to_json), so a model built in C reloads too; none when a layer cannot say. */
+    json_t *own = NULL;
+    if (!spec && ct_module_to_json(m->root, &own) == CT_OK) spec = own;
+    ct_error_clear();
+    /* The per-sample input, which ct_model_from_pretrained builds the model for. */
+    json_t *input = json_array();
+    for (int i = 0; input && i < m->in_shape.ndim; i++) json_array_append_new(input, json_integer(m->in_shape.dims[i]));
+    char *text = spec ? json_dumps(spec, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    char *shape = input ? json_dumps(input, JSON_COMPACT) : NULL;
+    json_decref(own);
+    json_decref(input);
+    ct_status s = (spec && !text) || !shape ? ct_error(CT_ERR_NOMEM, "out of memory") : CT_OK;
+    if (s == CT_OK && text) s = ct_h5_write_string_attr(f, "config", text);
+    if (s == CT_OK) s = ct_h5_write_string_attr(f, "input_shape", shape);
+    if (s == CT_OK) s = ct_h5_write_string_attr(f, "input_dtype", ct_dtype_name(m->in_dtype));
+    free(text);
+    free(shape);
+    return s;
+}
+
+ct_status ct_model_read_h5_architecture(const char *file, json_t **spec, ct_shape *in_shape, ct_dtype *in_dtype) {
+    *spec = NULL;
+    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "cannot read '%s': %s", file, strerror(errno));
+    char *config = NULL, *shape = NULL, *dtype = NULL;
+    ct_h5_lock();
+    ct_h5_quiet();
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    ct_status s = f < 0 ? ct_error(CT_ERR_FORMAT, "not an HDF5 file (or corrupt)") : CT_OK;
+    if (s == CT_OK && (H5Aexists(f, "config") <= 0 || H5Aexists(f, "input_shape") <= 0))
+        s = ct_error(CT_ERR_FORMAT, "the file holds weights but not the architecture (saved from a model with a layer "
+                     "that has no to_json, or by an older ctrainer); build the model and use ct_model_load_h5");
+    if (s == CT_OK) s = ct_h5_read_string_attr(f, "config", &config);
+    if (s == CT_OK) s = ct_h5_read_string_attr(f, "input_shape", &shape);
+    if (s == CT_OK && H5Aexists(f, "input_dtype") > 0) s = ct_h5_read_string_attr(f, "input_dtype", &dtype);
+    if (f >= 0) H5Fclose(f);
+    ct_h5_unlock();
+    json_t *dims = NULL;
+    if (s == CT_OK && !(*spec = json_loads(config, 0, NULL)))
+        s = ct_error(CT_ERR_FORMAT, "its \"config\" attribute is not JSON");
+    if (s == CT_OK && (!(dims = json_loads(shape, 0, NULL)) || !json_is_array(dims) ||
+                       json_array_size(dims) + 1 > CT_MAX_DIMS))
+        s = ct_error(CT_ERR_FORMAT, "its \"input_shape\" attribute is not a list of up to %d sizes", CT_MAX_DIMS - 1);
+    if (s == CT_OK) {
+        in_shape->ndim = (int)json_array_size(dims);
+        for (int i = 0; s == CT_OK && i < in_shape->ndim; i++) {
+            json_t *d = json_array_get(dims, (size_t)i);
+            if (!json_is_integer(d) || json_integer_value(d) < 1)
+                s = ct_error(CT_ERR_FORMAT, "its \"input_shape\" has a size that is not a positive integer");
+            else
+                in_shape->dims[i] = json_integer_value(d);
+        }
+    }
+    *in_dtype = CT_F32;
+    bool known = !dtype;
+    for (int d = 0; s == CT_OK && dtype && d <= CT_U8; d++)
+        if (strcmp(ct_dtype_name((ct_dtype)d), dtype) == 0) {
+            *in_dtype = (ct_dtype)d;
+            known = true;
+        }
+    if (s == CT_OK && !known) s = ct_error(CT_ERR_FORMAT, "its \"input_dtype\" '%s' is not a dtype", dtype);
+    json_decref(dims);
+    free(config);
+    free(shape);
+    free(dtype);
+    if (s != CT_OK) {
+        json_decref(*spec);
+        *spec = NULL;
+        return ct_error_prefix(s, "%s: ", file);
     }
     return CT_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/vtable.h"
 #include "model/params.h"
 
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops) {
@@ -19,6 +20,19 @@ void ct_module_base_init(ct_module *m, const ct_module_ops *ops) {
     m->device = CT_CPU;
     m->need_input_grad = true;
     m->batch = -1;
+}
+
+ct_status ct_module_check(const ct_module *m) {
+    if (!m) return ct_error(CT_ERR_INVALID_ARG, "module is NULL");
+    const char *who = m->name[0] ? m->name : m->local_name[0] ? m->local_name : "model";
+    ct_status s = CT_OPS_CHECK_SIZE(ct_module_ops, m->ops, type);
+    if (s == CT_OK) s = CT_OPS_CHECK_MEMBER(ct_module_ops, m->ops, type, "names the layer in errors and in model files");
+    /* A container's children compute; a leaf without forward could never run. */
+    if (s == CT_OK && m->n_children == 0)
+        s = CT_OPS_CHECK_MEMBER(ct_module_ops, m->ops, forward, "computes a layer without children");
+    if (s != CT_OK) return ct_error_prefix(s, "layer '%s': ", who);
+    for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_check(m->children[i]));
+    return CT_OK;
 }
 
 ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name) {
@@ -159,7 +173,7 @@ void ct_module_destroy(ct_module *m) {
     for (int i = 0; i < m->n_children; i++) ct_module_destroy(m->children[i]);
     free(m->children);
     m->children = NULL;
-    if (m->ops->destroy)
+    if (m->ops && CT_OPS_HAS(m->ops, ct_module_ops, destroy))
         m->ops->destroy(m);
     else
         free(m);

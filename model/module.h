@@ -11,7 +11,8 @@
  * A NULL member means "nothing to do" (or, for forward/backward of a container, "run the children").
  *
  * The table starts with its size and members are only ever appended, so a layer compiled against an
- * older header keeps working. Applications add layers by writing such a table (see examples/). */
+ * older header keeps working. `size` and `type` are required, and `forward` for a layer without
+ * children: ct_model_build checks every module of the tree first (ct_module_check). Applications add layers by writing such a table (see examples/). */
 #ifndef CT_MODULE_H
 #define CT_MODULE_H
 
@@ -25,6 +26,7 @@
 
 typedef struct ct_module ct_module;
 struct ct_pool2d_geom; /* core/ops/ops_conv.h */
+struct json_t;          /* jansson.h */
 typedef struct ct_param_store ct_param_store;
 
 /* Called after the backward of a module that has parameters (m->grad_lo, m->grad_hi give where
@@ -69,6 +71,12 @@ typedef struct ct_module_ops {
      * with `pool` itself, so its output (and output gradient) take the pooled shape and the pooling
      * module only passes them through. NULL: the layer never does. */
     bool (*fuse_maxpool)(ct_module *m, const struct ct_pool2d_geom *pool);
+    /* The layer's JSON spec, which its registered reader (model/layers.h) builds the same layer from:
+     * {"type": ..., its keys}; containers list their children's (ct_module_to_json). Saved models
+     * store the model's (model/model_io.h), so ct_model_from_pretrained rebuilds any model made of
+     * layers that have it, built from JSON or from C. NULL: the model is saved without its
+     * architecture. */
+    ct_status (*to_json)(const ct_module *m, struct json_t **out);
 } ct_module_ops;
 
 struct ct_module {
@@ -100,6 +108,10 @@ bool ct_module_fuse_activation(ct_module *m, int act);
 bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
 /* Initialises the base of a new module (call from a layer's constructor). */
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
+/* Checks the table of m and of every descendant (core/vtable.h): CT_ERR_INVALID_ARG naming the layer,
+ * the table and the fix when ops is NULL, its size is 0 or too small, type is NULL, or a leaf has no
+ * forward. */
+ct_status ct_module_check(const ct_module *m);
 /* Appends a child (taking ownership) under the given local name (NULL: its index). */
 ct_status ct_module_add_child(ct_module *parent, ct_module *child, const char *local_name);
 

@@ -102,6 +102,19 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+static ct_status to_json(const ct_module *m, json_t **out) {
+    const pool2d *p = ct_container_of(m, pool2d, base);
+    const ct_pool2d_config *c = &p->cfg;
+    *out = json_pack("{s:s, s:[I,I], s:[I,I], s:[I,I]}", "type", m->ops->type, "kernel_size", (json_int_t)c->kernel[0],
+                     (json_int_t)c->kernel[1], "stride", (json_int_t)c->stride[0], (json_int_t)c->stride[1],
+                     "padding", (json_int_t)c->padding[0], (json_int_t)c->padding[1]);
+    if (*out && p->is_max)
+        json_object_set_new(*out, "dilation", json_pack("[I,I]", (json_int_t)c->dilation[0], (json_int_t)c->dilation[1]));
+    else if (*out)
+        json_object_set_new(*out, "count_include_pad", json_boolean(c->count_include_pad));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops maxpool2d_ops = {
     .size = sizeof(ct_module_ops),
     .type = "maxpool2d",
@@ -109,6 +122,7 @@ static const ct_module_ops maxpool2d_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 static const ct_module_ops avgpool2d_ops = {
@@ -118,6 +132,7 @@ static const ct_module_ops avgpool2d_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 bool ct_maxpool2d_fuse(ct_module *prev, ct_module *pool) {

@@ -5,6 +5,7 @@
 
 #include "core/json.h"
 #include "core/util.h"
+#include "core/vtable.h"
 #include "model/layers.h"
 
 typedef struct entry {
@@ -41,6 +42,15 @@ ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn) {
     if (n_user == CT_MAX_USER_TYPES) return ct_error(CT_ERR_INVALID_ARG, "register_module_type: too many types");
     user[n_user++] = (entry){type, fn};
     return CT_OK;
+}
+
+ct_status ct_module_to_json(const ct_module *m, json_t **out) {
+    *out = NULL;
+    if (!CT_OPS_HAS(m->ops, ct_module_ops, to_json))
+        return ct_error(CT_ERR_UNSUPPORTED, "layer '%s' (type '%s') has no to_json, so its architecture cannot be "
+                        "saved; give its ct_module_ops a .to_json returning the spec its registered reader takes",
+                        m->name[0] ? m->name : m->local_name[0] ? m->local_name : "model", m->ops->type);
+    return m->ops->to_json(m, out);
 }
 
 ct_status ct_module_from_json(const json_t *spec, const char *path, ct_module **out) {

@@ -71,6 +71,14 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+/* {"type": "residual", "module": the inner module's spec}. */
+static ct_status to_json(const ct_module *m, json_t **out) {
+    json_t *inner;
+    CT_TRY(ct_module_to_json(m->children[0], &inner));
+    *out = json_pack("{s:s, s:o}", "type", "residual", "module", inner);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+}
+
 static const ct_module_ops residual_ops = {
     .size = sizeof(ct_module_ops),
     .type = "residual",
@@ -78,6 +86,7 @@ static const ct_module_ops residual_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .to_json = to_json,
 };
 
 ct_status ct_residual_create(ct_module *inner, ct_module **out) {

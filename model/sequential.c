@@ -53,8 +53,27 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
+/* {"type": "sequential", "layers": [each child's spec]}. */
+static ct_status to_json(const ct_module *m, json_t **out) {
+    json_t *layers = json_array();
+    *out = json_pack("{s:s, s:o}", "type", "sequential", "layers", layers);
+    if (!*out) return ct_error(CT_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < m->n_children; i++) {
+        json_t *child;
+        ct_status s = ct_module_to_json(m->children[i], &child);
+        if (s == CT_OK && json_array_append_new(layers, child) != 0) s = ct_error(CT_ERR_NOMEM, "out of memory");
+        if (s != CT_OK) {
+            json_decref(*out);
+            *out = NULL;
+            return s;
+        }
+    }
+    return CT_OK;
+}
+
 static const ct_module_ops sequential_ops = {
-    .size = sizeof(ct_module_ops), .type = "sequential", .infer = infer, .forward = forward, .backward = backward};
+    .size = sizeof(ct_module_ops), .type = "sequential", .infer = infer, .forward = forward, .backward = backward,
+    .to_json = to_json};
 
 ct_status ct_sequential_create(ct_module **out) {
     ct_module *m = calloc(1, sizeof *m);

@@ -9,6 +9,7 @@
 
 #include "core/json.h"
 #include "core/ops/ops.h"
+#include "core/vtable.h"
 
 /* --- configuration ------------------------------------------------------------------------------ */
 
@@ -140,8 +141,13 @@ static void free_base(ct_optimizer *opt) {
 
 ct_status ct_optimizer_base_init(ct_optimizer *opt, const ct_optimizer_ops *ops, const ct_optim_config *cfg,
                                  ct_param_store *ps) {
-    CT_ASSERT(opt && ops && cfg && ps && ops->size >= offsetof(ct_optimizer_ops, name) + sizeof ops->name);
+    CT_ASSERT(opt && cfg && ps);
     memset(opt, 0, sizeof *opt);
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_optimizer_ops, ops, name));
+    CT_TRY(CT_OPS_CHECK_MEMBER(ct_optimizer_ops, ops, name, "names the optimizer in errors and checkpoints"));
+    if (!CT_OPS_HAS(ops, ct_optimizer_ops, step) && !CT_OPS_HAS(ops, ct_optimizer_ops, update))
+        return ct_error(CT_ERR_INVALID_ARG, "ct_optimizer_ops.step and .update are both NULL: one is required (the "
+                        "default step calls update per range); set .update");
     opt->ops = ops;
     opt->config = *cfg;
     if (!ps->finalized)

@@ -14,6 +14,7 @@
 
 #include "core/json.h"
 #include "core/util.h"
+#include "core/vtable.h"
 #include "optim/scheduler_impl.h"
 
 const char *const ct_scheduler_names[] = {
@@ -364,7 +365,7 @@ static ct_status create(const ct_scheduler_config *cfg, double base_lr, int64_t 
     default: break;
     }
 #undef FAIL
-    ct_scheduler_base_init(&b->base, ct_sched_builtin_ops(type), base_lr, total, warmup);
+    CT_ASSERT(ct_scheduler_base_init(&b->base, ct_sched_builtin_ops(type), base_lr, total, warmup) == CT_OK);
 done:
     if (s != CT_OK) {
         free(b);
@@ -389,15 +390,17 @@ ct_status ct_scheduler_from_json(const json_t *obj, const char *path, double bas
 
 /* --- the base and the wrappers ------------------------------------------------------------------ */
 
-void ct_scheduler_base_init(ct_scheduler *s, const ct_scheduler_ops *ops, double base_lr, int64_t num_training_steps,
-                            int64_t num_warmup_steps) {
-    CT_ASSERT(ops && ops->size > offsetof(ct_scheduler_ops, name) && ops->name);
+ct_status ct_scheduler_base_init(ct_scheduler *s, const ct_scheduler_ops *ops, double base_lr,
+                                 int64_t num_training_steps, int64_t num_warmup_steps) {
+    CT_ASSERT(s);
     s->ops = ops;
+    CT_TRY(CT_OPS_CHECK_SIZE(ct_scheduler_ops, ops, name));
+    CT_TRY(CT_OPS_CHECK_MEMBER(ct_scheduler_ops, ops, name, "names the scheduler in errors and checkpoints"));
     s->base_lr = base_lr;
     s->num_training_steps = num_training_steps;
     s->num_warmup_steps = num_warmup_steps;
     s->state = (ct_scheduler_state){.step = 0};
-    if (ops->lr_lambda) {
+    if (CT_OPS_HAS(ops, ct_scheduler_ops, lr_lambda)) {
         s->state.lr = base_lr * ops->lr_lambda(s, 0);
     } else {
         s->state.lr = base_lr;
@@ -408,6 +411,7 @@ void ct_scheduler_base_init(ct_scheduler *s, const ct_scheduler_ops *ops, double
             ct_container_of(s, ct_builtin_scheduler, base)->mode_max)
             s->state.best = -INFINITY;
     }
+    return CT_OK;
 }
 
 /* Members past the end of an older, shorter table read as NULL. */

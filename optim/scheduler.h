@@ -149,9 +149,10 @@ struct ct_scheduler {
 };
 
 /* Initialises the base of a new scheduler at step 0 (state.lr = base_lr * lambda(0), or base_lr
- * for a metric-driven one). */
-void ct_scheduler_base_init(ct_scheduler *s, const ct_scheduler_ops *ops, double base_lr, int64_t num_training_steps,
-                            int64_t num_warmup_steps);
+ * for a metric-driven one) after checking its table (core/vtable.h): CT_ERR_INVALID_ARG naming the
+ * table and the fix when ops is NULL, its size is 0 or too small, or name is NULL. */
+ct_status ct_scheduler_base_init(ct_scheduler *s, const ct_scheduler_ops *ops, double base_lr,
+                                 int64_t num_training_steps, int64_t num_warmup_steps);
 
 /* --- the wrappers: the only way the core calls a scheduler ------------------------------------- */
 

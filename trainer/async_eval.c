@@ -141,13 +141,18 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
     if (!t->priv->make_model)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_async: asynchronous evaluation needs a way to build a "
                         "model replica (ct_trainer_setup.make_model; run configs have one)");
-    if (CT_TRAINER_HOOK(t, prediction_step) || CT_TRAINER_HOOK(t, get_eval_dataloader) ||
-        CT_TRAINER_HOOK(t, evaluate))
+    /* The evaluator's shadow trainer is not embedded in the application's struct, so its hooks (which
+     * recover that struct with ct_container_of) cannot run there; left out, eval_loss would silently
+     * be the default loss's instead of the override's. */
+    const char *hook = CT_TRAINER_HOOK(t, compute_loss)          ? "compute_loss"
+                       : CT_TRAINER_HOOK(t, prediction_step)     ? "prediction_step"
+                       : CT_TRAINER_HOOK(t, get_eval_dataloader) ? "get_eval_dataloader"
+                       : CT_TRAINER_HOOK(t, evaluate)            ? "evaluate"
+                                                                 : NULL;
+    if (hook)
         return ct_error(CT_ERR_CONFIG, "training_args.eval_async: the application overrides %s, which runs on the "
                         "training trainer and cannot run on the evaluator's replica; evaluate synchronously",
-                        CT_TRAINER_HOOK(t, prediction_step)       ? "prediction_step"
-                        : CT_TRAINER_HOOK(t, get_eval_dataloader) ? "get_eval_dataloader"
-                                                                  : "evaluate");
+                        hook);
     if (t->n_eval == 0) return ct_error(CT_ERR_CONFIG, "training_args.eval_async: no evaluation dataset was given");
     /* "auto": the replica lives where the trained model does. */
     ct_device dev = t->model->params.device;

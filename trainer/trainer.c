@@ -293,7 +293,9 @@ static ct_status check_output_dir(const char *dir) {
 }
 
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
+    CT_TRY(ct_trainer_check_ops(t->ops));
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
+    if (!args) return ct_error(CT_ERR_INVALID_ARG, "trainer: no training arguments (ct_training_args_default)");
     /* HF's memory report: set up as early as possible; init's numbers join the first stage's. */
     if (!args->skip_memory_metrics)
         CT_TRY(ct_memory_tracker_create(&(ct_memory_tracker_opts){.device = in->model->params.device},
@@ -335,6 +337,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
         t->priv->owns_loss = true;
     }
     t->train_dataset = in->train_dataset;
+    if (t->train_dataset) CT_TRY(ct_dataset_check(t->train_dataset));
     if (in->n_eval < 0 || in->n_eval > CT_TRAINER_MAX_EVAL_SETS)
         return ct_error(CT_ERR_INVALID_ARG, "trainer: %d evaluation sets (at most %d)", in->n_eval,
                         CT_TRAINER_MAX_EVAL_SETS);
@@ -342,6 +345,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     for (int i = 0; i < in->n_eval; i++) {
         t->eval_datasets[i] = in->eval_datasets[i];
         snprintf(t->eval_names[i], sizeof t->eval_names[i], "%s", in->eval_names[i] ? in->eval_names[i] : "");
+        if (t->eval_datasets[i]) CT_TRY(ct_dataset_check(t->eval_datasets[i]));
         /* It would evaluate to nothing: no metrics, no log entry, and no word of why. */
         if (!t->eval_datasets[i] || ct_dataset_length(t->eval_datasets[i]) == 0)
             return ct_error(CT_ERR_FORMAT, "evaluation set%s%s%s: %s has no samples, so it would give no metrics",
@@ -354,6 +358,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
         return ct_error(CT_ERR_NOMEM, "out of memory");
     t->priv->make_model = in->make_model;
     t->priv->make_model_ctx = in->make_model_ctx;
+    CT_TRY(ct_trainer_check_setup(t));
     CT_TRY(ct_trainer_state_init(&t->state));
     t->state.is_world_process_zero = ct_trainer_is_world_process_zero(t);
     t->state.is_local_process_zero = ct_trainer_is_local_process_zero(t);

@@ -74,7 +74,8 @@ void ct_train_output_free(ct_train_output *o);
 typedef struct ct_trainer ct_trainer;
 
 typedef struct ct_trainer_ops {
-    size_t size; /* sizeof(ct_trainer_ops) when the table was written */
+    size_t size; /* sizeof(ct_trainer_ops) when the table was written: required (ct_trainer_init refuses
+                  * a table whose size is 0 or too small, naming the fix, rather than ignoring its hooks) */
     /* Loaders over the training set, an evaluation set and a test set (*out belongs to the caller,
      * who frees it with ct_loader_free). */
     ct_status (*get_train_dataloader)(ct_trainer *t, ct_loader **out);
@@ -86,7 +87,22 @@ typedef struct ct_trainer_ops {
     ct_status (*create_optimizer_and_scheduler)(ct_trainer *t, int64_t num_training_steps);
     /* Forward pass and loss of one batch: *loss = (sum over the batch's samples, their count);
      * *outputs = the model's outputs (a view of its buffer). When dloss is not NULL, also writes
-     * d(loss.sum)/d(outputs) into it (shaped like outputs) for training_step to backpropagate. */
+     * d(loss.sum)/d(outputs) into it (shaped like outputs) for training_step to backpropagate.
+     * The contract an override relies on:
+     *  - dloss != NULL means training (training_step calls it); NULL means evaluation or
+     *    prediction (prediction_step), where nothing may change the gradients.
+     *  - The step's loss is (sum of every micro-batch's and process's sum) / (sum of their counts),
+     *    and before clipping the Trainer scales the flat gradients by 1 / that count. So a penalty
+     *    R(params) meant to join the step's mean is added as R x loss->count to loss->sum, and its
+     *    gradient as dR x loss->count straight into the parameter gradients (t->model->params.grads:
+     *    allowed here, before the model's backward, which only accumulates); the result is the
+     *    same for any accumulation and number of processes.
+     *  - Call "super" (ct_trainer_default_compute_loss) first rather than copying it: it skips the
+     *    padding rows of evaluation batches (b->valid) and keeps what later versions add.
+     *  - Memory may be on a device: touch parameters and gradients through ops (core/ops/), never
+     *    with host loads (CTRAINER_CHECKED_DEVICE=1 finds one). examples/weighted_trainer.c adds an
+     *    L2 penalty this way; tests/unit/test_trainer_init.c checks that it is exact under
+     *    accumulation. */
     ct_status (*compute_loss)(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
                               ct_tensor *dloss);
     /* One micro-batch of training: forward, loss, backward (gradients of the SUM accumulate in the
@@ -118,7 +134,8 @@ typedef struct ct_trainer_ops {
 /* What a trainer is built from. Datasets may be NULL where not needed (no eval set without an
  * evaluation strategy). */
 typedef struct ct_trainer_setup {
-    ct_model *model;          /* required, built for the largest batch the arguments ask for */
+    ct_model *model;          /* required; ct_trainer_init grows its activation buffers to the larger of
+                               * the train and eval batch sizes when it was built for less */
     ct_loss *loss;            /* NULL: cross-entropy (owned by the trainer then) */
     ct_dataset *train_dataset;
     int n_eval;               /* evaluation sets; names "" for a single unnamed one */
@@ -166,9 +183,15 @@ struct ct_trainer {
     struct ct_trainer_private *priv;
 };
 
-/* Builds a trainer: copies and validates args, installs the flow callback, then the progress bar
- * (on a terminal, unless disable_tqdm) or the printer, and the JSON-lines logger when report_to asks
- * for it. ops NULL: every default. Fires on_init_end. On failure nothing is left to free. */
+/* Builds a trainer: copies and validates args (start from ct_training_args_default: a zeroed struct is
+ * refused, saying so), installs the flow callback, then the progress bar (on a terminal, unless
+ * disable_tqdm) or the printer, and the JSON-lines logger when report_to asks for it. ops NULL: every
+ * default. Checks, before any step: every table (core/vtable.h: the hooks', the datasets', the
+ * loss's, the layers'), each dataset's samples against the model's input shape and dtype, a
+ * classifier's outputs against the data's num_classes, and (with the default compute_loss) the
+ * loss on the first sample's label; a loss without backward is refused when there is a training
+ * set. Fires on_init_end. On failure nothing is left to free, and ct_trainer_free(t) is still safe
+ * (also twice, and on a zeroed ct_trainer). */
 ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,
                           const ct_trainer_setup *setup);
 void ct_trainer_free(ct_trainer *t);
@@ -262,7 +285,8 @@ ct_status ct_trainer_resume(ct_trainer *t, const char *spec);
 /* Loads the weights of state.best_model_checkpoint into the model. */
 ct_status ct_trainer_load_best_model(ct_trainer *t);
 
-/* Callbacks (the trainer owns what it is given). */
+/* Callbacks (the trainer owns what it is given; one that fails ct_callback_check is refused and
+ * stays the caller's). */
 ct_status ct_trainer_add_callback(ct_trainer *t, ct_callback *cb);
 ct_callback *ct_trainer_pop_callback(ct_trainer *t, const char *name);
 

@@ -13,6 +13,12 @@
     ((t)->ops && (t)->ops->size >= offsetof(ct_trainer_ops, member) + sizeof((t)->ops->member) ? (t)->ops->member \
                                                                                                 : NULL)
 
+/* trainer/setup_check.c: the hook table's size (NULL is every default), then, once the trainer holds
+ * its pieces, everything ct_trainer_init can check before a step: tables, the model's batch size,
+ * datasets against the model, the loss against a sample's labels. */
+ct_status ct_trainer_check_ops(const ct_trainer_ops *ops);
+ct_status ct_trainer_check_setup(ct_trainer *t);
+
 /* What the trainer keeps for itself (ct_trainer's priv): applications never see these members, so
  * they may change freely. */
 struct ct_trainer_private {

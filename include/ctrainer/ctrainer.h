@@ -34,6 +34,7 @@
 #include "core/status.h"
 #include "core/tensor.h"
 #include "core/util.h"
+#include "core/vtable.h"
 
 /* models: modules, parameters, built-in layers and losses */
 #include "model/layers.h"
@@ -72,6 +73,7 @@
 #include "callbacks/state.h"
 #include "callbacks/tensorboard.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/pretrained.h"
 #include "config/args.h"
 #include "config/run_config.h"
 #include "model/model_io.h"

@@ -140,11 +140,11 @@ tokens_beyond_vocab)
   expect 1 "data.train.path: tok.bin: token id 300 at position 10 is outside the vocabulary \\[0, 257\\)" \
          "$ctrainer" train run.json ;;
 tokens_beyond_model_vocab)
-  # No vocab_size in the data: the model's embedding refuses the id in the first batch (it is at
-  # every 20th position, so every window of 17 tokens holds it).
+  # No vocab_size in the data: ct_trainer_init tries the loss on the first sample's labels, which
+  # hold the id (it is at every 20th position, so every window of 17 tokens holds it), before any step.
   for ((i = 0; i < 200; i++)); do id=$((i % 20 == 10 ? 300 : i % 50)); printf "\\$(printf %o $((id & 255)))\\$(printf %o $((id >> 8)))"; done >tok.bin
   run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16}'
-  expect 2 "embedding 'transformer.wte': token id 300 at position \\[[0-9]+, [0-9]+\\] is outside \\[0, 257\\) \\(num_embeddings=257\\)" \
+  expect 2 "train_dataset 'tok.bin' does not fit the loss and the model's outputs: cross_entropy loss: target 300 at \\[0, 9\\] of targets \\[1, 16\\] i64 cpu is outside \\[0, 257\\)" \
          "$ctrainer" train run.json ;;
 tokens_odd_size)
   tokens tok.bin 200 -1 0

@@ -145,8 +145,17 @@ static ct_status my_prediction_step(ct_trainer *t, const ct_batch *b, bool plo, 
     return ct_trainer_default_prediction_step(t, b, plo, loss, outputs);
 }
 
+/* An override whose eval_loss differs from the default's (every loss doubled): the evaluator's
+ * replica could not run it, so eval_async must refuse it rather than report the default's loss. */
+static ct_status doubled_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,
+                                      ct_tensor *dloss) {
+    CT_TRY(ct_trainer_default_compute_loss(t, b, loss, outputs, dloss));
+    loss->sum *= 2;
+    return CT_OK;
+}
+
 typedef struct run_opts {
-    bool async, compute_metrics, best, early_stopping, no_factory, override_prediction, fail_metrics;
+    bool async, compute_metrics, best, early_stopping, no_factory, override_prediction, override_loss, fail_metrics;
     ct_interval eval_strategy, save_strategy;
     const char *policy, *eval_device;
     int64_t eval_steps, max_steps, stop_at;
@@ -206,6 +215,7 @@ static void run(const run_opts *o, run_out *out) {
     ct_trainer_ops ops = {.size = sizeof ops};
     if (o->compute_metrics) ops.compute_metrics = my_compute_metrics;
     if (o->override_prediction) ops.prediction_step = my_prediction_step;
+    if (o->override_loss) ops.compute_loss = doubled_compute_loss;
     ct_callback *recorder = calloc(1, sizeof *recorder);
     recorder->ops = &recorder_ops;
     ct_callback_list cbs = {0};
@@ -497,6 +507,33 @@ static void test_errors(void) {
     CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "prediction_step"), "prediction_step override: %s", r.error);
     free_out(&r);
     o.override_prediction = false;
+    o.override_loss = true;
+    run(&o, &r);
+    CHECK(r.status == CT_ERR_CONFIG && strstr(r.error, "overrides compute_loss") &&
+              strstr(r.error, "evaluate synchronously"),
+          "compute_loss override: %s", r.error);
+    free_out(&r);
+    /* Synchronously the override is honoured: the gradients (and so the weights) are the default's,
+     * every eval_loss exactly twice the default run's. */
+    o.async = false;
+    run_out plain;
+    run(&o, &r);
+    o.override_loss = false;
+    run(&o, &plain);
+    CHECK(r.status == CT_OK && plain.status == CT_OK, "compute_loss override, synchronous: %s %s", r.error,
+          plain.error);
+    json_t *ev = eval_entries(r.history), *ev_plain = eval_entries(plain.history);
+    CHECK(json_array_size(ev) == 2 && json_array_size(ev_plain) == 2, "synchronous evaluations: %zu and %zu",
+          json_array_size(ev), json_array_size(ev_plain));
+    for (size_t i = 0; i < json_array_size(ev) && i < json_array_size(ev_plain); i++)
+        CHECK_NEAR(json_number_value(json_object_get(json_array_get(ev, i), "eval_loss")),
+                   2 * json_number_value(json_object_get(json_array_get(ev_plain, i), "eval_loss")), 1e-12);
+    json_decref(ev);
+    json_decref(ev_plain);
+    free_out(&r);
+    free_out(&plain);
+    o.async = true;
+    o.override_loss = false;
     o.compute_metrics = o.fail_metrics = true;
     o.policy = "wait"; /* step 5's evaluation runs (with "latest" step 10's could replace it) */
     run(&o, &r);

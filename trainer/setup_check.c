@@ -1,0 +1,90 @@
+/* What ct_trainer_init checks before any step runs, so that a mistake in the pieces an application
+ * hands over surfaces at init with the piece's name instead of at the first batch: every table
+ * (core/vtable.h), the model's batch size (grown to what the arguments ask for), each dataset's
+ * samples against the model's input, and the loss against a sample's labels. Only host memory is
+ * touched: the loss is tried on a host copy of one sample's label and zero outputs, never on the
+ * model's device. */
+#include <string.h>
+
+#include "core/vtable.h"
+#include "trainer/trainer_impl.h"
+
+ct_status ct_trainer_check_ops(const ct_trainer_ops *ops) {
+    if (!ops) return CT_OK; /* every default */
+    ct_status s = CT_OPS_CHECK_SIZE(ct_trainer_ops, ops, get_train_dataloader);
+    return s == CT_OK ? s : ct_error_prefix(s, "trainer: ");
+}
+
+/* The dataset's samples are what the model takes: the same per-sample shape and dtype. */
+static ct_status check_features(const ct_model *m, const ct_dataset *ds, const char *role) {
+    const ct_sample_spec *sp = &ds->spec;
+    bool same = sp->feature_shape.ndim == m->in_shape.ndim && sp->feature_dtype == m->in_dtype;
+    for (int i = 0; same && i < m->in_shape.ndim; i++) same = sp->feature_shape.dims[i] == m->in_shape.dims[i];
+    if (same) return CT_OK;
+    char a[96], b[96];
+    return ct_error(CT_ERR_SHAPE, "%s '%s': samples are %s %s, but the model was built for inputs %s %s",
+                    role, ds->source, ct_sample_shape_str(&sp->feature_shape, a, sizeof a),
+                    ct_dtype_name(sp->feature_dtype), ct_sample_shape_str(&m->in_shape, b, sizeof b),
+                    ct_dtype_name(m->in_dtype));
+}
+
+/* A classifier needs an output per class of the data. */
+static ct_status check_classes(const ct_trainer *t, const ct_dataset *ds, const char *role) {
+    const ct_shape *out = &t->model->out_shape;
+    int64_t classes = ds->spec.num_classes;
+    if (classes <= 0 || ds->spec.label_shape.ndim != 0 || out->ndim != 1 ||
+        strcmp(ct_loss_name(t->loss), "cross_entropy") != 0 || out->dims[0] >= classes)
+        return CT_OK;
+    return ct_error(CT_ERR_SHAPE, "%s '%s' has %lld classes, but the model outputs %lld scores per sample; "
+                    "give the last layer %lld outputs", role, ds->source, (long long)classes,
+                    (long long)out->dims[0], (long long)classes);
+}
+
+/* The loss on zero outputs of the model's shape against the first sample's label: a label of the
+ * wrong shape, dtype or range is the loss's error now. Host tensors only. */
+static ct_status check_labels(ct_trainer *t, ct_dataset *ds, const char *role) {
+    ct_tensor features = {0}, labels = {0}, out = {0};
+    int64_t shape[CT_MAX_DIMS];
+    int ndim;
+    ct_shape_with_batch(&t->model->out_shape, 1, &ndim, shape);
+    ct_status s = ct_dataset_alloc_batch(ds, 1, &features, &labels);
+    if (s == CT_OK) s = ct_tensor_alloc(&out, t->model->params.dtype, CT_CPU, ndim, shape);
+    if (s == CT_OK) {
+        memset(out.data, 0, ct_tensor_nbytes(&out));
+        int64_t first = 0;
+        ct_fetch_ctx ctx = {.seed = (uint64_t)t->args.seed, .epoch = 0};
+        s = ct_dataset_get_batch(ds, &first, 1, &ctx, &features, &labels);
+        ct_loss_value v;
+        if (s == CT_OK) {
+            s = ct_loss_forward(t->loss, &out, &labels, &v);
+            if (s != CT_OK) ct_error_prefix(s, "%s '%s' does not fit the loss and the model's outputs: ", role,
+                                            ds->source);
+        }
+    }
+    ct_tensor_free(&features);
+    ct_tensor_free(&labels);
+    ct_tensor_free(&out);
+    return s;
+}
+
+static ct_status check_dataset(ct_trainer *t, ct_dataset *ds, const char *role) {
+    CT_TRY(ct_dataset_check(ds));
+    CT_TRY(check_features(t->model, ds, role));
+    CT_TRY(check_classes(t, ds, role));
+    /* An overridden compute_loss decides itself what it compares the outputs with. */
+    if (CT_TRAINER_HOOK(t, compute_loss) || ct_dataset_length(ds) == 0) return CT_OK;
+    return check_labels(t, ds, role);
+}
+
+ct_status ct_trainer_check_setup(ct_trainer *t) {
+    CT_TRY(ct_module_check(t->model->root));
+    CT_TRY(ct_loss_check(t->loss, t->train_dataset != NULL));
+    /* Evaluation forwards run on per_device_eval_batch_size rows, training on the train batch: the
+     * model takes the larger, grown here rather than failing at the first batch. */
+    int64_t need = t->args.per_device_eval_batch_size;
+    if (t->train_dataset && t->args.per_device_train_batch_size > need) need = t->args.per_device_train_batch_size;
+    if (t->model->opts.max_batch < need) CT_TRY(ct_model_set_max_batch(t->model, need));
+    if (t->train_dataset) CT_TRY(check_dataset(t, t->train_dataset, "train_dataset"));
+    for (int i = 0; i < t->n_eval; i++) CT_TRY(check_dataset(t, t->eval_datasets[i], "eval_dataset"));
+    return CT_OK;
+}
