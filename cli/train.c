@@ -259,13 +259,17 @@ int ct_cli_run(int argc, char **argv) {
                     ct_log_set_level(CT_LOG_LEVEL_INFO);
                 s = ct_run_build(&r, purpose, comm);
             }
-            if (s == CT_OK) s = run_command(&o, &r, comm, &t);
+            /* A GPU job of several processes moves its gradients with NCCL where the build has it. */
+            ct_comm *device_comm = NULL;
+            if (s == CT_OK) s = ct_comm_for_device(comm, r.device, &device_comm);
+            if (s == CT_OK) s = run_command(&o, &r, device_comm ? device_comm : comm, &t);
             bool several = comm && comm->world_size > 1;
             if (s != CT_OK && several) ct_error_prefix(s, "rank %d/%d: ", comm->rank, comm->world_size);
             code = s == CT_OK ? 0 : fail(o.command, s);
             /* One failing process must not leave the others waiting in a collective. */
             if (s != CT_OK && s != CT_ERR_INTERRUPTED && several) ct_comm_abort(comm, code);
             ct_trainer_free(&t);
+            ct_comm_free(device_comm);
             ct_comm_free(comm);
             ct_run_free(&r);
         }

@@ -4,6 +4,9 @@
  * this process is one rank of several (MPI) or alone (single). See comm.h. */
 #include "dist/comm.h"
 
+#include "core/log.h"
+#include "core/ops/backend.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -418,5 +421,25 @@ ct_status ct_comm_create_default(double timeout_s, ct_comm **out) {
 #endif
     CT_TRY(ct_comm_single_create(out));
     (*out)->timeout_s = timeout_s;
+    return CT_OK;
+}
+
+ct_status ct_comm_for_device(const ct_comm *base, ct_device dev, ct_comm **out) {
+    CT_ASSERT(base && out);
+    *out = NULL;
+    const ct_backend_ops *b = ct_backend_for(dev);
+    bool has = b && b->size >= offsetof(ct_backend_ops, collectives) + sizeof b->collectives;
+    const char *own = has ? b->collectives : NULL;
+    if (base->world_size <= 1 || !own || strcmp(own, "nccl") != 0) return CT_OK;
+    ct_status s = ct_comm_nccl_create(base->timeout_s, dev.index, out);
+    char name[32];
+    ct_device_str(dev, name, sizeof name);
+    if (s == CT_ERR_UNSUPPORTED) { /* a build without NCCL: MPI stages the device's memory */
+        if (base->rank == 0)
+            ct_log_warning("%s; the collectives of %s go through host memory over MPI", ct_last_error(), name);
+        return CT_OK;
+    }
+    if (s != CT_OK) return ct_error_prefix(s, "rank %d/%d: NCCL on %s: ", base->rank, base->world_size, name);
+    if (base->rank == 0) ct_log_info("collectives: NCCL, each process on its own GPU (%s on rank 0)", name);
     return CT_OK;
 }

@@ -100,6 +100,13 @@ ct_status ct_comm_nccl_create(double timeout_s, int device, ct_comm **out);
  * launch with several ranks is CT_ERR_UNSUPPORTED (each would otherwise train alone). */
 ct_status ct_comm_create_default(double timeout_s, ct_comm **out);
 
+/* The communicator for a job whose tensors live on dev: where dev's backend names collectives of its
+ * own (core/ops/backend.h: NCCL for CUDA) and base has several processes, a new communicator of
+ * that kind, bootstrapped over MPI, on this process's GPU dev; otherwise *out is NULL and base
+ * serves (the wrappers stage device memory through the host). A build without NCCL warns and leaves
+ * base. The caller frees *out before base. */
+ct_status ct_comm_for_device(const ct_comm *base, ct_device dev, ct_comm **out);
+
 /* The wrappers: validate (dtype, shapes, contiguity), then call the op; errors say
  * "<collective> (rank R/W): ...". */
 ct_status ct_comm_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op);

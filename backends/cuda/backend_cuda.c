@@ -19,6 +19,7 @@ const ct_backend_ops ct_backend_cuda = {
     .peak_allocated = ct_cuda_peak_allocated,
     .reset_peak = ct_cuda_reset_peak,
     .describe = ct_cuda_describe,
+    .collectives = "nccl",
 
     .gemm = ct_cuda_op_gemm,
     .fill = ct_cuda_op_fill,

@@ -129,6 +129,10 @@ typedef struct ct_backend_ops {
      * any thread, nested when a kernel runs other ops: the checked device opens its memory there. */
     void (*op_begin)(void);
     void (*op_end)(void);
+
+    /* The communicator that moves this device's memory between processes itself ("nccl" for
+     * CUDA); NULL: collectives stage it through host memory (dist/comm.h). */
+    const char *collectives;
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through
