@@ -15,7 +15,8 @@
 #    and the static one (`pkg-config --static --libs`: Requires.private and Libs.private must be
 #    complete), and runs both;
 # 6. builds every example (examples/*.c: each file with a main() a program, linked with the others)
-#    both ways, find_package and pkg-config, and runs custom_data, which needs no data files, from each.
+#    both ways, find_package and pkg-config, and runs custom_data, which needs no data files, from each,
+#    and minimal (train, save, reload with ct_model_from_pretrained, predict).
 # Everything happens in a fresh temporary directory, so parallel ctest runs do not collide.
 # EXTRA_FLAGS: compiler and linker flags for the consumer (the sanitizers of a sanitizer build).
 set -u
@@ -174,6 +175,9 @@ if run "$tmp/examples-configure.log" "$CMAKE" -S "$HERE/consumer" -B "$tmp/examp
         -DCMAKE_C_FLAGS="$EXTRA" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA" &&
     run "$tmp/examples-build.log" "$CMAKE" --build "$tmp/examples" -j2; then
     check_example "custom_data (find_package)" "$tmp/examples/example_custom_data"
+    "$tmp/examples/example_minimal" "$tmp/out-minimal" >"$tmp/minimal.log" 2>&1 || fail "minimal failed"
+    grep -qx "predicted class of (0.6, 0.3): 1" "$tmp/minimal.log" ||
+        fail "minimal: the reloaded model does not predict: $(tail -n 3 "$tmp/minimal.log")"
 else
     fail "the examples do not build with find_package"
 fi
