@@ -160,4 +160,12 @@ ct_status ct_early_stopping_callback_create(int64_t patience, double threshold, 
  * path names spec in errors. */
 ct_status ct_callback_from_json(const json_t *spec, const char *path, ct_callback **out);
 
+/* An application's callback type: builds *out from spec, an object whose "type" is the registered
+ * name. Errors should start with `path`; any that does not is prefixed with it. */
+typedef ct_status (*ct_callback_from_json_fn)(const json_t *spec, const char *path, ct_callback **out);
+/* Registers a callback type for ct_callback_from_json (and so for run configs' "callbacks"), under
+ * a name that is not a built-in one (core/registry.h lists what is refused). The callback it
+ * returns is checked with ct_callback_check. */
+ct_status ct_register_callback_type(const char *type, ct_callback_from_json_fn fn);
+
 #endif

@@ -1,7 +1,7 @@
 /* Run configs: the JSON file `ctrainer train run.json` reads, and where its errors point.
  *
  * A run config is one JSON object with the sections
- *   "model"          the model (trainer/model_config.h: mlp, cnn, sequential, or any module type)
+ *   "model"          the model (model/layers.h: mlp, cnn, sequential, gpt, or any registered layer type)
  *   "data"           {"train": dataset, "eval": dataset or {"name": dataset, ...}, "test": dataset}
  *   "loss"           a loss spec (model/loss.h; default cross_entropy)
  *   "metrics"        a list of metric specs (eval/metric.h)

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/registry.h"
 #include "core/util.h"
 #include "data/dataset_cache.h"
 #include "data/transform.h"
@@ -203,32 +204,64 @@ static ct_status parse_transforms(const json_t *list, const char *tpath, ct_tran
     return CT_OK;
 }
 
+typedef ct_status (*builtin_fn)(const json_t *, const char *, const char *, ct_dataset **);
+static const struct {
+    const char *type;
+    builtin_fn fn;
+} types[] = {{"fashion_mnist", fashion_mnist}, {"idx", idx}, {"hdf5", hdf5}, {"tokens", tokens}};
+
+static builtin_fn find_builtin(const char *type) {
+    for (size_t i = 0; i < CT_ARRAY_LEN(types); i++)
+        if (strcmp(types[i].type, type) == 0) return types[i].fn;
+    return NULL;
+}
+
+static bool is_builtin(const char *type) { return find_builtin(type) != NULL; }
+
+static ct_registry user = CT_REGISTRY_INIT("dataset type", "ct_register_dataset_type", is_builtin);
+
+ct_status ct_register_dataset_type(const char *type, ct_dataset_from_json_fn fn) {
+    return ct_registry_add(&user, type, (ct_registry_fn)fn);
+}
+
+/* An application's type: its reader sees the spec without the keys handled here, and its errors
+ * name the spec when they do not already. */
+static ct_status registered(ct_dataset_from_json_fn fn, const json_t *spec, const char *path, const char *base_dir,
+                            ct_dataset **out) {
+    json_t *own = json_copy((json_t *)spec);
+    if (!own) return ct_error(CT_ERR_NOMEM, "%s: out of memory", path);
+    json_object_del(own, "limit");
+    json_object_del(own, "transforms");
+    ct_status s = fn(own, path, base_dir, out);
+    json_decref(own);
+    if (s == CT_OK && !*out) s = ct_error(CT_ERR_INVALID_ARG, "%s: the reader of '%s' returned CT_OK but no dataset",
+                                          path, json_string_value(json_object_get(spec, "type")));
+    /* A table that fails its check cannot be trusted to free itself either: it is left alone. */
+    if (s == CT_OK && (s = ct_dataset_check(*out)) != CT_OK) {
+        *out = NULL;
+        return ct_error_prefix(s, "%s: ", path);
+    }
+    if (s == CT_OK) return CT_OK;
+    *out = NULL;
+    return ct_registry_error(s, path);
+}
+
 ct_status ct_dataset_from_json(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out) {
     CT_ASSERT(out);
     *out = NULL;
     if (!path) path = "data";
     if (!json_is_object(spec))
-        return ct_error(CT_ERR_CONFIG, "%s: expected a dataset object with a \"type\" (fashion_mnist, idx, hdf5, tokens)",
-                        path);
-    static const struct {
-        const char *type;
-        ct_status (*fn)(const json_t *, const char *, const char *, ct_dataset **);
-    } types[] = {{"fashion_mnist", fashion_mnist}, {"idx", idx}, {"hdf5", hdf5}, {"tokens", tokens}};
+        return ct_error(CT_ERR_CONFIG, "%s: expected a dataset object with a \"type\" (fashion_mnist, idx, hdf5, tokens, "
+                        "or one registered with ct_register_dataset_type)", path);
     const char *type;
     CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
-    int found = -1;
-    const char *names[CT_ARRAY_LEN(types) + 1];
-    for (size_t i = 0; i < CT_ARRAY_LEN(types); i++) {
-        if (strcmp(types[i].type, type) == 0) found = (int)i;
-        names[i] = types[i].type;
-    }
-    names[CT_ARRAY_LEN(types)] = NULL;
-    if (found < 0) {
-        const char *hint = ct_closest_word(type, names);
-        if (hint)
-            return ct_error(CT_ERR_CONFIG, "%s.type: unknown dataset type '%s', did you mean '%s'?", path, type, hint);
-        return ct_error(CT_ERR_CONFIG, "%s.type: unknown dataset type '%s' (known: fashion_mnist, idx, hdf5, tokens)",
-                        path, type);
+    builtin_fn fn = find_builtin(type);
+    ct_dataset_from_json_fn user_fn = fn ? NULL : (ct_dataset_from_json_fn)ct_registry_find(&user, type);
+    if (!fn && !user_fn) {
+        static const char *const names[] = {"fashion_mnist", "idx", "hdf5", "tokens", NULL};
+        char type_path[600];
+        snprintf(type_path, sizeof type_path, "%s.type", path);
+        return ct_registry_unknown(&user, names, type_path, type);
     }
     /* Checked before the files are read, so a typo costs no loading time. */
     int64_t limit = 0;
@@ -246,7 +279,7 @@ ct_status ct_dataset_from_json(const json_t *spec, const char *path, const char 
     if (transforms) CT_TRY(parse_transforms(transforms, tpath, &ts, &n_ts));
 
     ct_dataset *ds;
-    ct_status s = types[found].fn(spec, path, base_dir, &ds);
+    ct_status s = fn ? fn(spec, path, base_dir, &ds) : registered(user_fn, spec, path, base_dir, &ds);
     if (s == CT_OK && limit_v) {
         s = ct_subset_dataset_create(ds, limit, &ds); /* owns ds, also on failure */
         if (s != CT_OK) ct_error_prefix(s, "%s.limit: ", path);

@@ -28,4 +28,16 @@
 
 ct_status ct_dataset_from_json(const json_t *spec, const char *path, const char *base_dir, ct_dataset **out);
 
+/* An application's dataset type: builds *out from spec, whose "type" is the registered name. The
+ * spec it receives has no "limit" or "transforms" (ct_dataset_from_json applies those to what it
+ * returns, as for the built-in types), so the reader checks only its own keys (ct_json_check_keys).
+ * Relative file names are meant relative to base_dir (the config's directory). Errors should start
+ * with `path`, as the built-in readers' do, so a run config points at the line; an error of any
+ * other kind is prefixed with the path here. */
+typedef ct_status (*ct_dataset_from_json_fn)(const json_t *spec, const char *path, const char *base_dir,
+                                             ct_dataset **out);
+/* Registers a dataset type for ct_dataset_from_json (and so for run configs' "data" section), under
+ * a name that is not a built-in one (core/registry.h lists what is refused). */
+ct_status ct_register_dataset_type(const char *type, ct_dataset_from_json_fn fn);
+
 #endif

@@ -196,6 +196,16 @@ ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out);
 /* A metric from its JSON spec: a name ("accuracy") or an object ({"type": "top_k_accuracy", "k": 5}). */
 ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
 
+/* An application's metric type: builds *out from spec, which is the registered name as a string
+ * ("my_metric") or an object with that "type" and the metric's own keys. Errors should start with
+ * `path`; any that does not is prefixed with it. */
+typedef ct_status (*ct_metric_from_json_fn)(const json_t *spec, const char *path, ct_metric **out);
+/* Registers a metric type for ct_metric_from_json (and so for run configs' "metrics" list and the
+ * Trainer's, asynchronous evaluation included), under a name that is not a built-in one
+ * (core/registry.h lists what is refused; "top_<k>_accuracy" and the confusion family's spellings
+ * count as built-in). The metric it returns is checked with ct_metric_check. */
+ct_status ct_register_metric_type(const char *name, ct_metric_from_json_fn fn);
+
 /* An ordered set of metrics, updated and computed together. It owns its metrics. */
 typedef struct ct_metric_set {
     ct_metric **items;

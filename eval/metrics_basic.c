@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/registry.h"
 #include "core/util.h"
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
@@ -278,14 +279,39 @@ static int64_t parse_top_k_name(const char *name) {
     return (int64_t)k;
 }
 
+static bool is_builtin(const char *name) {
+    return listed(basic_names, name) || family_of(name) || parse_top_k_name(name) > 0;
+}
+
+static ct_registry user = CT_REGISTRY_INIT("metric type", "ct_register_metric_type", is_builtin);
+
+ct_status ct_register_metric_type(const char *name, ct_metric_from_json_fn fn) {
+    return ct_registry_add(&user, name, (ct_registry_fn)fn);
+}
+
+/* An application's metric from its registered reader, checked before anything else uses it. */
+static ct_status registered(ct_metric_from_json_fn fn, const json_t *spec, const char *path, ct_metric **out) {
+    ct_status s = fn(spec, path, out);
+    if (s != CT_OK) {
+        *out = NULL;
+        return ct_registry_error(s, path);
+    }
+    if (!*out) return ct_error(CT_ERR_INVALID_ARG, "%s: the metric's reader returned CT_OK but no metric", path);
+    if ((s = ct_metric_check(*out)) != CT_OK) {
+        *out = NULL; /* a table that fails its check cannot be trusted to free itself either */
+        return ct_error_prefix(s, "%s: ", path);
+    }
+    return CT_OK;
+}
+
 static ct_status unknown_metric(const char *path, const char *what, const char *name) {
-    const char *all[64];
-    char known[1024] = "";
+    const char *all[64 + CT_REGISTRY_CAPACITY];
+    char known[2048] = "";
     size_t n = 0, len = 0;
     for (int i = 0; basic_names[i] && n < 63; i++) all[n++] = basic_names[i];
     for (size_t f = 0; f < N_FAMILIES; f++)
         for (int i = 0; families[f].names[i] && n < 63; i++) all[n++] = families[f].names[i];
-    all[n] = NULL;
+    ct_registry_names(&user, all, &n, CT_ARRAY_LEN(all));
     const char *hint = ct_closest_word(name, all);
     if (hint) return ct_error(CT_ERR_CONFIG, "%s: unknown %s '%s', did you mean '%s'?", path, what, name, hint);
     for (size_t i = 0; i < n && len < sizeof known; i++)
@@ -312,7 +338,9 @@ ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **
     if (!path) path = "metric";
     if (json_is_string(spec)) {
         const family *f = family_of(json_string_value(spec));
-        return f ? f->from_json(spec, path, out) : metric_from_name(json_string_value(spec), path, out);
+        ct_metric_from_json_fn fn = (ct_metric_from_json_fn)ct_registry_find(&user, json_string_value(spec));
+        return f ? f->from_json(spec, path, out) : fn ? registered(fn, spec, path, out)
+                                                      : metric_from_name(json_string_value(spec), path, out);
     }
     if (!json_is_object(spec))
         return ct_error(CT_ERR_CONFIG, "%s: expected a metric name (\"accuracy\") or an object with a \"type\"", path);
@@ -335,6 +363,8 @@ ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **
     }
     const family *f = family_of(type);
     if (f) return f->from_json(spec, path, out);
+    ct_metric_from_json_fn fn = (ct_metric_from_json_fn)ct_registry_find(&user, type);
+    if (fn) return registered(fn, spec, path, out);
     return unknown_metric(type_path, "metric type", type);
 }
 

@@ -84,7 +84,9 @@ ct_status ct_module_from_json(const json_t *spec, const char *path, ct_module **
 ct_status ct_module_to_json(const ct_module *m, json_t **out);
 
 typedef ct_status (*ct_module_from_json_fn)(const json_t *spec, const char *path, ct_module **out);
-/* Registers an application's layer type for ct_module_from_json. */
+/* Registers an application's layer type for ct_module_from_json, under a name that is not a built-in
+ * one (core/registry.h lists what is refused). Call it before reading configs; fn receives the spec
+ * and its JSON path, and its errors should start with that path so run configs can point at them. */
 ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn);
 
 /* Each built-in layer's JSON reader (used by the registry). */

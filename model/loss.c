@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/registry.h"
 #include "core/vtable.h"
 #include "core/util.h"
 #include "model/loss_impl.h"
@@ -132,6 +133,33 @@ ct_status ct_loss_copy_reals(const char *who, const double *vals, int64_t n, ct_
 
 static const char *const loss_types[] = {"cross_entropy", "mse", "l1", "huber", "bce_with_logits", NULL};
 
+static bool is_builtin(const char *type) {
+    for (const char *const *t = loss_types; *t; t++)
+        if (strcmp(type, *t) == 0) return true;
+    return false;
+}
+
+static ct_registry user = CT_REGISTRY_INIT("loss", "ct_register_loss_type", is_builtin);
+
+ct_status ct_register_loss_type(const char *type, ct_loss_from_json_fn fn) {
+    return ct_registry_add(&user, type, (ct_registry_fn)fn);
+}
+
+/* An application's loss from its registered reader, checked before anything else uses it. */
+static ct_status registered(ct_loss_from_json_fn fn, const json_t *spec, const char *path, ct_loss **out) {
+    ct_status s = fn(spec, path, out);
+    if (s != CT_OK) {
+        *out = NULL;
+        return ct_registry_error(s, path);
+    }
+    if (!*out) return ct_error(CT_ERR_INVALID_ARG, "%s: the loss's reader returned CT_OK but no loss", path);
+    if ((s = ct_loss_check(*out, false)) != CT_OK) {
+        *out = NULL; /* a table that fails its check cannot be trusted to free itself either */
+        return ct_error_prefix(s, "%s: ", path);
+    }
+    return CT_OK;
+}
+
 ct_status ct_loss_from_json(const json_t *spec, const char *path, ct_loss **out) {
     *out = NULL;
     if (json_is_string(spec)) {
@@ -149,8 +177,9 @@ ct_status ct_loss_from_json(const json_t *spec, const char *path, ct_loss **out)
     if (strcmp(type, "cross_entropy") == 0) return ct_cross_entropy_loss_from_json(spec, path, out);
     for (const char *const *t = loss_types; *t; t++)
         if (strcmp(type, *t) == 0) return ct_pointwise_loss_from_json(spec, path, out);
-    const char *hint = ct_closest_word(type, loss_types);
-    if (hint) return ct_error(CT_ERR_CONFIG, "%s.type: unknown loss '%s', did you mean '%s'?", path, type, hint);
-    return ct_error(CT_ERR_CONFIG,
-                    "%s.type: unknown loss '%s' (known: cross_entropy, mse, l1, huber, bce_with_logits)", path, type);
+    ct_loss_from_json_fn fn = (ct_loss_from_json_fn)ct_registry_find(&user, type);
+    if (fn) return registered(fn, spec, path, out);
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    return ct_registry_unknown(&user, loss_types, type_path, type);
 }

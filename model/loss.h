@@ -110,6 +110,14 @@ ct_status ct_bce_with_logits_loss_create(const double *pos_weight, int64_t n, ct
  * {"type": "bce_with_logits", "pos_weight": 2.0 or [...]}; a bare string "mse" names a loss with its
  * defaults. Errors name the JSON path ("loss.label_smoothing: ..."). */
 ct_status ct_loss_from_json(const json_t *spec, const char *path, ct_loss **out);
+/* An application's loss type: builds *out from spec, an object whose "type" is the registered name
+ * (a bare string "my_loss" arrives as {"type": "my_loss"}). Errors should start with `path`; any
+ * that does not is prefixed with it. */
+typedef ct_status (*ct_loss_from_json_fn)(const json_t *spec, const char *path, ct_loss **out);
+/* Registers a loss type for ct_loss_from_json (and so for run configs' "loss"), under a name that is
+ * not a built-in one (core/registry.h lists what is refused). The loss it returns is checked with
+ * ct_loss_check (its table; whether it can train is checked by ct_trainer_init). */
+ct_status ct_register_loss_type(const char *type, ct_loss_from_json_fn fn);
 /* The per-family readers ct_loss_from_json dispatches to (spec is an object with "type"). */
 ct_status ct_cross_entropy_loss_from_json(const json_t *spec, const char *path, ct_loss **out);
 ct_status ct_pointwise_loss_from_json(const json_t *spec, const char *path, ct_loss **out);

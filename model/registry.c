@@ -1,9 +1,10 @@
-/* The layer-type registry behind ct_module_from_json: built-in types plus those an application
- * registers. Lookup is linear; there are a few dozen types at most. */
+/* The layer types behind ct_module_from_json: the built-in ones plus those an application registers
+ * (core/registry.h). Lookup is linear; there are a few dozen types at most. */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/json.h"
+#include "core/registry.h"
 #include "core/util.h"
 #include "core/vtable.h"
 #include "model/layers.h"
@@ -25,23 +26,22 @@ static const entry builtin[] = {
     {"cnn", ct_cnn_from_json},                 {"gpt", ct_gpt_from_json},
 };
 
-#define CT_MAX_USER_TYPES 64
-static entry user[CT_MAX_USER_TYPES];
-static int n_user;
+static bool is_builtin(const char *type) {
+    for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++)
+        if (strcmp(builtin[i].type, type) == 0) return true;
+    return false;
+}
+
+static ct_registry user = CT_REGISTRY_INIT("layer type", "ct_register_module_type", is_builtin);
 
 static ct_module_from_json_fn find(const char *type) {
-    for (int i = 0; i < n_user; i++)
-        if (strcmp(user[i].type, type) == 0) return user[i].fn;
     for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++)
         if (strcmp(builtin[i].type, type) == 0) return builtin[i].fn;
-    return NULL;
+    return (ct_module_from_json_fn)ct_registry_find(&user, type);
 }
 
 ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn) {
-    if (!type || !fn) return ct_error(CT_ERR_INVALID_ARG, "register_module_type: NULL type or function");
-    if (n_user == CT_MAX_USER_TYPES) return ct_error(CT_ERR_INVALID_ARG, "register_module_type: too many types");
-    user[n_user++] = (entry){type, fn};
-    return CT_OK;
+    return ct_registry_add(&user, type, (ct_registry_fn)fn);
 }
 
 ct_status ct_module_to_json(const ct_module *m, json_t **out) {
@@ -59,12 +59,10 @@ ct_status ct_module_from_json(const json_t *spec, const char *path, ct_module **
     CT_TRY(ct_json_string(spec, path, "type", true, NULL, &type));
     ct_module_from_json_fn fn = find(type);
     if (fn) return fn(spec, path, out);
-    const char *names[CT_ARRAY_LEN(builtin) + CT_MAX_USER_TYPES + 1];
-    size_t n = 0;
-    for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++) names[n++] = builtin[i].type;
-    for (int i = 0; i < n_user; i++) names[n++] = user[i].type;
-    names[n] = NULL;
-    const char *hint = ct_closest_word(type, names);
-    if (hint) return ct_error(CT_ERR_CONFIG, "%s.type: unknown layer type '%s', did you mean '%s'?", path, type, hint);
-    return ct_error(CT_ERR_CONFIG, "%s.type: unknown layer type '%s'", path, type);
+    const char *names[CT_ARRAY_LEN(builtin) + 1];
+    for (size_t i = 0; i < CT_ARRAY_LEN(builtin); i++) names[i] = builtin[i].type;
+    names[CT_ARRAY_LEN(builtin)] = NULL;
+    char type_path[512];
+    snprintf(type_path, sizeof type_path, "%s.type", path);
+    return ct_registry_unknown(&user, names, type_path, type);
 }

@@ -178,7 +178,7 @@ ct_status ct_async_eval_create(ct_trainer *t, ct_async_eval **out) {
                      "trained model's (%lld vs %lld values)",
                      (long long)ct_tensor_numel(&e->replica.params.values),
                      (long long)ct_tensor_numel(&t->model->params.values));
-    if (s == CT_OK) s = ct_metric_set_from_json(t->priv->metrics_spec, "metrics", &metrics);
+    if (s == CT_OK) s = ct_trainer_make_metrics(t, &metrics);
     if (s == CT_OK) {
         make_shadow(e, metrics);
         ct_model_train(&e->replica, false);

@@ -42,23 +42,50 @@ static ct_status open_eval_sets(ct_run *r, const json_t *eval) {
     return CT_OK;
 }
 
+/* The config may also name a set the program gave (ct_run_pieces): one of them would go unused. */
+static ct_status given_twice(ct_run *r, const json_t *spec, const char *path) {
+    if (!spec) return CT_OK;
+    return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "%s: the program gives this dataset too "
+                                                       "(ct_run_pieces); remove it from the config or from the program",
+                                                       path));
+}
+
 static ct_status open_data(ct_run *r, ct_run_purpose purpose) {
     const json_t *data = ct_run_config_section(&r->config, "data");
-    if (!data) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"data\" section", r->config.file);
-    CT_TRY(ct_run_config_annotate(&r->config, ct_json_check_keys(data, "data", SECTIONS_OF_DATA)));
+    bool pieces = r->train || r->n_eval || r->test;
+    if (!data && !pieces) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"data\" section", r->config.file);
+    if (data) CT_TRY(ct_run_config_annotate(&r->config, ct_json_check_keys(data, "data", SECTIONS_OF_DATA)));
     const json_t *train = json_object_get(data, "train"), *eval = json_object_get(data, "eval"),
                  *test = json_object_get(data, "test");
-    if (purpose == CT_RUN_TRAIN && !train)
+    if (r->train) CT_TRY(given_twice(r, train, "data.train"));
+    if (r->n_eval) CT_TRY(given_twice(r, eval, "data.eval"));
+    if (r->test) CT_TRY(given_twice(r, test, "data.test"));
+    bool has_train = train || r->train, has_eval = eval || r->n_eval, has_test = test || r->test;
+    if (purpose == CT_RUN_TRAIN && !has_train)
         return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "data: training needs a \"train\" dataset"));
-    if (purpose == CT_RUN_EVALUATE && !eval && !test)
+    if (purpose == CT_RUN_EVALUATE && !has_eval && !has_test)
         return ct_run_config_annotate(&r->config,
                                       ct_error(CT_ERR_CONFIG, "data: evaluation needs an \"eval\" or \"test\" dataset"));
-    if (purpose == CT_RUN_PREDICT && !test && !eval)
+    if (purpose == CT_RUN_PREDICT && !has_test && !has_eval)
         return ct_run_config_annotate(&r->config,
                                       ct_error(CT_ERR_CONFIG, "data: prediction needs a \"test\" or \"eval\" dataset"));
     if (train && purpose == CT_RUN_TRAIN) CT_TRY(open_set(r, train, "data.train", &r->train));
     if (eval && purpose != CT_RUN_PREDICT) CT_TRY(open_eval_sets(r, eval));
     if (test && purpose != CT_RUN_EVALUATE) CT_TRY(open_set(r, test, "data.test", &r->test));
+    /* The program's sets stand in as the config's would: its test set is evaluated when there is no
+     * eval set, its first eval set predicted when there is no test set. */
+    if (purpose == CT_RUN_EVALUATE && r->n_eval == 0 && r->test) {
+        r->eval[r->n_eval++] = r->test;
+        r->test = NULL;
+    }
+    if (purpose == CT_RUN_PREDICT && !r->test && r->n_eval) {
+        r->test = r->eval[0];
+        for (int i = 1; i < r->n_eval; i++) {
+            r->eval[i - 1] = r->eval[i];
+            memcpy(r->eval_names[i - 1], r->eval_names[i], sizeof r->eval_names[0]);
+        }
+        r->eval[--r->n_eval] = NULL;
+    }
     /* Evaluating a config without an eval set evaluates its test set; predicting without a test
      * set predicts the (first) eval set. */
     if (purpose == CT_RUN_EVALUATE && r->n_eval == 0) {
@@ -127,17 +154,22 @@ static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_mo
 
 static ct_status build_rest(ct_run *r) {
     const json_t *loss = ct_run_config_section(&r->config, "loss");
+    bool given = r->loss != NULL; /* the program's (ct_run_pieces) */
+    if (given && loss)
+        return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "loss: the program gives a loss too "
+                                                           "(ct_run_pieces); remove it from the config or from the program"));
     if (loss) CT_TRY(ct_run_config_annotate(&r->config, ct_loss_from_json(loss, "loss", &r->loss)));
-    else
+    else if (!given)
         CT_TRY(ct_cross_entropy_loss_create(
             &(ct_cross_entropy_opts){.ignore_index = -100, .label_smoothing = r->args.label_smoothing_factor},
             &r->loss));
     /* HF's label smoother replaces the model's loss; here a loss section is that loss, and says its own
      * label_smoothing: two settings of one thing would leave one of them unused. */
-    if (loss && r->args.label_smoothing_factor > 0)
+    if ((loss || given) && r->args.label_smoothing_factor > 0)
         return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG,
                                       "training_args.label_smoothing_factor: applies to the default cross-entropy "
-                                      "loss, but the config has a loss section: set \"label_smoothing\" there"));
+                                      "loss, but the %s: set \"label_smoothing\" there",
+                                      given ? "program gives its own loss" : "config has a loss section"));
     /* The metrics are built by the trainer; building them once here puts their errors in context. */
     ct_metric_set check = {0};
     ct_status s = ct_metric_set_from_json(ct_run_config_section(&r->config, "metrics"), "metrics", &check);
@@ -197,10 +229,37 @@ ct_status ct_run_resolve(ct_run *r, ct_run_config *config, const ct_arg_override
     return s;
 }
 
-ct_status ct_run_build(ct_run *r, ct_run_purpose purpose, ct_comm *comm) {
-    ct_status s = build(r, purpose, comm);
+/* Moves the program's pieces into r, where ct_run_free releases them whatever happens next. */
+static ct_status take_pieces(ct_run *r, ct_run_pieces *p) {
+    r->train = p->train;
+    r->test = p->test;
+    r->loss = p->loss;
+    int n = p->n_eval;
+    if (n < 0 || n > CT_TRAINER_MAX_EVAL_SETS) {
+        for (int i = 0; i < CT_TRAINER_MAX_EVAL_SETS; i++) ct_dataset_free(p->eval[i]);
+        memset(p, 0, sizeof *p);
+        return ct_error(CT_ERR_INVALID_ARG, "ct_run_pieces.n_eval is %d; expected 0 to %d", n, CT_TRAINER_MAX_EVAL_SETS);
+    }
+    for (int i = 0; i < n; i++) {
+        r->eval[i] = p->eval[i];
+        snprintf(r->eval_names[i], sizeof r->eval_names[0], "%s", p->eval_names[i] ? p->eval_names[i] : "");
+    }
+    r->n_eval = n;
+    memset(p, 0, sizeof *p);
+    for (int i = 0; i < n; i++)
+        if (!r->eval[i]) return ct_error(CT_ERR_INVALID_ARG, "ct_run_pieces.eval[%d] is NULL (n_eval is %d)", i, n);
+    return CT_OK;
+}
+
+ct_status ct_run_build_with(ct_run *r, ct_run_purpose purpose, ct_comm *comm, ct_run_pieces *pieces) {
+    ct_status s = pieces ? take_pieces(r, pieces) : CT_OK;
+    if (s == CT_OK) s = build(r, purpose, comm);
     if (s != CT_OK) ct_run_free(r);
     return s;
+}
+
+ct_status ct_run_build(ct_run *r, ct_run_purpose purpose, ct_comm *comm) {
+    return ct_run_build_with(r, purpose, comm, NULL);
 }
 
 ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n,

@@ -5,7 +5,10 @@
  * largest batch, a loss and the callbacks the config lists; every config error on the way points at
  * its file:line:column. ct_run_setup then gives the ct_trainer_setup for ct_trainer_init. The CLI is
  * a thin layer over these two calls, and a C application that subclasses the Trainer can use them
- * to keep its models and data in JSON too. */
+ * to keep its models and data in JSON too. Pieces the application makes in C (its own dataset object,
+ * a loss) join the JSON sections through ct_run_build_with; its own types can also be named in the
+ * JSON once registered (ct_register_dataset_type, ct_register_metric_type, ct_register_loss_type,
+ * ct_register_callback_type, ct_register_module_type). */
 #ifndef CT_RUN_H
 #define CT_RUN_H
 
@@ -55,6 +58,24 @@ ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override
  * then zeroed, so ct_run_free of it is harmless). */
 ct_status ct_run_resolve(ct_run *r, ct_run_config *config, const ct_arg_override *overrides, int n);
 ct_status ct_run_build(ct_run *r, ct_run_purpose purpose, ct_comm *comm);
+/* What an application made in C, in place of the config's section for it: datasets instead of
+ * "data"'s "train", "eval" (n_eval sets; names as the JSON's keys, NULL for a single unnamed one) and
+ * "test", a loss instead of "loss". Everything given moves into the run (freed by ct_run_free, also
+ * when building fails; *pieces is zeroed). A piece whose section the config also has is refused
+ * (CT_ERR_CONFIG naming it: one of the two would be silently unused), as is a loss beside
+ * training_args.label_smoothing_factor. The model is still the config's, sized from the datasets
+ * (the presets' num_classes comes from a C dataset's spec as from a JSON one). C-made metrics go
+ * to the Trainer through ct_trainer_setup.make_metrics and callbacks through r->callbacks
+ * (ct_callback_list_add) or ct_trainer_add_callback. */
+typedef struct ct_run_pieces {
+    ct_dataset *train, *test;
+    int n_eval;
+    ct_dataset *eval[CT_TRAINER_MAX_EVAL_SETS];
+    const char *eval_names[CT_TRAINER_MAX_EVAL_SETS];
+    ct_loss *loss;
+} ct_run_pieces;
+/* ct_run_build with pieces (NULL: none, the same as ct_run_build). */
+ct_status ct_run_build_with(ct_run *r, ct_run_purpose purpose, ct_comm *comm, ct_run_pieces *pieces);
 /* The trainer setup for r: model, loss, datasets, metrics and config (borrowed from r) and the
  * config's callbacks (which ct_trainer_init moves into the trainer). */
 ct_trainer_setup ct_run_setup(ct_run *r);

@@ -353,9 +353,11 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
                             t->eval_datasets[i] ? t->eval_datasets[i]->source : "(none)");
     }
     t->config = in->config ? json_incref(in->config) : NULL;
-    CT_TRY(ct_metric_set_from_json(in->metrics, "metrics", &t->metrics));
     if (in->metrics && !(t->priv->metrics_spec = json_deep_copy(in->metrics)))
         return ct_error(CT_ERR_NOMEM, "out of memory");
+    t->priv->make_metrics = in->make_metrics;
+    t->priv->make_metrics_ctx = in->make_metrics_ctx;
+    CT_TRY(ct_trainer_make_metrics(t, &t->metrics));
     t->priv->make_model = in->make_model;
     t->priv->make_model_ctx = in->make_model_ctx;
     CT_TRY(ct_trainer_check_setup(t));
@@ -376,6 +378,20 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     ct_callback_args a = ct_trainer_callback_args(t);
     CT_TRY(ct_callbacks_fire(&t->callbacks, CT_ON_INIT_END, &a));
     return ct_memory_tracker_stop(t->priv->memory, CT_MEM_INIT, CT_OK, NULL);
+}
+
+ct_status ct_trainer_make_metrics(const ct_trainer *t, ct_metric_set *out) {
+    ct_status s = ct_metric_set_from_json(t->priv->metrics_spec, "metrics", out);
+    if (s == CT_OK && t->priv->make_metrics) {
+        int before = out->n;
+        s = t->priv->make_metrics(t->priv->make_metrics_ctx, out);
+        if (s != CT_OK) s = ct_error_prefix(s, "make_metrics: ");
+        else if (out->n == before)
+            s = ct_error(CT_ERR_INVALID_ARG, "make_metrics: added no metric to the set (append yours with "
+                         "ct_metric_set_add, or leave ct_trainer_setup.make_metrics NULL)");
+    }
+    if (s != CT_OK) ct_metric_set_free(out);
+    return s;
 }
 
 ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *args,

@@ -152,6 +152,13 @@ typedef struct ct_trainer_setup {
      * refused. ct_run_setup fills it from the run config's "model". */
     ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
     void *make_model_ctx;
+    /* The application's metric objects (its own ct_metric_ops, or built-ins made in C): appends new
+     * ones to `set` with ct_metric_set_add, after the "metrics" list's. Called for the trainer's own set
+     * at ct_trainer_init and again for each evaluator that needs its own copies (eval_async's, on
+     * its metrics are updated on the evaluator thread), so every call must make new objects and never hand out one it kept. A call
+     * that adds nothing, or fails, fails ct_trainer_init ("make_metrics: ..."). NULL: JSON only. */
+    ct_status (*make_metrics)(void *ctx, ct_metric_set *set);
+    void *make_metrics_ctx;
 } ct_trainer_setup;
 
 /* The trainer. Its members are what a subclass (an application's hooks) reads; the rule for this

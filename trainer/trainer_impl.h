@@ -18,6 +18,9 @@
  * datasets against the model, the loss against a sample's labels. */
 ct_status ct_trainer_check_ops(const ct_trainer_ops *ops);
 ct_status ct_trainer_check_setup(ct_trainer *t);
+/* A new metric set as the setup asked: the JSON list's metrics, then make_metrics'. The trainer's own
+ * and each asynchronous evaluator's come from here, so no metric object is shared between them. */
+ct_status ct_trainer_make_metrics(const ct_trainer *t, ct_metric_set *out);
 
 /* What the trainer keeps for itself (ct_trainer's priv): applications never see these members, so
  * they may change freely. */
@@ -39,6 +42,8 @@ struct ct_trainer_private {
     ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
     void *make_model_ctx;
     json_t *metrics_spec;
+    ct_status (*make_metrics)(void *ctx, ct_metric_set *set);
+    void *make_metrics_ctx;
     struct ct_async_eval *async_eval;
     struct ct_memory_tracker *memory; /* the memory report (trainer/memory.h); NULL when skip_memory_metrics */
     /* where the training loop is (saved in checkpoints), the global_step of the last checkpoint

@@ -13,7 +13,10 @@
 #    find_package(ctrainer), against ctrainer::ctrainer and ctrainer::ctrainer_static, and runs both;
 # 5. builds the same program with pkg-config, against the shared library (run with LD_LIBRARY_PATH)
 #    and the static one (`pkg-config --static --libs`: Requires.private and Libs.private must be
-#    complete), and runs both.
+#    complete), and runs both;
+# 6. builds every example (examples/*.c: each file with a main() a program, linked with the others)
+#    both ways, find_package and pkg-config, and runs custom_data, which needs no data files, from each,
+#    and minimal (train, save, reload with ct_model_from_pretrained, predict).
 # Everything happens in a fresh temporary directory, so parallel ctest runs do not collide.
 # EXTRA_FLAGS: compiler and linker flags for the consumer (the sanitizers of a sanitizer build).
 set -u
@@ -155,6 +158,40 @@ if run "$tmp/pc-static-build.log" "$CC" -std=c11 $EXTRA -o "$tmp/pc_static" "$HE
 else
     fail "libctrainer.a with pkg-config --static --libs ctrainer does not link the consumer"
 fi
+
+# --- 6. the examples -----------------------------------------------------------------------------------
+echo "== examples"
+EXAMPLES=$(cd "$HERE/../../examples" && pwd)
+# check_example NAME EXE: custom_data trains its spirals and says it learned them.
+check_example() {
+    local name=$1 exe=$2
+    (cd "$tmp" && LD_LIBRARY_PATH=$LIBDIR "$exe" "$EXAMPLES/configs/custom_data.json" \
+        --set "training_args.output_dir=\"$tmp/out-$name\"") >"$tmp/$name.log" 2>&1 ||
+        { tail -n 20 "$tmp/$name.log"; fail "$name failed"; }
+    grep -qx "custom_data ok" "$tmp/$name.log" || fail "$name: the custom dataset and metric did not work"
+}
+if run "$tmp/examples-configure.log" "$CMAKE" -S "$HERE/consumer" -B "$tmp/examples" -DCMAKE_PREFIX_PATH="$P" \
+        -DCT_EXAMPLES_DIR="$EXAMPLES" -DCMAKE_C_COMPILER="$CC" -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_C_FLAGS="$EXTRA" -DCMAKE_EXE_LINKER_FLAGS="$EXTRA" &&
+    run "$tmp/examples-build.log" "$CMAKE" --build "$tmp/examples" -j2; then
+    check_example "custom_data (find_package)" "$tmp/examples/example_custom_data"
+    "$tmp/examples/example_minimal" "$tmp/out-minimal" >"$tmp/minimal.log" 2>&1 || fail "minimal failed"
+    grep -qx "predicted class of (0.6, 0.3): 1" "$tmp/minimal.log" ||
+        fail "minimal: the reloaded model does not predict: $(tail -n 3 "$tmp/minimal.log")"
+else
+    fail "the examples do not build with find_package"
+fi
+helpers=() programs=()
+for src in "$EXAMPLES"/*.c; do
+    if grep -q '^int main(' "$src"; then programs+=("$src"); else helpers+=("$src"); fi
+done
+for src in "${programs[@]}"; do
+    name=$(basename "$src" .c)
+    run "$tmp/pc-$name.log" "$CC" -std=c11 $EXTRA -I "$EXAMPLES" -o "$tmp/pc_$name" "$src" "${helpers[@]}" \
+        $(pkg-config --cflags --libs ctrainer) -lm || fail "example $name does not build with pkg-config"
+done
+echo "  ${#programs[@]} examples tried with pkg-config"
+[ -x "$tmp/pc_custom_data" ] && check_example "custom_data (pkg-config)" "$tmp/pc_custom_data"
 
 if [ $failures -ne 0 ]; then
     echo "$failures check(s) failed"

@@ -9,6 +9,8 @@
  *    run's; early stopping stops the run (no earlier than the synchronous run), after the same
  *    evaluations, and its best is the best of what it evaluated;
  *  - compute_metrics runs on the training thread with the snapshot's outputs: same values;
+ *  - metric objects made in C (ct_trainer_setup.make_metrics): the evaluator gets its own copies (one
+ *    more call of the factory, other objects) and logs the synchronous values;
  *  - errors: no make_model, an overridden prediction_step, a failing compute_metrics (named with
  *    the snapshot's step);
  *  - a stop (SIGTERM) while an evaluation runs and another waits: the checkpoint records both (the
@@ -162,6 +164,7 @@ typedef struct run_opts {
     unsigned step_sleep_us;
     const char *resume, *output_dir; /* resume_from_checkpoint; an output_dir of an earlier run */
     ct_dataset *eval_data;           /* instead of eval_set */
+    bool c_metrics;                  /* make_metrics adds label_mean */
 } run_opts;
 
 typedef struct run_out {
@@ -174,6 +177,40 @@ typedef struct run_out {
     rec_trainer *rec; /* kept for the recorded weights (freed by free_out) */
     char output_dir[512];
 } run_out;
+
+/* A metric of the test's own (not a built-in): the mean label of the real rows. make_metrics counts
+ * its calls and remembers the objects it made, to show that the evaluator gets objects of its own. */
+static ct_status label_mean_update(ct_metric *m, const ct_eval_batch *b) {
+    for (int64_t i = 0; i < b->labels->shape[0]; i++) {
+        if (!ct_metric_row_real(b, i)) continue;
+        m->sums[0] += (double)ct_metric_label(b->labels, i);
+        m->counts[0]++;
+    }
+    return CT_OK;
+}
+
+static ct_status label_mean_compute(const ct_metric *m, const char *prefix, json_t *out) {
+    return m->counts[0] ? ct_metric_put(out, prefix, "label_mean", m->sums[0] / (double)m->counts[0]) : CT_OK;
+}
+
+static const ct_metric_ops label_mean_ops = {.size = sizeof(ct_metric_ops), .name = "label_mean",
+                                             .update = label_mean_update, .compute = label_mean_compute};
+static int metric_factory_calls;
+static ct_metric *metric_made[4];
+
+static ct_status make_metrics(void *ctx, ct_metric_set *set) {
+    (void)ctx;
+    ct_metric *m = calloc(1, sizeof *m);
+    if (!m) return ct_error(CT_ERR_NOMEM, "out of memory");
+    ct_status s = ct_metric_base_init(m, &label_mean_ops, 1, NULL, 1, NULL);
+    if (s != CT_OK) {
+        free(m);
+        return s;
+    }
+    if (metric_factory_calls < 4) metric_made[metric_factory_calls] = m;
+    metric_factory_calls++;
+    return ct_metric_set_add(set, m);
+}
 
 static ct_dataset *train_set, *eval_set;
 
@@ -231,6 +268,7 @@ static void run(const run_opts *o, run_out *out) {
                               .eval_datasets = {o->eval_data ? o->eval_data : eval_set}, .metrics = metrics,
                               .callbacks = &cbs};
     if (!o->no_factory) setup.make_model = make_replica;
+    if (o->c_metrics) setup.make_metrics = make_metrics;
     out->status = ct_training_args_validate(&a);
     if (out->status == CT_OK) out->status = ct_trainer_init(&rec->base, &ops, &a, &setup);
     if (out->status == CT_OK) {
@@ -386,6 +424,32 @@ static void test_equals_sync(bool compute_metrics) {
     json_decref(ea);
     json_decref(ts);
     json_decref(ta);
+    free_out(&sync);
+    free_out(&async);
+}
+
+/* A metric made in C reaches the evaluator as its own copy, and its values are the synchronous ones. */
+static void test_c_metrics(void) {
+    run_opts o = {.eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO, .eval_steps = 10,
+                  .max_steps = 20, .policy = "wait", .c_metrics = true};
+    run_out sync, async;
+    metric_factory_calls = 0;
+    run(&o, &sync);
+    CHECK(metric_factory_calls == 1, "make_metrics: called once without eval_async, got %d", metric_factory_calls);
+    metric_factory_calls = 0;
+    o.async = true;
+    run(&o, &async);
+    CHECK(sync.status == CT_OK && async.status == CT_OK, "make_metrics: runs (%s%s)", sync.error, async.error);
+    CHECK(metric_factory_calls == 2 && metric_made[0] != metric_made[1],
+          "make_metrics: the evaluator gets objects of its own (calls %d)", metric_factory_calls);
+    json_t *es = eval_entries(sync.history), *ea = eval_entries(async.history);
+    CHECK(json_array_size(es) == 2 && json_array_size(ea) == 2, "make_metrics: 2 evaluations each (%zu, %zu)",
+          json_array_size(es), json_array_size(ea));
+    double mean = json_real_value(json_object_get(json_array_get(ea, 0), "eval_label_mean"));
+    CHECK(mean > 0.5 && mean < (double)CLASSES - 1, "make_metrics: eval_label_mean logged by the evaluator (%g)", mean);
+    check_same_json("make_metrics: eval entries", ea, es);
+    json_decref(es);
+    json_decref(ea);
     free_out(&sync);
     free_out(&async);
 }
@@ -636,6 +700,7 @@ int main(void) {
     eval_set = make_data(601, DIM, CLASSES, ct_test_seed + 1);
     test_equals_sync(false);
     test_equals_sync(true);
+    test_c_metrics();
     test_continuous("latest");
     test_continuous("skip");
     test_continuous("wait");

@@ -1106,7 +1106,7 @@ static void test_from_json(void) {
               "callbacks[1].type: unknown callback 'early_stoping', did you mean 'early_stopping'?");
     json_decref(spec);
     CHECK_ERR(FROM("{\"type\": \"tensorboard\"}"), CT_ERR_CONFIG, "unknown callback 'tensorboard'",
-              "early_stopping, jsonl, printer or progress");
+              "(known: early_stopping, jsonl, printer, progress)");
     json_decref(spec);
     CHECK_ERR(FROM("{\"type\": \"early_stopping\", \"early_stopping_patiense\": 2}"), CT_ERR_CONFIG,
               "callbacks[1]: unknown key 'early_stopping_patiense', did you mean 'early_stopping_patience'?");
