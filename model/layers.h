@@ -89,6 +89,23 @@ typedef ct_status (*ct_module_from_json_fn)(const json_t *spec, const char *path
  * and its JSON path, and its errors should start with that path so run configs can point at them. */
 ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn);
 
+/* The built-in layer types in the registry's order (at most cap names; the count is returned). */
+int ct_module_builtin_types(const char **names, int cap);
+
+/* The documentation of a built-in layer type (model/layer_docs.c): a summary, an example spec that
+ * builds, and each key its reader takes; docs/models.md is generated from these. */
+typedef struct ct_layer_key_doc {
+    const char *key, *type, *default_value, *meaning;
+} ct_layer_key_doc;
+typedef struct ct_layer_doc {
+    const char *summary, *example;
+    const ct_layer_key_doc *keys; /* ends with a NULL key */
+} ct_layer_doc;
+/* NULL for a type without an entry (an application's). */
+const ct_layer_doc *ct_layer_doc_of(const char *type);
+/* docs/models.md's text (*out malloc'd); an error names a built-in type without an entry. */
+ct_status ct_layer_docs_markdown(char **out);
+
 /* Each built-in layer's JSON reader (used by the registry). */
 ct_status ct_sequential_from_json(const json_t *spec, const char *path, ct_module **out);
 /* The presets (model/presets.c): "mlp" and "cnn", expanded into a sequential. */

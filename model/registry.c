@@ -40,6 +40,12 @@ static ct_module_from_json_fn find(const char *type) {
     return (ct_module_from_json_fn)ct_registry_find(&user, type);
 }
 
+int ct_module_builtin_types(const char **names, int cap) {
+    int n = 0;
+    for (size_t i = 0; i < CT_ARRAY_LEN(builtin) && n < cap; i++) names[n++] = builtin[i].type;
+    return n;
+}
+
 ct_status ct_register_module_type(const char *type, ct_module_from_json_fn fn) {
     return ct_registry_add(&user, type, (ct_registry_fn)fn);
 }
