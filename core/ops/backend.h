@@ -129,6 +129,10 @@ typedef struct ct_backend_ops {
      * any thread, nested when a kernel runs other ops: the checked device opens its memory there. */
     void (*op_begin)(void);
     void (*op_end)(void);
+
+    /* --- appended kernels (members added after the table's first release) ------------------------ */
+    int64_t (*fused_classifier)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                double scale, double *sum, double *count, ct_tensor *dlogits);
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through
