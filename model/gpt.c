@@ -341,13 +341,19 @@ static ct_status gpt_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) 
     return ct_module_backward(g->transformer, &dh, NULL);
 }
 
-/* The GPT2Config keys ct_gpt_from_json reads: the inner modules are the architecture's, not listed. */
+/* The GPT2Config keys ct_gpt_from_json reads (padded_vocab_size only when there is padding, so an
+ * unpadded model's spec stays GPT2Config's): the inner modules are the architecture's, not listed. */
 static ct_status gpt_to_json(const ct_module *m, json_t **out) {
     const ct_gpt_config *c = &ct_container_of(m, gpt, base)->cfg;
-    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:b, s:f}", "type", "gpt", "vocab_size",
-                     (json_int_t)c->vocab_size, "padded_vocab_size", (json_int_t)padded_vocab(c), "n_positions", (json_int_t)c->n_positions, "n_embd",
+    *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:b, s:f}", "type", "gpt", "vocab_size",
+                     (json_int_t)c->vocab_size, "n_positions", (json_int_t)c->n_positions, "n_embd",
                      (json_int_t)c->n_embd, "n_layer", (json_int_t)c->n_layer, "n_head", (json_int_t)c->n_head,
                      "dropout", c->dropout, "bias", c->bias, "layer_norm_epsilon", c->layer_norm_epsilon);
+    if (*out && padded_vocab(c) > c->vocab_size &&
+        json_object_set_new(*out, "padded_vocab_size", json_integer((json_int_t)padded_vocab(c))) != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
     return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
 
