@@ -13,10 +13,17 @@
  * wte's weight and adds its gradient into wte's (nanoGPT's state_dict lists lm_head.weight as the
  * same tensor; skip it when loading one).
  *
- * forward(ids [B, T]) = lm_head(ln_f(h_{L-1}(... h_0(drop(wte(ids) + wpe(0..T-1)))))) [B, T, vocab],
+ * forward(ids [B, T]) = lm_head(ln_f(h_{L-1}(... h_0(drop(wte(ids) + wpe(0..T-1)))))) [B, T, Vp],
  * each block pre-LayerNorm (model/gpt_block.c). T is the model's input length, fixed when it is
  * built, from 1 to n_positions. Dropout layers (transformer.drop, attn.attn_dropout,
  * attn.resid_dropout, mlp.dropout) are ordinary Dropout modules, keyed by their names.
+ *
+ * Vp is padded_vocab_size (llm.c's), vocab_size when not set: wte gets Vp rows so that the head's
+ * GEMM has a round width (50304 = 393 * 128 for GPT-2's 50257). The padding is never a token: ids
+ * must be below vocab_size (checked before the embedding), the padding rows of wte start at 0, and
+ * the head adds a mask of 0 for the real columns and -inf for the padding ones to its logits, so
+ * every softmax downstream (the loss, the metrics, generation) gives the padding probability 0, its
+ * logits' gradient is 0 and so is the padding rows' gradient: they stay 0 under weight decay too.
  *
  * Initialisation is GPT-2's, as nanoGPT applies it: every Linear and Embedding weight N(0, 0.02),
  * the residual projections (attn.c_proj and mlp.c_proj weights) N(0, 0.02 / sqrt(2 * n_layer)),
@@ -41,6 +48,11 @@
 #include "model/params.h"
 
 static const char *display_name(const ct_module *m) { return m->name[0] ? m->name : "model"; }
+
+/* The rows of wte and the columns of the logits: padded_vocab_size, or vocab_size when it is 0. */
+static int64_t padded_vocab(const ct_gpt_config *c) {
+    return c->padded_vocab_size > 0 ? c->padded_vocab_size : c->vocab_size;
+}
 
 /* --- transformer: embeddings, blocks, final LayerNorm --------------------------------------------- */
 
@@ -123,7 +135,7 @@ static ct_status transformer_create(const ct_gpt_config *cfg, ct_module **out) {
     ct_module_base_init(&t->base, &transformer_ops);
     t->base.in_dtype = CT_I64;
     ct_module *c = NULL;
-    ct_status s = ct_embedding_create(cfg->vocab_size, cfg->n_embd, -1, &c);
+    ct_status s = ct_embedding_create(padded_vocab(cfg), cfg->n_embd, -1, &c);
     if (s == CT_OK) s = ct_gpt_adopt(&t->base, c, "wte", &t->wte);
     if (s == CT_OK) s = ct_embedding_create(cfg->n_positions, cfg->n_embd, -1, &c);
     if (s == CT_OK) s = ct_gpt_adopt(&t->base, c, "wpe", &t->wpe);
@@ -160,9 +172,11 @@ static gpt *gpt_self(ct_module *m) { return ct_container_of(m, gpt, base); }
 typedef struct lm_head {
     ct_module base;
     gpt *model;
-    int64_t vocab, n_embd;
+    int64_t vocab, n_embd; /* vocab: the padded width of the logits */
+    int64_t real_vocab;    /* columns from here on are padding */
     ct_tensor *weight, *dweight; /* transformer.wte's, found in the store */
     ct_tensor out, dinput;
+    ct_tensor mask; /* [vocab]: 0 for real tokens, -inf for the padding (allocated only with padding) */
     ct_tensor x;
 } lm_head;
 
@@ -192,7 +206,17 @@ static ct_status head_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     lm_head *h = head_self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &h->out));
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &h->dinput));
-    return CT_OK;
+    if (h->vocab == h->real_vocab) return CT_OK;
+    void *mem;
+    CT_TRY(ct_arena_alloc(ctx->arena, (size_t)h->vocab * ct_dtype_size(m->dtype), &mem));
+    h->mask = ct_tensor_view(mem, m->dtype, m->device, 1, &h->vocab);
+    /* Written once, through the host for any device, as the transformer's positions. */
+    ct_tensor host;
+    CT_TRY(ct_tensor_alloc(&host, m->dtype, CT_CPU, 1, h->mask.shape));
+    for (int64_t j = 0; j < h->vocab; j++) ct_tensor_set(&host, j, j < h->real_vocab ? 0.0 : -INFINITY);
+    ct_status s = ct_tensor_copy_to(&h->mask, &host);
+    ct_tensor_free(&host);
+    return s;
 }
 
 static ct_tensor as_matrix(const ct_tensor *t, int64_t cols) {
@@ -206,6 +230,7 @@ static ct_status head_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     *y = ct_tensor_rows(&h->out, 0, x->shape[0]);
     ct_tensor xm = as_matrix(x, h->n_embd), ym = as_matrix(y, h->vocab);
     ct_op_gemm(false, true, 1.0, &xm, h->weight, 0.0, &ym); /* logits = x wte^T */
+    if (h->mask.data) ct_op_bias_add(&ym, &h->mask, 1); /* the padding's logits become -inf */
     return CT_OK;
 }
 
@@ -239,7 +264,11 @@ static void head_init(ct_module *m, ct_rng *rng) {
     const ct_param_store *ps = g->ps;
     const double std = 0.02, proj_std = 0.02 / sqrt(2.0 * (double)g->cfg.n_layer);
     ct_module *t = g->transformer, *h = ct_gpt_child(t, "h");
-    init_module(ps, ct_gpt_child(t, "wte"), std, rng);
+    ct_module *wte = ct_gpt_child(t, "wte");
+    init_module(ps, wte, std, rng);
+    /* The padding rows start at 0, as llm.c's: nothing but weight decay ever touches them. */
+    ct_tensor *w = ps->items[wte->param_first].value;
+    for (int64_t j = g->cfg.vocab_size * g->cfg.n_embd; j < ct_tensor_numel(w); j++) ct_tensor_set(w, j, 0.0);
     init_module(ps, ct_gpt_child(t, "wpe"), std, rng);
     for (int i = 0; i < h->n_children; i++) {
         ct_module *b = h->children[i], *attn = ct_gpt_child(b, "attn"), *mlp = ct_gpt_child(b, "mlp");
@@ -289,6 +318,16 @@ static ct_status gpt_declare(ct_module *m, ct_param_store *ps) {
 
 static ct_status gpt_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     gpt *g = gpt_self(m);
+    if (padded_vocab(&g->cfg) > g->cfg.vocab_size) {
+        /* wte has rows up to the padding's end, so its own check would let padding ids through */
+        int64_t bad = ct_op_embedding_find_invalid(x, g->cfg.vocab_size);
+        if (bad >= 0)
+            return ct_error(CT_ERR_INVALID_ARG, "gpt '%s': token id %lld at position [%lld, %lld] is outside [0, %lld) "
+                            "(vocab_size=%lld; the rows up to padded_vocab_size=%lld are padding, not tokens)",
+                            display_name(m), (long long)ct_tensor_item(x, bad), (long long)(bad / x->shape[1]),
+                            (long long)(bad % x->shape[1]), (long long)g->cfg.vocab_size,
+                            (long long)g->cfg.vocab_size, (long long)g->cfg.padded_vocab_size);
+    }
     ct_tensor h;
     CT_TRY(ct_module_forward(g->transformer, x, &h));
     return ct_module_forward(g->lm_head, &h, y);
@@ -302,13 +341,19 @@ static ct_status gpt_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) 
     return ct_module_backward(g->transformer, &dh, NULL);
 }
 
-/* The GPT2Config keys ct_gpt_from_json reads: the inner modules are the architecture's, not listed. */
+/* The GPT2Config keys ct_gpt_from_json reads (padded_vocab_size only when there is padding, so an
+ * unpadded model's spec stays GPT2Config's): the inner modules are the architecture's, not listed. */
 static ct_status gpt_to_json(const ct_module *m, json_t **out) {
     const ct_gpt_config *c = &ct_container_of(m, gpt, base)->cfg;
     *out = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:f, s:b, s:f}", "type", "gpt", "vocab_size",
                      (json_int_t)c->vocab_size, "n_positions", (json_int_t)c->n_positions, "n_embd",
                      (json_int_t)c->n_embd, "n_layer", (json_int_t)c->n_layer, "n_head", (json_int_t)c->n_head,
                      "dropout", c->dropout, "bias", c->bias, "layer_norm_epsilon", c->layer_norm_epsilon);
+    if (*out && padded_vocab(c) > c->vocab_size &&
+        json_object_set_new(*out, "padded_vocab_size", json_integer((json_int_t)padded_vocab(c))) != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
     return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
 
@@ -336,14 +381,18 @@ static ct_status check_config(const ct_gpt_config *c) {
     for (size_t i = 0; i < CT_ARRAY_LEN(sizes); i++)
         if (sizes[i].v < 1)
             return ct_error(CT_ERR_INVALID_ARG, "gpt: %s=%lld (need >= 1)", sizes[i].name, (long long)sizes[i].v);
+    if (c->padded_vocab_size < 0 || (c->padded_vocab_size > 0 && c->padded_vocab_size < c->vocab_size))
+        return ct_error(CT_ERR_INVALID_ARG, "gpt: padded_vocab_size=%lld is smaller than vocab_size=%lld (need "
+                        "padded_vocab_size >= vocab_size, or 0 for no padding)", (long long)c->padded_vocab_size,
+                        (long long)c->vocab_size);
     if (c->n_embd % c->n_head != 0)
         return ct_error(CT_ERR_INVALID_ARG, "gpt: n_embd=%lld is not a multiple of n_head=%lld", (long long)c->n_embd,
                         (long long)c->n_head);
     /* 3 * n_embd and 4 * n_embd columns and the products of sizes stay far from overflow. */
     const int64_t limit = (int64_t)1 << 31;
-    if (c->vocab_size > limit || c->n_positions > limit || c->n_embd > limit / 4 || c->n_layer > 100000)
+    if (padded_vocab(c) > limit || c->n_positions > limit || c->n_embd > limit / 4 || c->n_layer > 100000)
         return ct_error(CT_ERR_INVALID_ARG, "gpt: sizes vocab_size=%lld n_positions=%lld n_embd=%lld n_layer=%lld are "
-                        "beyond what is supported", (long long)c->vocab_size, (long long)c->n_positions,
+                        "beyond what is supported", (long long)padded_vocab(c), (long long)c->n_positions,
                         (long long)c->n_embd, (long long)c->n_layer);
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
         return ct_error(CT_ERR_INVALID_ARG, "gpt: dropout=%g (need 0 <= dropout < 1)", c->dropout);
@@ -367,7 +416,8 @@ ct_status ct_gpt_create(const ct_gpt_config *cfg, ct_module **out) {
     g->cfg = *cfg;
     ct_module_base_init(&h->base, &head_ops);
     h->model = g;
-    h->vocab = cfg->vocab_size;
+    h->vocab = padded_vocab(cfg);
+    h->real_vocab = cfg->vocab_size;
     h->n_embd = cfg->n_embd;
     ct_module *t = NULL;
     ct_status s = transformer_create(cfg, &t);
@@ -385,16 +435,17 @@ ct_status ct_gpt_create(const ct_gpt_config *cfg, ct_module **out) {
     return CT_OK;
 }
 
-/* {"type": "gpt", "vocab_size": 257, "n_positions": 128, "n_embd": 128, "n_layer": 4, "n_head": 4,
+/* {"type": "gpt", "vocab_size": 257, "padded_vocab_size": 320, "n_positions": 128, "n_embd": 128, "n_layer": 4, "n_head": 4,
  *  "dropout": 0.0, "bias": true, "layer_norm_epsilon": 1e-5}: vocab_size is required (it must match
  * the tokenizer); the sizes default to GPT-2 124M's. */
 ct_status ct_gpt_from_json(const json_t *spec, const char *path, ct_module **out) {
-    static const char *const keys[] = {"type",   "vocab_size", "n_positions", "n_embd",
-                                       "n_layer", "n_head",    "dropout",     "bias",
-                                       "layer_norm_epsilon", NULL};
+    static const char *const keys[] = {"type",    "vocab_size", "padded_vocab_size", "n_positions",
+                                       "n_embd",  "n_layer",    "n_head",            "dropout",
+                                       "bias",    "layer_norm_epsilon", NULL};
     CT_TRY(ct_json_check_keys(spec, path, keys));
     ct_gpt_config c = ct_gpt_config_default();
     CT_TRY(ct_json_int(spec, path, "vocab_size", true, 0, &c.vocab_size));
+    CT_TRY(ct_json_int(spec, path, "padded_vocab_size", false, 0, &c.padded_vocab_size));
     CT_TRY(ct_json_int(spec, path, "n_positions", false, c.n_positions, &c.n_positions));
     CT_TRY(ct_json_int(spec, path, "n_embd", false, c.n_embd, &c.n_embd));
     CT_TRY(ct_json_int(spec, path, "n_layer", false, c.n_layer, &c.n_layer));

@@ -59,9 +59,14 @@ ct_status ct_dropout_create(double p, ct_module **out);
 /* --- language models ---------------------------------------------------------------------------- */
 
 /* A GPT-2-style decoder (model/gpt.c), nanoGPT's GPT with the names of Hugging Face's GPT2Config:
- * token ids [B, T] (int64, 1 <= T <= n_positions) -> logits [B, T, vocab_size]. */
+ * token ids [B, T] (int64, 1 <= T <= n_positions) -> logits [B, T, padded_vocab_size]. */
 typedef struct ct_gpt_config {
     int64_t vocab_size;
+    /* llm.c's padded_vocab_size (0: vocab_size): the embedding and the head get this many rows, a
+     * multiple of 64 or 128 that GEMMs run faster on (50257 -> 50304 for GPT-2); the padding rows
+     * start at 0, token ids must stay below vocab_size, and their logits are -inf, so that every
+     * softmax (the loss's, a metric's, generation's) gives them probability 0. */
+    int64_t padded_vocab_size;
     int64_t n_positions; /* context length (nanoGPT's block_size): the size of the position table */
     int64_t n_embd, n_layer, n_head; /* n_embd a multiple of n_head */
     double dropout;      /* of the embeddings, the attention probabilities and both residual branches */

@@ -64,18 +64,37 @@ ct_status ct_loss_forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *ta
     return named(l, l->ops->forward(l, pred, target, out));
 }
 
+/* What a backward needs besides check_common: dpred like pred, a finite scale. */
+static ct_status check_backward(const ct_tensor *pred, const ct_tensor *dpred, double scale) {
+    if (!ct_shape_eq(pred, dpred) || pred->dtype != dpred->dtype || !ct_device_eq(pred->device, dpred->device)) {
+        char a[128], b[128];
+        return ct_error(CT_ERR_SHAPE, "gradient %s does not match the predictions %s",
+                        ct_tensor_str(dpred, b, sizeof b), ct_tensor_str(pred, a, sizeof a));
+    }
+    if (!isfinite(scale)) return ct_error(CT_ERR_INVALID_ARG, "gradient scale %g is not finite", scale);
+    return CT_OK;
+}
+
 ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
                            ct_tensor *dpred) {
     CT_ASSERT(l && pred && target && dpred);
     if (!HAS_OP(l->ops, backward)) return named(l, ct_error(CT_ERR_UNSUPPORTED, "has no backward"));
     CT_TRY(named(l, check_common(pred, target)));
-    if (!ct_shape_eq(pred, dpred) || pred->dtype != dpred->dtype || !ct_device_eq(pred->device, dpred->device)) {
-        char a[128], b[128];
-        return named(l, ct_error(CT_ERR_SHAPE, "gradient %s does not match the predictions %s",
-                                 ct_tensor_str(dpred, b, sizeof b), ct_tensor_str(pred, a, sizeof a)));
-    }
-    if (!isfinite(scale)) return named(l, ct_error(CT_ERR_INVALID_ARG, "gradient scale %g is not finite", scale));
+    CT_TRY(named(l, check_backward(pred, dpred, scale)));
     return named(l, l->ops->backward(l, pred, target, scale, dpred));
+}
+
+ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                   ct_tensor *dpred, ct_loss_value *out) {
+    CT_ASSERT(l && pred && target && dpred && out);
+    *out = (ct_loss_value){0.0, 0.0};
+    if (!HAS_OP(l->ops, forward_backward)) {
+        CT_TRY(ct_loss_forward(l, pred, target, out));
+        return ct_loss_backward(l, pred, target, scale, dpred);
+    }
+    CT_TRY(named(l, check_common(pred, target)));
+    CT_TRY(named(l, check_backward(pred, dpred, scale)));
+    return named(l, l->ops->forward_backward(l, pred, target, scale, dpred, out));
 }
 
 void ct_loss_default_destroy(ct_loss *l) { free(l); }

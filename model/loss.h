@@ -61,6 +61,12 @@ typedef struct ct_loss_ops {
                           ct_tensor *dpred);
     /* Releases the loss. NULL: ct_loss_default_destroy (free of the enclosing allocation). */
     void (*destroy)(ct_loss *l);
+    /* Optional: forward and backward in one call, *out as forward's and dpred as backward's, with
+     * dpred allowed to be pred itself (the gradient replacing the predictions in place). On an error
+     * pred is left as it was. NULL: the wrapper runs forward, then backward. Cross-entropy fuses them
+     * (ct_op_fused_classifier: one pass over the logits, no stored probabilities). */
+    ct_status (*forward_backward)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                  ct_tensor *dpred, ct_loss_value *out);
 } ct_loss_ops;
 
 struct ct_loss {
@@ -81,6 +87,12 @@ const char *ct_loss_name(const ct_loss *l);
 ct_status ct_loss_forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out);
 ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
                            ct_tensor *dpred);
+/* Both at once, through the loss's forward_backward when it has one (the Trainer's step calls this):
+ * the checks of both wrappers, then *out and dpred as ct_loss_forward and ct_loss_backward give them.
+ * dpred may be pred itself; a loss without forward_backward then runs forward before backward
+ * overwrites pred, which its backward must allow (every built-in loss's does). */
+ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                   ct_tensor *dpred, ct_loss_value *out);
 /* Destroys l (NULL is fine). */
 void ct_loss_free(ct_loss *l);
 /* The default destroy: free(l). */

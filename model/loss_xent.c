@@ -77,13 +77,26 @@ static ct_status backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *ta
     return CT_OK;
 }
 
+/* One pass over the logits (ct_op_fused_classifier), which checks every target before it writes. */
+static ct_status forward_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                  ct_tensor *dpred, ct_loss_value *out) {
+    xent_loss *x = self(l);
+    CT_TRY(check(x, pred, target));
+    double sum = 0.0, count = 0.0;
+    int64_t bad = ct_op_fused_classifier(pred, target, &x->opts, scale, &sum, &count, dpred);
+    if (bad >= 0) return bad_target(x, pred, target, bad);
+    *out = (ct_loss_value){sum, count};
+    return CT_OK;
+}
+
 static void destroy(ct_loss *l) {
     xent_loss *x = self(l);
     ct_tensor_free(&x->weight);
     free(x);
 }
 
-static const ct_loss_ops xent_ops = {sizeof(ct_loss_ops), "cross_entropy", forward, backward, destroy};
+static const ct_loss_ops xent_ops = {sizeof(ct_loss_ops), "cross_entropy", forward, backward, destroy,
+                                     forward_backward};
 
 ct_cross_entropy_opts ct_cross_entropy_defaults(void) {
     return (ct_cross_entropy_opts){.weight = NULL, .n_weight = 0, .label_smoothing = 0.0, .ignore_index = -100};

@@ -154,10 +154,10 @@ ct_status ct_trainer_default_compute_loss(ct_trainer *t, const ct_batch *b, ct_l
     int64_t n;
     CT_TRY(real_rows(b, &n));
     ct_tensor out = ct_tensor_rows(outputs, 0, n), labels = ct_tensor_rows(&b->labels, 0, n);
-    CT_TRY(ct_loss_forward(t->loss, &out, &labels, loss));
-    if (!dloss) return CT_OK;
+    if (!dloss) return ct_loss_forward(t->loss, &out, &labels, loss);
     if (n != b->rows) return ct_error(CT_ERR_STATE, "a training batch has padding rows");
-    return ct_loss_backward(t->loss, outputs, &b->labels, 1.0, dloss);
+    /* One call, so that a loss that fuses them (cross-entropy) passes over the outputs once. */
+    return ct_loss_forward_backward(t->loss, outputs, &b->labels, 1.0, dloss, loss);
 }
 
 ct_status ct_trainer_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_value *loss, ct_tensor *outputs,

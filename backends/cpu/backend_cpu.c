@@ -106,4 +106,6 @@ const ct_backend_ops ct_backend_cpu = {
     .adam_step = ct_cpu_adam_step,
     .sum_squares_det = ct_cpu_sum_squares_det,
     .l2_norm = ct_cpu_l2_norm,
+
+    .fused_classifier = ct_cpu_fused_classifier,
 };

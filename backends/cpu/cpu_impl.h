@@ -88,6 +88,8 @@ int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *t
                                      double *sum, double *count);
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits);
+int64_t ct_cpu_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,
+                                double *sum, double *count, ct_tensor *dlogits);
 double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                      const ct_tensor *target);
 void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,

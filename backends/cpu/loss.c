@@ -67,6 +67,20 @@ int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *
                         dlogits->data);
 }
 
+int64_t ct_cpu_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,
+                                double *sum, double *count, ct_tensor *dlogits) {
+    int64_t rows, c;
+    xent_dims(logits, &rows, &c);
+    const double *w = o->weight ? o->weight->data : NULL;
+    bool t64 = target->dtype == CT_I64;
+    if (logits->dtype == CT_F32)
+        return xent_fused_f32(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, scale,
+                              sum, count, dlogits->data);
+    CT_ASSERT(logits->dtype == CT_F64);
+    return xent_fused_f64(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, scale, sum,
+                          count, dlogits->data);
+}
+
 /* pos_weight as (data, length) (its length, 1 or the last dimension of pred, was checked). */
 static const double *pos_weight(const ct_pointwise_opts *o, int64_t *npw) {
     *npw = 1;

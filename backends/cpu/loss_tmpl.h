@@ -17,6 +17,50 @@ static double FN(row_lse)(const R *z, int64_t c) {
     return m + log(se);
 }
 
+/* The loss of a row with a valid target y, given its log-sum-exp. */
+static double FN(row_loss)(const R *zr, int64_t c, int64_t y, const double *w, double eps, double lse) {
+    double loss = (1.0 - eps) * (w ? w[y] : 1.0) * (lse - (double)zr[y]);
+    if (eps != 0.0) {
+        /* sum_c w_c (lse - z_c), the smoothing term over all classes */
+        double smooth = 0.0;
+        if (w)
+            for (int64_t j = 0; j < c; j++) smooth += w[j] * (lse - (double)zr[j]);
+        else
+            for (int64_t j = 0; j < c; j++) smooth += lse - (double)zr[j];
+        loss += eps / (double)c * smooth;
+    }
+    return loss;
+}
+
+/* d loss / d z_j = (1-eps) w_y (p_j - [j == y]) + eps/C (W p_j - w_j), W = sum_c w_c; so
+ * dz_j = scale * (a p_j - eps/C w_j - [j == y] (1-eps) w_y) with a = (1-eps) w_y + eps/C W.
+ * Writes the row's gradient into dr, which may alias zr: z_y is read before the row is written. */
+static void FN(row_grad)(const R *zr, int64_t c, int64_t y, const double *w, double eps, double wsum, double scale,
+                         double lse, R *dr) {
+    double es = eps / (double)c;
+    double zy = zr[y];
+    double wy = w ? w[y] : 1.0;
+    double a = scale * ((1.0 - eps) * wy + es * wsum);
+    double b = scale * es;
+    if (w)
+        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b * w[j]);
+    else
+        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b);
+    /* the target's own term, added to what was computed in double */
+    double py = a * exp(zy - lse) - b * wy;
+    dr[y] = (R)(py - scale * (1.0 - eps) * wy);
+}
+
+/* W = sum_c w_c (C when unweighted), the gradient's smoothing term. */
+static double FN(weight_sum)(const double *w, int64_t c) {
+    double wsum = (double)c;
+    if (w) {
+        wsum = 0.0;
+        for (int64_t j = 0; j < c; j++) wsum += w[j];
+    }
+    return wsum;
+}
+
 static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
                             double eps, int64_t ignore, double *sum, double *count) {
     double psum[CT_LOSS_CHUNKS], pcount[CT_LOSS_CHUNKS];
@@ -33,20 +77,8 @@ static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows,
                 continue;
             }
             const R *zr = z + r * c;
-            double lse = FN(row_lse)(zr, c);
-            double wy = w ? w[y] : 1.0;
-            double loss = (1.0 - eps) * wy * (lse - (double)zr[y]);
-            if (eps != 0.0) {
-                /* sum_c w_c (lse - z_c), the smoothing term over all classes */
-                double smooth = 0.0;
-                if (w)
-                    for (int64_t j = 0; j < c; j++) smooth += w[j] * (lse - (double)zr[j]);
-                else
-                    for (int64_t j = 0; j < c; j++) smooth += lse - (double)zr[j];
-                loss += eps / (double)c * smooth;
-            }
-            s += loss;
-            n += wy;
+            s += FN(row_loss)(zr, c, y, w, eps, FN(row_lse)(zr, c));
+            n += w ? w[y] : 1.0;
         }
         psum[k] = s;
         pcount[k] = n;
@@ -63,16 +95,9 @@ static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows,
     return -1;
 }
 
-/* d loss / d z_j = (1-eps) w_y (p_j - [j == y]) + eps/C (W p_j - w_j), W = sum_c w_c; so
- * dz_j = scale * (a p_j - eps/C w_j - [j == y] (1-eps) w_y) with a = (1-eps) w_y + eps/C W. */
 static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
                             double eps, int64_t ignore, double scale, R *dz) {
-    double wsum = (double)c;
-    if (w) {
-        wsum = 0.0;
-        for (int64_t j = 0; j < c; j++) wsum += w[j];
-    }
-    double es = eps / (double)c;
+    double wsum = FN(weight_sum)(w, c);
     int64_t pbad[CT_LOSS_CHUNKS];
 #pragma omp parallel for if (rows * c > CT_OMP_MIN)
     for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
@@ -86,23 +111,53 @@ static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows,
                 for (int64_t j = 0; j < c; j++) dr[j] = 0;
                 continue;
             }
-            double lse = FN(row_lse)(zr, c);
-            double zy = zr[y]; /* read before the row is written: dz may alias z */
-            double wy = w ? w[y] : 1.0;
-            double a = scale * ((1.0 - eps) * wy + es * wsum);
-            double b = scale * es;
-            if (w)
-                for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b * w[j]);
-            else
-                for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b);
-            /* the target's own term, added to what was computed in double */
-            double py = a * exp(zy - lse) - b * (w ? w[y] : 1.0);
-            dr[y] = (R)(py - scale * (1.0 - eps) * wy);
+            FN(row_grad)(zr, c, y, w, eps, wsum, scale, FN(row_lse)(zr, c), dr);
         }
         pbad[k] = bad;
     }
     for (int k = 0; k < CT_LOSS_CHUNKS; k++)
         if (pbad[k] >= 0) return pbad[k];
+    return -1;
+}
+
+/* Forward and backward in one pass per row (ct_op_fused_classifier). The targets are checked first,
+ * serially (one integer per row, cheap beside a row of logits), so that an invalid one is reported
+ * before any row of dz, which may be z itself, is written. The sums go through the same fixed
+ * chunks as xent_fwd, so they equal its bits. */
+static int64_t FN(xent_fused)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
+                              double eps, int64_t ignore, double scale, double *sum, double *count, R *dz) {
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = target_at(tgt, t64, r);
+        if (y != ignore && (y < 0 || y >= c)) return r;
+    }
+    double wsum = FN(weight_sum)(w, c);
+    double psum[CT_LOSS_CHUNKS], pcount[CT_LOSS_CHUNKS];
+#pragma omp parallel for if (rows * c > CT_OMP_MIN)
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        double s = 0.0, n = 0.0;
+        for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
+            int64_t y = target_at(tgt, t64, r);
+            const R *zr = z + r * c;
+            R *dr = dz + r * c;
+            if (y == ignore) {
+                for (int64_t j = 0; j < c; j++) dr[j] = 0;
+                continue;
+            }
+            double lse = FN(row_lse)(zr, c);
+            s += FN(row_loss)(zr, c, y, w, eps, lse); /* reads the row before row_grad overwrites it */
+            n += w ? w[y] : 1.0;
+            FN(row_grad)(zr, c, y, w, eps, wsum, scale, lse, dr);
+        }
+        psum[k] = s;
+        pcount[k] = n;
+    }
+    double s = 0.0, n = 0.0;
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+        s += psum[k];
+        n += pcount[k];
+    }
+    *sum = s;
+    *count = n;
     return -1;
 }
 

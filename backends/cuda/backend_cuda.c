@@ -68,4 +68,6 @@ const ct_backend_ops ct_backend_cuda = {
     .adam_step = ct_cuda_op_adam_step,
     .sum_squares_det = ct_cuda_op_sum_squares_det,
     .l2_norm = ct_cuda_op_l2_norm,
+
+    .fused_classifier = ct_cuda_op_fused_classifier,
 };

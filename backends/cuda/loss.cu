@@ -108,6 +108,45 @@ struct array_value {
 
 /* --- softmax cross-entropy ---------------------------------------------------------------------- */
 
+/* The loss of a row with a valid target y given its log-sum-exp, the same in every lane. */
+template <typename R>
+__device__ double row_loss(const R *zr, int64_t c, int64_t y, const double *w, double eps, double lse, int lane) {
+    double l = (1.0 - eps) * (w ? w[y] : 1.0) * (lse - (double)zr[y]);
+    if (eps != 0.0) {
+        /* sum_c w_c (lse - z_c), the smoothing term over all classes */
+        double s = 0.0;
+        for (int64_t j = lane; j < c; j += WARP) s += (w ? w[j] : 1.0) * (lse - (double)zr[j]);
+        l += eps / (double)c * warp_sum(s);
+    }
+    return l;
+}
+
+/* W = sum_c w_c over the warp (C when unweighted or without smoothing, where it is not used). */
+__device__ inline double weight_sum(const double *w, int64_t c, double eps, int lane) {
+    if (!w || eps == 0.0) return (double)c;
+    double s = 0.0;
+    for (int64_t j = lane; j < c; j += WARP) s += w[j];
+    return warp_sum(s);
+}
+
+/* The gradient of a row with a valid target (formula of loss_tmpl.h) into dr. Every element is read
+ * and written by the same lane, and the __syncwarp orders the caller's reads of the row (row_loss
+ * reads z_y in every lane) before any write, so dr may alias zr. */
+template <typename R>
+__device__ void row_grad(const R *zr, int64_t c, int64_t y, const double *w, double eps, double wsum, double scale,
+                         double lse, int lane, R *dr) {
+    double es = eps / (double)c;
+    double wy = w ? w[y] : 1.0;
+    double a = scale * ((1.0 - eps) * wy + es * wsum);
+    double b = scale * es;
+    __syncwarp();
+    for (int64_t j = lane; j < c; j += WARP) {
+        double v = a * exp((double)zr[j] - lse) - b * (w ? w[j] : 1.0);
+        if (j == y) v -= scale * (1.0 - eps) * wy; /* the target's own term */
+        dr[j] = (R)v;
+    }
+}
+
 /* One warp per row: loss[r] and cnt[r] (0 for ignored and invalid rows); invalid rows lower *bad. */
 template <typename R, typename T>
 __global__ void xent_fwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c, const double *w, double eps,
@@ -123,16 +162,8 @@ __global__ void xent_fwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c,
                 if (lane == 0) atomicMin(bad, (unsigned long long)r);
             } else {
                 const R *zr = z + r * c;
-                double lse = row_lse(zr, c, lane);
-                double wy = w ? w[y] : 1.0;
-                l = (1.0 - eps) * wy * (lse - (double)zr[y]);
-                if (eps != 0.0) {
-                    /* sum_c w_c (lse - z_c), the smoothing term over all classes */
-                    double s = 0.0;
-                    for (int64_t j = lane; j < c; j += WARP) s += (w ? w[j] : 1.0) * (lse - (double)zr[j]);
-                    l += eps / (double)c * warp_sum(s);
-                }
-                n = wy;
+                l = row_loss(zr, c, y, w, eps, row_lse(zr, c, lane), lane);
+                n = w ? w[y] : 1.0;
             }
         }
         if (lane == 0) {
@@ -152,7 +183,6 @@ __global__ void xent_bwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c,
     int lane = threadIdx.x % WARP;
     int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
     int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
-    double es = eps / (double)c;
     for (int64_t r = warp; r < rows; r += nwarps) {
         int64_t y = (int64_t)tgt[r];
         const R *zr = z + r * c;
@@ -162,20 +192,48 @@ __global__ void xent_bwd_rows(const R *z, const T *tgt, int64_t rows, int64_t c,
             for (int64_t j = lane; j < c; j += WARP) dr[j] = (R)0;
             continue;
         }
-        double wsum = (double)c;
-        if (w && eps != 0.0) { /* only the smoothing term needs W */
-            double s = 0.0;
-            for (int64_t j = lane; j < c; j += WARP) s += w[j];
-            wsum = warp_sum(s);
+        row_grad(zr, c, y, w, eps, weight_sum(w, c, eps, lane), scale, row_lse(zr, c, lane), lane, dr);
+    }
+}
+
+/* The first row whose target is neither ignore_index nor in [0, c) lowers *bad. */
+template <typename T> __global__ void xent_find_bad(const T *tgt, int64_t rows, int64_t c, int64_t ignore,
+                                                    unsigned long long *bad) {
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; r < rows; r += stride) {
+        int64_t y = (int64_t)tgt[r];
+        if (y != ignore && (y < 0 || y >= c)) atomicMin(bad, (unsigned long long)r);
+    }
+}
+
+/* The fused classifier: one warp per row computes the row's loss and then overwrites dz's row (which
+ * may be z's) with its gradient. It runs after xent_find_bad on the same stream and does nothing
+ * when that found an invalid target, so an error leaves every row as it was; the per-row losses are
+ * summed as in the forward, to the same bits. */
+template <typename R, typename T>
+__global__ void xent_fused_rows(const R *z, const T *tgt, int64_t rows, int64_t c, const double *w, double eps,
+                                int64_t ignore, double scale, R *dz, double *loss, double *cnt,
+                                const unsigned long long *bad) {
+    if (*bad != NO_ROW) return;
+    int lane = threadIdx.x % WARP;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        int64_t y = (int64_t)tgt[r];
+        const R *zr = z + r * c;
+        R *dr = dz + r * c;
+        double l = 0.0, n = 0.0;
+        if (y == ignore) {
+            for (int64_t j = lane; j < c; j += WARP) dr[j] = (R)0;
+        } else {
+            double lse = row_lse(zr, c, lane);
+            l = row_loss(zr, c, y, w, eps, lse, lane);
+            n = w ? w[y] : 1.0;
+            row_grad(zr, c, y, w, eps, weight_sum(w, c, eps, lane), scale, lse, lane, dr);
         }
-        double lse = row_lse(zr, c, lane);
-        double wy = w ? w[y] : 1.0;
-        double a = scale * ((1.0 - eps) * wy + es * wsum);
-        double b = scale * es;
-        for (int64_t j = lane; j < c; j += WARP) {
-            double v = a * exp((double)zr[j] - lse) - b * (w ? w[j] : 1.0);
-            if (j == y) v -= scale * (1.0 - eps) * wy; /* the target's own term */
-            dr[j] = (R)v;
+        if (lane == 0) {
+            loss[r] = l;
+            cnt[r] = n;
         }
     }
 }
@@ -218,6 +276,20 @@ void xent_bwd_launch(const ct_tensor *logits, const ct_tensor *target, const ct_
         (const R *)logits->data, (const T *)target->data, rows, c,
         o->weight ? (const double *)o->weight->data : nullptr, o->label_smoothing, o->ignore_index, scale,
         (R *)dlogits->data, bad);
+    CT_CUDA_LAUNCHED();
+}
+
+template <typename R, typename T>
+void xent_fused_launch(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, int64_t rows, int64_t c,
+                       double scale, ct_tensor *dlogits, double *loss, double *cnt, unsigned long long *bad,
+                       cudaStream_t st) {
+    xent_find_bad<T><<<ct_cuda_blocks(rows), CT_CUDA_THREADS, 0, st>>>((const T *)target->data, rows, c,
+                                                                        o->ignore_index, bad);
+    CT_CUDA_LAUNCHED();
+    xent_fused_rows<R, T><<<warp_blocks(rows), CT_CUDA_THREADS, 0, st>>>(
+        (const R *)logits->data, (const T *)target->data, rows, c,
+        o->weight ? (const double *)o->weight->data : nullptr, o->label_smoothing, o->ignore_index, scale,
+        (R *)dlogits->data, loss, cnt, bad);
     CT_CUDA_LAUNCHED();
 }
 
@@ -363,6 +435,42 @@ extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, co
         xent_bwd_launch<double, int32_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
     header back = read_header(h, logits->device.index);
     return back.bad == NO_ROW ? -1 : (int64_t)back.bad;
+}
+
+extern "C" int64_t ct_cuda_op_fused_classifier(const ct_tensor *logits, const ct_tensor *target,
+                                               const ct_xent_opts *o, double scale, double *sum, double *count,
+                                               ct_tensor *dlogits) {
+    int64_t rows, c;
+    xent_dims(logits, target, o, &rows, &c);
+    same_device(logits, dlogits);
+    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == rows * c);
+    if (rows == 0) {
+        *sum = 0.0;
+        *count = 0.0;
+        return -1;
+    }
+    cudaStream_t st = ct_cuda_stream_t();
+    /* header | loss[rows] | cnt[rows] | partials, as the forward */
+    size_t bytes = sizeof(header) + (2 * (size_t)rows + SUM_BLOCKS) * sizeof(double);
+    header *h = (header *)ct_cuda_workspace(bytes);
+    double *loss = (double *)(h + 1), *cnt = loss + rows, *part = cnt + rows;
+    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
+    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
+    if (f32 && t64)
+        xent_fused_launch<float, int64_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
+    else if (f32)
+        xent_fused_launch<float, int32_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
+    else if (t64)
+        xent_fused_launch<double, int64_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
+    else
+        xent_fused_launch<double, int32_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
+    device_sum(rows, array_value{loss}, part, &h->sum, st);
+    device_sum(rows, array_value{cnt}, part, &h->count, st);
+    header back = read_header(h, logits->device.index);
+    if (back.bad != NO_ROW) return (int64_t)back.bad;
+    *sum = back.sum;
+    *count = back.count;
+    return -1;
 }
 
 extern "C" double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o,

@@ -133,6 +133,10 @@ typedef struct ct_backend_ops {
     /* The communicator that moves this device's memory between processes itself ("nccl" for
      * CUDA); NULL: collectives stage it through host memory (dist/comm.h). */
     const char *collectives;
+
+    /* --- appended kernels (members added after the table's first release) ------------------------ */
+    int64_t (*fused_classifier)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                double scale, double *sum, double *count, ct_tensor *dlogits);
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through

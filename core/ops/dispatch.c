@@ -285,6 +285,14 @@ int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *t
     CALL_RETURN(logits, cross_entropy_backward, logits, target, o, scale, dlogits);
 }
 
+int64_t ct_op_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                               double scale, double *sum, double *count, ct_tensor *dlogits) {
+    check_xent(logits, target, o);
+    SAME_KIND(logits, dlogits);
+    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == ct_tensor_numel(logits));
+    CALL_RETURN(logits, fused_classifier, logits, target, o, scale, sum, count, dlogits);
+}
+
 /* Prediction and target alike; pos_weight of length 1 or the last dimension of pred. */
 static void check_pointwise(const ct_pointwise_opts *o, const ct_tensor *pred, const ct_tensor *target) {
     SAME_KIND(pred, target);

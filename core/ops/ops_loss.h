@@ -40,6 +40,16 @@ int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *ta
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits);
 
+/* Softmax cross-entropy and its gradient in one pass, llm.c's fused_classifier: *sum and *count as
+ * ct_op_cross_entropy_forward and dlogits = scale * d(sum)/d(logits) as ct_op_cross_entropy_backward,
+ * each row read for its max and log-sum-exp and then overwritten by its gradient, so the
+ * probabilities are never stored and the logits are read three times instead of five. dlogits may
+ * be logits itself: the gradient then replaces the logits in place, which saves the caller a second
+ * [rows, C] buffer (50304 floats per token for GPT-2). Targets are checked before anything is
+ * written: on an invalid one it returns its row and leaves dlogits (and so the logits) untouched. */
+int64_t ct_op_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                               double scale, double *sum, double *count, ct_tensor *dlogits);
+
 /* Elementwise losses between a prediction and a float target of the same shape and dtype. */
 typedef enum ct_pointwise_loss {
     CT_LOSS_MSE = 0,     /* (x - y)^2 */

@@ -7,7 +7,9 @@
  * (to 1e-12: both backends compute in double) and the gradient, which must overwrite whatever
  * dlogits held. Also: the first invalid target row (two invalid rows, before and after each other)
  * from forward and backward, NaN logits reaching the sum and the row's gradient, backward in place
- * (dlogits aliasing logits), and many rows (several reduction blocks).
+ * (dlogits aliasing logits), and many rows (several reduction blocks). The fused classifier
+ * (ct_op_fused_classifier, in place) on every random setup against the CPU's forward and backward,
+ * and with invalid targets: the first row reported, the logits left untouched.
  *
  * Pointwise losses (mse, l1, huber, bce_with_logits): random shapes up to 3-D, sizes up to ~300k
  * (the capped reduction grid), targets equal to predictions in places (l1's and huber's d == 0),
@@ -135,8 +137,21 @@ static void xent_compare(xent_setup *x) {
           (long long)bg);
     snprintf(w2, sizeof w2, "%s: dlogits (scale %g)", what, scale);
     ct_ct_check_close(w2, &dg, &dc, grad_tol(x->dt), grad_floor(x->dt, scale));
-    ct_tensor ts[3] = {dc, junk, dg};
-    free_all(ts, 3);
+
+    /* The fused classifier on the GPU, in place on a copy of the logits: the forward's sums (the
+     * same per-row values through the same reduction) and the CPU backward's gradient. */
+    ct_tensor fz = ct_ct_to_gpu(&x->logits);
+    double sf = -1, cf = -1;
+    bg = ct_op_fused_classifier(&fz, &x->g_target, &x->gpu, scale, &sf, &cf, &fz);
+    CHECK(bg == -1, "%s: fused reports invalid row %lld", what, (long long)bg);
+    snprintf(w2, sizeof w2, "%s: fused sum", what);
+    check_sum(w2, sf, sc);
+    snprintf(w2, sizeof w2, "%s: fused count", what);
+    check_sum(w2, cf, cc);
+    snprintf(w2, sizeof w2, "%s: fused dlogits in place (scale %g)", what, scale);
+    ct_ct_check_close(w2, &fz, &dc, grad_tol(x->dt), grad_floor(x->dt, scale));
+    ct_tensor ts[4] = {dc, junk, dg, fz};
+    free_all(ts, 4);
 }
 
 static void xent_random(void) {
@@ -181,8 +196,14 @@ static void xent_invalid(void) {
         CHECK(bc == r1 && bg == r1, "invalid targets at rows %lld and %lld: backward says cpu %lld, gpu %lld",
               (long long)r1, (long long)r2, (long long)bc, (long long)bg);
         ct_ct_check_close("xent dlogits with invalid rows", &dg, &dc, grad_tol(x.dt), grad_floor(x.dt, scale));
-        ct_tensor ts[2] = {dc, dg};
-        free_all(ts, 2);
+        /* The fused classifier reports the same first row and, in place, leaves the logits as they were. */
+        ct_tensor fz = ct_ct_to_gpu(&x.logits);
+        bg = ct_op_fused_classifier(&fz, &x.g_target, &x.gpu, scale, &s, &n, &fz);
+        CHECK(bg == r1, "invalid targets at rows %lld and %lld: fused says gpu %lld", (long long)r1, (long long)r2,
+              (long long)bg);
+        ct_ct_check_equal("fused with an invalid target leaves the logits untouched", &fz, &x.logits);
+        ct_tensor ts[3] = {dc, dg, fz};
+        free_all(ts, 3);
         xent_free(&x);
     }
 }

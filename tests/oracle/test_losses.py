@@ -1,6 +1,8 @@
 """Losses against torch.nn.functional on fresh random shapes, options and inputs: ctrainer's sum
 against reduction='sum', sum / count against reduction='mean', and the gradient (backward with a
-random scale) against autograd. Then the Trainer's property through the harness: evaluating a batch
+random scale) against autograd, both from the separate forward and backward and from the fused
+forward_backward run in place (the gradient overwriting the predictions, as the Trainer's step
+calls it). Then the Trainer's property through the harness: evaluating a batch
 in two uneven parts and adding (sum, count) gives the whole batch's mean and the same gradients.
 
 float32 predictions are compared with PyTorch in float64 on the same rounded values: sums are
@@ -46,6 +48,10 @@ def compare(label, spec_loss, torch_loss, pred, target, dtype="f32", target_dtyp
     check_close(f"{label}: sum", got_sum, ref_sum.item(), SUM_TOL[dtype])
     check_close(f"{label}: sum / count vs mean", got_sum / got_count, ref_mean, SUM_TOL[dtype])
     check_close(f"{label}: gradient", out["dpred"], pt.grad.numpy(), GRAD_TOL[dtype])
+    fused_sum, fused_count = out["fused_sum_count"]
+    check_close(f"{label}: fused in place: sum", fused_sum, ref_sum.item(), SUM_TOL[dtype])
+    check_close(f"{label}: fused in place: sum / count vs mean", fused_sum / fused_count, ref_mean, SUM_TOL[dtype])
+    check_close(f"{label}: fused in place: gradient", out["fused_dpred"], pt.grad.numpy(), GRAD_TOL[dtype])
     if split is not None:
         s, c = out["split_sum"], out["split_count"]
         check_close(f"{label}: halves' (sum, count) added vs whole-batch mean", (s[0] + s[1]) / (c[0] + c[1]),

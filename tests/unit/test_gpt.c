@@ -3,7 +3,8 @@
  * (no logit depends on a later token); batch rows independent; nanoGPT's parameter names and
  * shapes, no separate head weight; GPT-2's initialisation statistics; the DDP "grads ready" contract
  * with the tied weight (every report's range final when reported, wte's last); dropout keyed by
- * the step; errors for bad configs, too-long inputs and ids outside the vocabulary. */
+ * the step; errors for bad configs, too-long inputs and ids outside the vocabulary; a padded
+ * vocabulary (padded_vocab_size) against the same model unpadded. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 #include "core/json.h"
 #include "core/ops/ops.h"
 #include "model/layers.h"
+#include "model/loss.h"
 #include "model/model.h"
 #include "testlib.h"
 
@@ -388,6 +390,122 @@ static void errors(void) {
     ct_model_free(&model);
 }
 
+/* --- a padded vocabulary (padded_vocab_size) ------------------------------------------------------ */
+
+/* A GPT with vocab V padded to Vp against the same GPT unpadded, given the same weights (the first V
+ * rows of wte): the real logits agree, the padding's are -inf, the fused loss and its gradient
+ * agree with the unpadded model's (the padding columns' gradient exactly 0), every parameter's
+ * gradient agrees and wte's padding rows get exactly 0; they start at 0; padding ids are refused. */
+static void padded_vocab(void) {
+    ct_gpt_config c = tiny_config();
+    ct_gpt_config cp = c;
+    cp.padded_vocab_size = c.vocab_size + between(1, 9);
+    int64_t V = c.vocab_size, Vp = cp.padded_vocab_size, C = c.n_embd, T = between(1, c.n_positions), B = 2;
+    ct_model plain, padded;
+    CHECK_OK(build(&c, T, CT_F64, B, &plain));
+    CHECK_OK(build(&cp, T, CT_F64, B, &padded));
+    CHECK(padded.out_shape.dims[1] == Vp, "padded logits have %lld columns, expected %lld",
+          (long long)padded.out_shape.dims[1], (long long)Vp);
+    const ct_param *wte = ct_params_find(&padded.params, "transformer.wte.weight");
+    CHECK(wte && wte->shape[0] == Vp, "wte has padded_vocab_size rows");
+    for (int64_t j = V * C; j < Vp * C; j++)
+        CHECK(ct_tensor_get(wte->value, j) == 0.0, "wte padding element %lld starts at %g, not 0", (long long)j,
+              ct_tensor_get(wte->value, j));
+    /* the same weights in both: the padded model's, wte cut to its real rows */
+    for (int i = 0; i < plain.params.count; i++) {
+        const ct_param *a = &plain.params.items[i], *b = ct_params_find(&padded.params, a->name);
+        CT_ASSERT(b && b->numel >= a->numel);
+        memcpy(a->value->data, b->value->data, (size_t)a->numel * sizeof(double));
+    }
+
+    int64_t shape[2] = {B, T};
+    ct_tensor ids, yp, yq, tgt;
+    ct_tensor_alloc(&ids, CT_I64, CT_CPU, 2, shape);
+    ct_tensor_alloc(&tgt, CT_I64, CT_CPU, 2, shape);
+    random_ids(&ids, V);
+    random_ids(&tgt, V);
+    CHECK_OK(ct_model_forward(&plain, &ids, &yp));
+    CHECK_OK(ct_model_forward(&padded, &ids, &yq));
+    const double *lp = yp.data, *lq = yq.data;
+    for (int64_t r = 0; r < B * T; r++)
+        for (int64_t j = 0; j < Vp; j++) {
+            if (j >= V) {
+                CHECK(isinf(lq[r * Vp + j]) && lq[r * Vp + j] < 0, "padding logit [%lld, %lld] is %g, not -inf",
+                      (long long)r, (long long)j, lq[r * Vp + j]);
+                continue;
+            }
+            CHECK_NEAR(lq[r * Vp + j], lp[r * V + j], 1e-12);
+        }
+
+    /* The Trainer's loss path, fused, into gradient buffers (the outputs stay for backward). */
+    ct_loss *l;
+    CHECK_OK(ct_cross_entropy_loss_create(NULL, &l));
+    int64_t gs[3] = {B, T, V}, gq[3] = {B, T, Vp};
+    ct_tensor dp, dq;
+    ct_tensor_alloc(&dp, CT_F64, CT_CPU, 3, gs);
+    ct_tensor_alloc(&dq, CT_F64, CT_CPU, 3, gq);
+    ct_loss_value vp, vq;
+    CHECK_OK(ct_loss_forward_backward(l, &yp, &tgt, 1.0, &dp, &vp));
+    CHECK_OK(ct_loss_forward_backward(l, &yq, &tgt, 1.0, &dq, &vq));
+    CHECK(isfinite(vq.sum) && vq.count == (double)(B * T), "padded loss (%g, %g)", vq.sum, vq.count);
+    CHECK_NEAR(vq.sum, vp.sum, 1e-12);
+    for (int64_t r = 0; r < B * T; r++)
+        for (int64_t j = 0; j < Vp; j++) {
+            double g = ((double *)dq.data)[r * Vp + j];
+            if (j >= V)
+                CHECK(g == 0.0, "padding logit [%lld, %lld] has gradient %g", (long long)r, (long long)j, g);
+            else
+                CHECK_NEAR(g, ((double *)dp.data)[r * V + j], 1e-12);
+        }
+    ct_model_zero_grad(&plain);
+    ct_model_zero_grad(&padded);
+    CHECK_OK(ct_model_backward(&plain, &dp));
+    CHECK_OK(ct_model_backward(&padded, &dq));
+    for (int i = 0; i < plain.params.count; i++) {
+        const ct_param *a = &plain.params.items[i], *b = ct_params_find(&padded.params, a->name);
+        double worst = 0, scale = 1e-300;
+        for (int64_t j = 0; j < a->numel; j++) {
+            double ga = ct_tensor_get(a->grad, j);
+            worst = fmax(worst, fabs(ga - ct_tensor_get(b->grad, j)));
+            scale = fmax(scale, fabs(ga));
+        }
+        CHECK(worst <= 1e-10 * scale, "%s: gradient differs by %.3g (scale %.3g) with padding", a->name, worst, scale);
+    }
+    for (int64_t j = V * C; j < Vp * C; j++)
+        CHECK(ct_tensor_get(wte->grad, j) == 0.0, "wte padding element %lld has gradient %g", (long long)j,
+              ct_tensor_get(wte->grad, j));
+
+    /* A padding id is not a token, though wte has a row for it. */
+    int64_t bad = V + between(0, Vp - V - 1);
+    ((int64_t *)ids.data)[B * T - 1] = bad;
+    char want[64];
+    snprintf(want, sizeof want, "token id %lld at position [1, %lld]", (long long)bad, (long long)(T - 1));
+    CHECK_ERR(ct_model_forward(&padded, &ids, &yq), CT_ERR_INVALID_ARG, "gpt", want, "padded_vocab_size");
+
+    /* The spec records it, so a saved model rebuilds padded. */
+    json_t *spec = NULL;
+    CHECK_OK(ct_module_to_json(padded.root, &spec));
+    CHECK(json_integer_value(json_object_get(spec, "padded_vocab_size")) == Vp, "to_json keeps padded_vocab_size");
+    json_decref(spec);
+
+    ct_loss_free(l);
+    ct_tensor *all[] = {&ids, &tgt, &dp, &dq};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_free(all[i]);
+    ct_model_free(&plain);
+    ct_model_free(&padded);
+
+    ct_module *m;
+    ct_gpt_config small = c;
+    small.padded_vocab_size = c.vocab_size - 1;
+    CHECK_ERR(ct_gpt_create(&small, &m), CT_ERR_INVALID_ARG, "padded_vocab_size", "smaller than vocab_size");
+    small.padded_vocab_size = -4;
+    CHECK_ERR(ct_gpt_create(&small, &m), CT_ERR_INVALID_ARG, "padded_vocab_size=-4");
+    CHECK_ERR(from_json("{\"type\": \"gpt\", \"vocab_size\": 10, \"padded_vocab_size\": 8}", &m), CT_ERR_CONFIG,
+              "model: gpt: padded_vocab_size=8 is smaller than vocab_size=10");
+    CHECK_ERR(from_json("{\"type\": \"gpt\", \"vocab_size\": 10, \"padded_vocab_size\": \"64\"}", &m),
+              CT_ERR_CONFIG, "padded_vocab_size");
+}
+
 int main(void) {
     ct_test_begin("test_gpt");
     ct_rng_init(&rng, ct_test_seed, 1, CT_RNG_USER);
@@ -398,5 +516,6 @@ int main(void) {
     for (int i = 0; i < 3; i++) grads_ready_contract();
     dropout_keyed();
     errors();
+    for (int i = 0; i < 3; i++) padded_vocab();
     return ct_test_finish();
 }

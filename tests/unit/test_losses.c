@@ -1,5 +1,6 @@
 /* Losses: finite-difference gradients of the sum in float64 for every loss and option combination,
- * values against naive reimplementations, count semantics, the split-batch property the Trainer
+ * the fused forward_backward of cross-entropy (in place) against forward and backward, values
+ * against naive reimplementations, count semantics, the split-batch property the Trainer
  * relies on, thread-count independence, NaN propagation, the vtable defaults, and the errors bad
  * tensors and bad JSON get. */
 #include <stddef.h>
@@ -135,6 +136,41 @@ static ct_loss_value xent_naive(const xent_case *c, const ct_tensor *logits, con
     return v;
 }
 
+/* The fused forward_backward (ct_op_fused_classifier) in place on a copy of the logits gives the
+ * forward's (sum, count) and the backward's gradient g (scale 1) to the bit: the same row formulas
+ * and the same chunked sums, so gradcheck's finite differences hold for it too. Then a separate
+ * output buffer, and a target made invalid: the error names it and the logits are left untouched. */
+static void fused_matches(const char *label, ct_loss *l, const ct_tensor *logits, const ct_tensor *target,
+                          ct_loss_value v, const ct_tensor *g) {
+    int64_t n = ct_tensor_numel(logits);
+    ct_tensor z = alloc(logits->dtype, logits->ndim, logits->shape), d = alloc(logits->dtype, logits->ndim, logits->shape);
+    memcpy(z.data, logits->data, (size_t)n * sizeof(double));
+    ct_loss_value f = {NAN, NAN};
+    CHECK_OK(ct_loss_forward_backward(l, &z, target, 1.0, &z, &f));
+    CHECK(f.sum == v.sum && f.count == v.count, "%s: fused (%.17g, %g) != forward (%.17g, %g)", label, f.sum, f.count,
+          v.sum, v.count);
+    CHECK(memcmp(z.data, g->data, (size_t)n * sizeof(double)) == 0, "%s: fused in-place gradient != backward's", label);
+
+    memcpy(z.data, logits->data, (size_t)n * sizeof(double));
+    ct_tensor_fill(&d, 9.0);
+    CHECK_OK(ct_loss_forward_backward(l, &z, target, 1.0, &d, &f));
+    CHECK(memcmp(d.data, g->data, (size_t)n * sizeof(double)) == 0, "%s: fused gradient into dpred != backward's",
+          label);
+    CHECK(memcmp(z.data, logits->data, (size_t)n * sizeof(double)) == 0, "%s: fused wrote its input", label);
+
+    /* The last row's target out of range: refused before any row (the first ones included) is written. */
+    int64_t rows = ct_tensor_numel(target), classes = logits->shape[logits->ndim - 1];
+    ct_tensor t = alloc(target->dtype, target->ndim, target->shape);
+    for (int64_t r = 0; r < rows; r++) ct_tensor_set(&t, r, ct_tensor_get(target, r));
+    ct_tensor_set(&t, rows - 1, (double)(classes + 3));
+    CHECK_ERR(ct_loss_forward_backward(l, &z, &t, 1.0, &z, &f), CT_ERR_INVALID_ARG, "is outside [0, ");
+    CHECK(memcmp(z.data, logits->data, (size_t)n * sizeof(double)) == 0,
+          "%s: a refused fused call changed the logits", label);
+    ct_tensor_free(&t);
+    ct_tensor_free(&z);
+    ct_tensor_free(&d);
+}
+
 static void xent_cases(void) {
     const xent_case cases[] = {
         {"cross_entropy", false, false, false, 0.0, false, -100},
@@ -171,6 +207,7 @@ static void xent_cases(void) {
         ct_tensor g = alloc(CT_F64, logits.ndim, logits.shape);
         ct_tensor_fill(&g, 5.0);
         CHECK_OK(ct_loss_backward(l, &logits, &target, 1.0, &g));
+        fused_matches(c->label, l, &logits, &target, v, &g);
         for (int64_t r = 0; r < ct_tensor_numel(&target); r++) {
             if (ct_tensor_get(&target, r) != c->ignore_index) continue;
             bool zero = true;
@@ -418,6 +455,21 @@ static void f32_and_threads(void) {
         gmax = fmax(gmax, fabs(ct_tensor_get(&g64, i)));
     }
     CHECK(worst < 1e-5 * gmax, "float32 gradient off by %.3g (max %.3g)", worst, gmax);
+    /* The fused path on float32, in place, on 1 and 2 threads: the forward's sum and the backward's
+     * gradient to the bit, whatever the thread count. */
+    for (int th = 1; th <= 2; th++) {
+        ct_tensor f32 = alloc(CT_F32, 3, shape);
+        memcpy(f32.data, z32.data, (size_t)ct_tensor_numel(&z32) * sizeof(float));
+        ct_loss_value fv;
+        ct_set_num_threads(th);
+        CHECK_OK(ct_loss_forward_backward(l, &f32, &y, 1.0 / v32.count, &f32, &fv));
+        ct_set_num_threads(threads);
+        CHECK(fv.sum == v32.sum && fv.count == v32.count, "fused float32 sum %.17g != forward's %.17g (%d threads)",
+              fv.sum, v32.sum, th);
+        CHECK(memcmp(f32.data, g32.data, (size_t)ct_tensor_numel(&g32) * sizeof(float)) == 0,
+              "fused float32 gradient != backward's (%d threads)", th);
+        ct_tensor_free(&f32);
+    }
     ct_tensor_free(&g32);
     ct_tensor_free(&g64);
     ct_loss_free(l);
@@ -490,8 +542,8 @@ static ct_status failing_backward(ct_loss *l, const ct_tensor *p, const ct_tenso
 
 static void vtable(void) {
     /* name and destroy NULL: "custom" and free(); a table written before `backward` existed. */
-    static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL};
-    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL};
+    static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL, NULL};
+    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL, NULL};
     const_loss *c = calloc(1, sizeof *c);
     ct_loss_base_init(&c->base, &old);
     c->value = 2.5;
@@ -504,6 +556,13 @@ static void vtable(void) {
     CHECK_ERR(ct_loss_backward(&c->base, &x, &x, 1.0, &g), CT_ERR_UNSUPPORTED, "custom loss: has no backward");
     c->base.ops = &full;
     CHECK_ERR(ct_loss_backward(&c->base, &x, &x, 1.0, &g), CT_ERR_NUMERIC, "const loss: backward blew up");
+    /* No forward_backward: the wrapper runs forward (the value arrives), then backward (its error). */
+    v = (ct_loss_value){0, 0};
+    CHECK_ERR(ct_loss_forward_backward(&c->base, &x, &x, 1.0, &g, &v), CT_ERR_NUMERIC, "const loss: backward blew up");
+    c->base.ops = &old;
+    CHECK_ERR(ct_loss_forward_backward(&c->base, &x, &x, 1.0, &g, &v), CT_ERR_UNSUPPORTED,
+              "custom loss: has no backward");
+    c->base.ops = &full;
     ct_loss_free(&c->base); /* the default destroy frees it; ASan would see a leak or a bad free */
     ct_loss_free(NULL);
     ct_tensor_free(&x);

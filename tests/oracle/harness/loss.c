@@ -3,7 +3,8 @@
  * write "sum" and "count" ([1] float64) and "dpred" = backward with spec["scale"] (default 1).
  * spec["split"] = k also evaluates rows [0, k) and [k, N) separately and writes "split_sum" and
  * "split_count" ([2]) and "split_dpred" (both halves' gradients, same scale, in one tensor), which is
- * how the Trainer adds micro-batches. */
+ * how the Trainer adds micro-batches. It also writes "fused_sum_count" ([2]) and "fused_dpred" from
+ * ct_loss_forward_backward run in place on a copy of pred, the path of the Trainer's step. */
 #include <string.h>
 
 #include "model/loss.h"
@@ -44,6 +45,15 @@ static ct_status run(const oracle_io *io, ct_loss *l, const ct_tensor *pred, con
         if (s == CT_OK) s = ct_loss_backward(l, &pb, &tb, scale, &gb);
         if (s == CT_OK) s = ct_h5_write_tensor(io->out, "split_dpred", &g);
     }
+    /* The fused path the Trainer's step takes, in place: the gradient replaces a copy of pred. */
+    ct_tensor f = {0};
+    ct_loss_value fv;
+    if (s == CT_OK) s = ct_tensor_alloc(&f, pred->dtype, CT_CPU, pred->ndim, pred->shape);
+    if (s == CT_OK) s = ct_tensor_copy_to(&f, pred);
+    if (s == CT_OK) s = ct_loss_forward_backward(l, &f, target, scale, &f, &fv);
+    if (s == CT_OK) s = write_pair(io->out, "fused_sum_count", fv.sum, fv.count, 2);
+    if (s == CT_OK) s = ct_h5_write_tensor(io->out, "fused_dpred", &f);
+    ct_tensor_free(&f);
     ct_tensor_free(&g);
     return s;
 }
