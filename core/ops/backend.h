@@ -129,6 +129,10 @@ typedef struct ct_backend_ops {
      * any thread, nested when a kernel runs other ops: the checked device opens its memory there. */
     void (*op_begin)(void);
     void (*op_end)(void);
+
+    /* --- precision (NULL: float32 only) ---------------------------------------------------------- */
+    /* What the calling thread's GEMMs and convolutions may compute with (core/device.h). */
+    void (*set_math_mode)(ct_math_mode m);
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through

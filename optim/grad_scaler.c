@@ -1,0 +1,58 @@
+/* Dynamic loss scaling: GradScaler's update rule (optim/grad_scaler.h). */
+#include "optim/grad_scaler.h"
+
+#include <float.h>
+#include <math.h>
+
+ct_grad_scaler_opts ct_grad_scaler_default_opts(void) {
+    return (ct_grad_scaler_opts){.init_scale = 65536.0, .growth_factor = 2.0, .backoff_factor = 0.5,
+                                 .growth_interval = 2000};
+}
+
+/* The scale lives in a float32 tensor in PyTorch: every value it takes is a float. */
+static bool is_scale(double v) { return isfinite(v) && v > 0 && v <= FLT_MAX && (double)(float)v == v; }
+
+ct_status ct_grad_scaler_opts_check(const ct_grad_scaler_opts *o) {
+    if (!is_scale(o->init_scale))
+        return ct_error(CT_ERR_INVALID_ARG, "grad scaler: init_scale %g must be a finite float32 > 0", o->init_scale);
+    if (!(o->growth_factor > 1) || !isfinite(o->growth_factor))
+        return ct_error(CT_ERR_INVALID_ARG, "grad scaler: growth_factor %g must be finite and > 1", o->growth_factor);
+    if (!(o->backoff_factor > 0 && o->backoff_factor < 1))
+        return ct_error(CT_ERR_INVALID_ARG, "grad scaler: backoff_factor %g must be in (0, 1)", o->backoff_factor);
+    if (o->growth_interval < 1)
+        return ct_error(CT_ERR_INVALID_ARG, "grad scaler: growth_interval %lld must be >= 1",
+                        (long long)o->growth_interval);
+    return CT_OK;
+}
+
+ct_grad_scaler_state ct_grad_scaler_start(const ct_grad_scaler_opts *o) {
+    return (ct_grad_scaler_state){.scale = o->init_scale, .growth_tracker = 0};
+}
+
+void ct_grad_scaler_update(const ct_grad_scaler_opts *o, ct_grad_scaler_state *s, bool found_inf) {
+    if (found_inf) {
+        s->scale = (double)(float)(s->scale * o->backoff_factor);
+        s->growth_tracker = 0;
+        return;
+    }
+    if (s->growth_tracker + 1 < o->growth_interval) {
+        s->growth_tracker++;
+        return;
+    }
+    /* PyTorch does not grow the scale past float32's range; the tracker restarts either way */
+    float grown = (float)(s->scale * o->growth_factor);
+    if (isfinite(grown)) s->scale = grown;
+    s->growth_tracker = 0;
+}
+
+ct_status ct_grad_scaler_state_check(const ct_grad_scaler_opts *o, const ct_grad_scaler_state *s, const char *where) {
+    /* about 150 overflows in a row take the scale down to 0, which the rule then keeps: a state it
+     * can reach is loaded */
+    if (!(s->scale == 0 || is_scale(s->scale)))
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.scale: %g is not a finite float32 >= 0", where, s->scale);
+    if (s->growth_tracker < 0 || s->growth_tracker >= o->growth_interval)
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.growth_tracker: %lld is outside [0, %lld) (growth_interval %lld)",
+                        where, (long long)s->growth_tracker, (long long)o->growth_interval,
+                        (long long)o->growth_interval);
+    return CT_OK;
+}
