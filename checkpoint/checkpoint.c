@@ -1,6 +1,7 @@
 /* Checkpoint directories: saving one, resuming from one, loading the best (see checkpoint.h); the
  * rotation is in rotation.c, the image a save writes in image.c, the asynchronous writer in
  * checkpoint_async.c. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,9 +116,14 @@ static ct_status read_scaler(const json_t *o, const char *file, ct_train_progres
     p->has_scaler = true;
     p->scaler.growth_tracker = json_integer_value(tracker);
     p->scaler_skipped = json_integer_value(skipped);
-    if (read_double(o, file, "scale", &p->scaler.scale) != CT_OK)
+    double scale;
+    if (read_double(o, file, "scale", &scale) != CT_OK)
         return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.scale must be a number written as text, as the other reals",
                         file);
+    /* the scale is a float32: a value it cannot hold was not written by a run */
+    p->scaler.scale = fabs(scale) <= FLT_MAX ? (float)scale : (float)INFINITY;
+    if ((double)p->scaler.scale != scale && !isnan(scale))
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.scale: %.17g is not a float32", file, scale);
     return CT_OK;
 }
 

@@ -8,7 +8,7 @@
  * and the overflow found by the gradient norm it computes anyway, so everything on the device runs
  * through ops and the rule below works on two host numbers.
  *
- * The scale is a float32 in PyTorch and each update is rounded to float32 here as there; a growth
+ * The scale is a float32 here as in PyTorch, so each update rounds to float32 as there; a growth
  * that would make it infinite is not taken (the tracker still restarts), as PyTorch's kernel does. */
 #ifndef CT_GRAD_SCALER_H
 #define CT_GRAD_SCALER_H
@@ -28,7 +28,7 @@ typedef struct ct_grad_scaler_opts {
 
 /* What a checkpoint keeps (GradScaler's state_dict: "scale", "_growth_tracker"). */
 typedef struct ct_grad_scaler_state {
-    double scale;           /* a float32 value >= 0 */
+    float scale;            /* float32, as PyTorch's scale tensor (every update rounds to it) */
     int64_t growth_tracker; /* steps without an overflow since the last change, < growth_interval */
 } ct_grad_scaler_state;
 
@@ -43,7 +43,7 @@ ct_grad_scaler_state ct_grad_scaler_start(const ct_grad_scaler_opts *o);
  * otherwise the tracker counts and, at growth_interval, the scale grows. */
 void ct_grad_scaler_update(const ct_grad_scaler_opts *o, ct_grad_scaler_state *s, bool found_inf);
 /* A state read from a file, checked against the run's options: CT_ERR_FORMAT naming `where` and the
- * key when the scale is not a finite float32 >= 0 or the tracker is outside [0, growth_interval). */
+ * key when the scale is not finite and >= 0 or the tracker is outside [0, growth_interval). */
 ct_status ct_grad_scaler_state_check(const ct_grad_scaler_opts *o, const ct_grad_scaler_state *s, const char *where);
 
 #endif

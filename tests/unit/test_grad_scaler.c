@@ -61,7 +61,7 @@ static void test_rule(void) {
     o.backoff_factor = 0.3; /* rounded to float32 as PyTorch's float scale is */
     s = ct_grad_scaler_start(&o);
     ct_grad_scaler_update(&o, &s, true);
-    CHECK(s.scale == (double)(float)(65536 * 0.3), "backoff rounds to float32: %.17g", s.scale);
+    CHECK(s.scale == (float)(65536 * 0.3), "backoff rounds to float32: %.17g", (double)s.scale);
 
     ct_grad_scaler_opts bad = ct_grad_scaler_default_opts();
     bad.growth_factor = 1;
@@ -78,8 +78,8 @@ static void test_rule(void) {
     o = ct_grad_scaler_default_opts();
     CHECK_ERR(ct_grad_scaler_state_check(&o, &(ct_grad_scaler_state){.scale = -2}, "f.json"), CT_ERR_FORMAT,
               "f.json", "grad_scaler.scale");
-    CHECK_ERR(ct_grad_scaler_state_check(&o, &(ct_grad_scaler_state){.scale = 0.1}, "f.json"), CT_ERR_FORMAT,
-              "grad_scaler.scale", "float32");
+    CHECK_ERR(ct_grad_scaler_state_check(&o, &(ct_grad_scaler_state){.scale = INFINITY}, "f.json"), CT_ERR_FORMAT,
+              "grad_scaler.scale: inf");
     CHECK_ERR(ct_grad_scaler_state_check(&o, &(ct_grad_scaler_state){.scale = 2, .growth_tracker = 2000}, "f.json"),
               CT_ERR_FORMAT, "grad_scaler.growth_tracker", "2000");
     CHECK_OK(ct_grad_scaler_state_check(&o, &(ct_grad_scaler_state){.scale = 0x1p-140, .growth_tracker = 1999}, "f"));
@@ -386,7 +386,7 @@ static void test_resume(void) {
                  {"skipped", json_integer(9), "grad_scaler.skipped"},
                  {"skipped", json_integer(0), "optimizer.h5: step: 3"},
                  {"scale", json_string("-1"), "grad_scaler.scale: -1"},
-                 {"scale", json_string("0.1"), "not a finite float32"},
+                 {"scale", json_string("0.1"), "grad_scaler.scale: 0.10000000000000001 is not a float32"},
                  {"scale", json_string("x"), "grad_scaler.scale must be a number"},
                  {"skipped", json_string("1"), "grad_scaler must be an object"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
