@@ -1,6 +1,7 @@
 /* Checkpoint directories: saving one, resuming from one, loading the best (see checkpoint.h); the
  * rotation is in rotation.c, the image a save writes in image.c, the asynchronous writer in
  * checkpoint_async.c. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,14 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
                           "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
+    /* GradScaler's state_dict ("scale", "_growth_tracker") and the steps it skipped */
+    if (o && p->has_scaler &&
+        json_object_set_new(o, "grad_scaler",
+                            json_pack("{s:o, s:I, s:I}", "scale", hex_double(p->scaler.scale), "growth_tracker",
+                                      (json_int_t)p->scaler.growth_tracker, "skipped", (json_int_t)p->scaler_skipped))) {
+        json_decref(o);
+        o = NULL;
+    }
     if (o && snap->evals && json_object_set_new(o, "eval_async", evals_json(snap->evals, snap->state->global_step))) {
         json_decref(o);
         o = NULL;
@@ -93,6 +102,28 @@ static ct_status read_double(const json_t *o, const char *file, const char *key,
     if (!text) return ct_error(CT_ERR_FORMAT, "%s: no \"%s\"", file, key);
     *out = strtod(text, &end);
     if (*end) return ct_error(CT_ERR_FORMAT, "%s: \"%s\" is not a number: '%s'", file, key, text);
+    return CT_OK;
+}
+
+/* "grad_scaler" (absent: the run had no loss scaling) into p; what the values mean is
+ * ct_checkpoint_validate's to check. */
+static ct_status read_scaler(const json_t *o, const char *file, ct_train_progress *p) {
+    if (!o) return CT_OK;
+    const json_t *tracker = json_object_get(o, "growth_tracker"), *skipped = json_object_get(o, "skipped");
+    if (!json_is_object(o) || !json_is_integer(tracker) || !json_is_integer(skipped))
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler must be an object with integers growth_tracker and skipped",
+                        file);
+    p->has_scaler = true;
+    p->scaler.growth_tracker = json_integer_value(tracker);
+    p->scaler_skipped = json_integer_value(skipped);
+    double scale;
+    if (read_double(o, file, "scale", &scale) != CT_OK)
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.scale must be a number written as text, as the other reals",
+                        file);
+    /* the scale is a float32: a value it cannot hold was not written by a run */
+    p->scaler.scale = fabs(scale) <= FLT_MAX ? (float)scale : (float)INFINITY;
+    if ((double)p->scaler.scale != scale && !isnan(scale))
+        return ct_error(CT_ERR_FORMAT, "%s: grad_scaler.scale: %.17g is not a float32", file, scale);
     return CT_OK;
 }
 
@@ -172,6 +203,7 @@ static ct_status read_progress(const char *file, ct_train_progress *p, json_t **
     if (s == CT_OK) s = read_double(o, file, "total_loss", &v.total_loss);
     if (s == CT_OK) s = read_double(o, file, "grad_norm", &v.grad_norm);
     if (s == CT_OK) s = read_double(o, file, "learning_rate", &v.learning_rate);
+    if (s == CT_OK) s = read_scaler(json_object_get(o, "grad_scaler"), file, &v);
     if (s != CT_OK) {
         json_decref(o);
         return s;

@@ -22,6 +22,7 @@
 #include "config/args.h"
 #include "dist/comm.h"
 #include "model/model.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 
@@ -39,6 +40,11 @@ typedef struct ct_train_progress {
     bool has_grad_norm;
     double learning_rate; /* of the last step */
     int64_t nan_inf_skipped; /* optimizer steps skipped by nan_inf_policy "skip" so far */
+    /* dynamic loss scaling (optim/grad_scaler.h): its state when a run used it (has_scaler), and the
+     * optimizer steps it skipped because the gradients overflowed */
+    bool has_scaler;
+    ct_grad_scaler_state scaler;
+    int64_t scaler_skipped;
     /* the step whose evaluation set the best metric last, under every save_strategy (HF's
      * best_global_step exists only for steps and epoch); tells a "best" save that it is the best.
      * Not saved: a resumed run's next best is found after its own evaluations. */
@@ -81,6 +87,8 @@ typedef struct ct_checkpoint_snapshot {
     ct_optimizer *optimizer;  /* NULL with save_only_model before the optimizer exists */
     bool zero1;               /* optimizer is a ZeRO-1 shard optimizer (dist/zero.h) */
     ct_scheduler *scheduler;
+    /* the run's loss scaling (NULL: none); a resumed scaler state is checked against it */
+    const ct_grad_scaler_opts *grad_scaler;
     /* trainer_state.json; a save updates best_model_checkpoint, a resume replaces it */
     ct_trainer_state *state;
     /* the callbacks' and the control's state, stored in state->stateful_callbacks when saved */

@@ -77,15 +77,19 @@ static ct_status check_progress(const ct_checkpoint_snapshot *snap, const ct_che
         const char *key;
         int64_t v;
     } counts[] = {{"epoch", p->epoch}, {"next_batch", p->next_batch}, {"last_logged_step", p->last_logged_step},
-                  {"nan_inf_skipped", p->nan_inf_skipped}};
+                  {"nan_inf_skipped", p->nan_inf_skipped}, {"grad_scaler.skipped", p->scaler_skipped}};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
         if (counts[i].v < 0) return ct_error(CT_ERR_FORMAT, "%s: %s: %lld is negative", f, counts[i].key, (long long)counts[i].v);
     if (p->last_logged_step > step)
         return ct_error(CT_ERR_FORMAT, "%s: last_logged_step: %lld is beyond global_step %lld", f,
                         (long long)p->last_logged_step, (long long)step);
-    if (p->nan_inf_skipped > step)
-        return ct_error(CT_ERR_FORMAT, "%s: nan_inf_skipped: %lld steps skipped of %lld taken", f,
-                        (long long)p->nan_inf_skipped, (long long)step);
+    if (p->nan_inf_skipped > step || p->scaler_skipped > step - p->nan_inf_skipped)
+        return ct_error(CT_ERR_FORMAT, "%s: %s: %lld steps skipped by nan_inf_policy and %lld by the loss scaler, of "
+                        "%lld taken", f, p->nan_inf_skipped > step ? "nan_inf_skipped" : "grad_scaler.skipped",
+                        (long long)p->nan_inf_skipped, (long long)p->scaler_skipped, (long long)step);
+    /* the loss scale goes on from where it was: a state this run's rule can be in (a run without
+     * scaling keeps only the count of the steps it skipped) */
+    if (p->has_scaler && snap->grad_scaler) CT_TRY(ct_grad_scaler_state_check(snap->grad_scaler, &p->scaler, f));
     if (len > 0 && p->next_batch > len)
         return ct_error(CT_ERR_FORMAT, "%s: next_batch: %lld is beyond this run's %lld batches per epoch", f,
                         (long long)p->next_batch, (long long)len);
@@ -123,8 +127,10 @@ static ct_status check_progress(const ct_checkpoint_snapshot *snap, const ct_che
     for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
         double v = reals[i].v;
         if (i == 2 && !p->has_grad_norm) continue;
-        if (!isfinite(v) && p->nan_inf_skipped == 0)
-            return ct_error(CT_ERR_FORMAT, "%s: %s: %g with no step skipped by nan_inf_policy", f, reals[i].key, v);
+        /* an overflow the loss scaler skipped leaves a non-finite gradient norm */
+        if (!isfinite(v) && p->nan_inf_skipped == 0 && !(i == 2 && p->scaler_skipped > 0))
+            return ct_error(CT_ERR_FORMAT, "%s: %s: %g with no step skipped by nan_inf_policy%s", f, reals[i].key, v,
+                            i == 2 ? " or the loss scaler" : "");
         if (!reals[i].any_sign && v < 0) return ct_error(CT_ERR_FORMAT, "%s: %s: %g is negative", f, reals[i].key, v);
     }
     if (!(isfinite(p->learning_rate) && p->learning_rate >= 0))
@@ -174,13 +180,14 @@ static ct_status check_state(const ct_checkpoint_read *r) {
 
 /* The optimizer and the scheduler step once per global step that nan_inf_policy did not skip. */
 static ct_status check_steps(const ct_checkpoint_read *r) {
-    const int64_t taken = r->state->global_step - r->progress->nan_inf_skipped;
+    const int64_t skipped = r->progress->nan_inf_skipped + r->progress->scaler_skipped;
+    const int64_t taken = r->state->global_step - skipped;
     if (r->optimizer_step != taken)
         return ct_error(CT_ERR_FORMAT,
                         "%s/optimizer.h5: step: %lld, but trainer_state.json's global_step %lld less the %lld skipped "
-                        "by nan_inf_policy gives %lld",
-                        r->dir, (long long)r->optimizer_step, (long long)r->state->global_step,
-                        (long long)r->progress->nan_inf_skipped, (long long)taken);
+                        "by nan_inf_policy and the loss scaler gives %lld",
+                        r->dir, (long long)r->optimizer_step, (long long)r->state->global_step, (long long)skipped,
+                        (long long)taken);
     if (!r->scheduler_same_type) return CT_OK;
     /* a plateau scheduler counts evaluations, at most one per step besides the one on start */
     int64_t st = r->scheduler.step;
@@ -188,11 +195,11 @@ static ct_status check_steps(const ct_checkpoint_read *r) {
     if (!ok)
         return ct_error(CT_ERR_FORMAT,
                         "%s/scheduler.json: state.step: %lld, but %s (trainer_state.json's global_step %lld, %lld "
-                        "skipped by nan_inf_policy)",
+                        "skipped by nan_inf_policy and the loss scaler)",
                         r->dir, (long long)st,
                         r->scheduler_needs_metric ? "a plateau scheduler steps at most once per evaluation"
                                                   : "it must equal the optimizer steps taken",
-                        (long long)r->state->global_step, (long long)r->progress->nan_inf_skipped);
+                        (long long)r->state->global_step, (long long)skipped);
     return CT_OK;
 }
 

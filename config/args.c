@@ -208,6 +208,15 @@ typedef struct field_info {
       "Train and evaluate on the CPU even where a GPU is visible (device cpu).")                                      \
     X(device, STRING, S_STR, "\"auto\"", NULL, NULL, 0, 0,                                                              \
       "ctrainer: auto (a GPU where one is visible, each process its local rank's), cpu, cuda or cuda:N.")             \
+    X(bf16, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                   \
+      "Mixed precision: matrix multiplies and convolutions on bf16 tensor cores with float32 accumulation; "          \
+      "weights, gradients and optimizer state stay float32. Needs a CUDA device.")                                     \
+    X(fp16, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                                   \
+      "Mixed precision: fp16 tensor cores with float32 accumulation and dynamic loss scaling (torch's GradScaler: "   \
+      "2^16 at first, an overflow skips the step). Needs a CUDA device.")                                              \
+    X(tf32, BOOL, S_TRIBOOL, "null", NULL, NULL, 0, -1,                                                                \
+      "Let float32 matrix multiplies and convolutions use TF32 tensor cores (CUDA only); null or false: exact "      \
+      "float32.")                                                                                                      \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
       "Seconds a process waits for the others in a collective, MPI's start or its end before the job ends with an "   \
       "error.")                                                                                                       \
@@ -528,20 +537,14 @@ static const refused_arg refused[] = {
      "there is no TorchScript in ctrainer"},
     {"use_ipex", "false",
      "Intel Extension for PyTorch does not apply to ctrainer's own CPU kernels"},
-    {"bf16", "false",
-     "mixed precision is not implemented: training runs in float32"},
-    {"fp16", "false",
-     "mixed precision is not implemented: training runs in float32"},
     {"fp16_opt_level", "\"O1\"",
-     "apex AMP does not exist in ctrainer"},
+     "apex AMP does not exist in ctrainer: fp16 is its own tensor-core GEMMs with dynamic loss scaling"},
     {"half_precision_backend", "\"auto\"",
-     "mixed precision is not implemented: training runs in float32"},
+     "ctrainer has one mixed-precision backend, the device's own tensor cores (no apex, no cpu_amp)"},
     {"bf16_full_eval", "false",
-     "evaluation runs in float32"},
+     "evaluation keeps float32 weights; with bf16 its matrix multiplies use bf16 as training's do"},
     {"fp16_full_eval", "false",
-     "evaluation runs in float32"},
-    {"tf32", "null",
-     "ctrainer's GEMMs run in full float32"},
+     "evaluation keeps float32 weights; with fp16 its matrix multiplies use fp16 as training's do"},
     {"local_rank", "-1",
      "the rank comes from mpirun or srun, not from the config"},
     {"ddp_backend", "null",
@@ -617,7 +620,7 @@ static const refused_arg refused[] = {
     {"eval_do_concat_batches", "true",
      "outputs are written into one array in dataset order as they come: there are no batches to concatenate"},
     {"fp16_backend", "\"auto\"",
-     "deprecated by Hugging Face itself, and mixed precision is not implemented"},
+     "deprecated by Hugging Face itself (half_precision_backend), and ctrainer has one mixed-precision backend"},
     {"push_to_hub_model_id", "null",
      "nothing is uploaded: ctrainer runs without network access"},
     {"push_to_hub_organization", "null",
@@ -1088,6 +1091,10 @@ ct_status ct_training_args_device(const ct_training_args *a, int local_rank, ct_
     return s == CT_OK ? s : ct_error_prefix(s, "training_args.device: ");
 }
 
+ct_math_mode ct_training_args_math_mode(const ct_training_args *a) {
+    return a->fp16 ? CT_MATH_FP16 : a->bf16 ? CT_MATH_BF16 : a->tf32 == 1 ? CT_MATH_TF32 : CT_MATH_F32;
+}
+
 ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     CT_ASSERT(a);
     char b1[32], b2[32];
@@ -1201,6 +1208,7 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
     if (strcmp(a->device, "auto") != 0 && ct_device_parse(a->device, &dev) != CT_OK)
         return bad(path, "device", "'%s' is not a device (expected \"auto\", \"cpu\", \"cuda\" or \"cuda:N\")",
                    a->device);
+    if (a->bf16 && a->fp16) return bad(path, "fp16", "at most one of fp16 and bf16 can be true, but not both");
     if (a->use_cpu && strcmp(a->device, "auto") != 0 && strcmp(a->device, "cpu") != 0)
         return bad(path, "device", "'%s' contradicts use_cpu true (leave device \"auto\" or set \"cpu\")", a->device);
     ct_device eval_dev;

@@ -138,6 +138,11 @@ typedef struct ct_training_args {
     /* the device */
     bool use_cpu;                 /* false: a visible GPU is used (device "auto") */
     char device[32];              /* ctrainer's own: "auto" (default), "cpu", "cuda" or "cuda:N" (ct_device_resolve) */
+    /* precision (Hugging Face's mixed precision): float32 weights, gradients and optimizer state always;
+     * what the device's GEMMs and convolutions compute with (ct_training_args_math_mode) */
+    bool bf16;                    /* false; true: bf16 tensor cores, float32 accumulation */
+    bool fp16;                    /* false; true: fp16 tensor cores and dynamic loss scaling (optim/grad_scaler.h) */
+    int tf32;                     /* -1 = unset (float32), 0 false, 1: TF32 tensor cores */
     /* several processes */
     int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
     int64_t ddp_bucket_cap_mb;    /* 0 = HF's None: 25 MiB buckets */
@@ -161,6 +166,8 @@ typedef struct ct_training_args {
 /* The device a process of local rank `local_rank` trains on: device, with use_cpu forcing the CPU
  * (ct_device_resolve says how "auto" and "cuda" choose). Errors name training_args.device. */
 ct_status ct_training_args_device(const ct_training_args *a, int local_rank, ct_device *out);
+/* What the device's GEMMs and convolutions compute with: fp16, bf16, tf32 true, else float32. */
+ct_math_mode ct_training_args_math_mode(const ct_training_args *a);
 
 /* One row of the schema. */
 typedef enum ct_arg_type {

@@ -69,6 +69,18 @@ void ct_device_zero(ct_device d, void *p, size_t bytes);
 int64_t ct_device_peak_allocated(ct_device d);
 void ct_device_reset_peak(ct_device d);
 
+/* What float32 matrix multiplies and convolutions may compute with inside (inputs and outputs stay
+ * float32): exact float32, TF32 tensor cores ("tf32": true), or bf16 / fp16 tensor cores with
+ * float32 accumulation (mixed precision: "bf16": true / "fp16": true). Per thread; CT_MATH_F32 until
+ * set. */
+typedef enum ct_math_mode { CT_MATH_F32 = 0, CT_MATH_TF32, CT_MATH_BF16, CT_MATH_FP16 } ct_math_mode;
+/* "float32", "tf32", "bf16", "fp16". */
+const char *ct_math_mode_name(ct_math_mode m);
+/* Sets the calling thread's math mode for ops on d's kind of device. CT_ERR_UNSUPPORTED naming the
+ * device and the mode when its backend computes in float32 only (the CPU's, the checked device's);
+ * CT_MATH_F32 is always accepted. */
+ct_status ct_device_set_math_mode(ct_device d, ct_math_mode m);
+
 #ifdef __cplusplus
 }
 #endif

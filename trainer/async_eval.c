@@ -93,6 +93,8 @@ static void *evaluator_main(void *arg) {
     ct_async_eval *e = arg;
     /* As the training thread runs (ct_trainer_train), so the numbers equal a synchronous evaluation. */
     ct_set_flush_denormal(true);
+    /* and with training's precision where the replica's device has it */
+    ct_trainer_math_begin(e->t, e->replica.params.device);
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->stop && !e->waiting) pthread_cond_wait(&e->cv, &e->mu);
@@ -112,6 +114,7 @@ static void *evaluator_main(void *arg) {
         pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
+    ct_trainer_math_end(e->t, e->replica.params.device);
     return NULL;
 }
 

@@ -444,7 +444,9 @@ ct_status ct_trainer_evaluate(ct_trainer *t, ct_dataset *eval_set, const char *m
     *metrics = NULL;
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, json_t **) = CT_TRAINER_HOOK(t, evaluate);
     ct_memory_tracker_start(t->priv->memory, CT_MEM_EVAL);
+    ct_trainer_math_begin(t, t->model->params.device);
     ct_status s = (f ? f : ct_trainer_default_evaluate)(t, eval_set, metric_key_prefix, metrics);
+    ct_trainer_math_end(t, t->model->params.device);
     s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_EVAL, s, *metrics); /* HF's memory report, after the log */
     if (s != CT_OK) return ct_error_prefix(s, "evaluate: ");
     if (!*metrics) return ct_error(CT_ERR_STATE, "evaluate: the hook returned no metrics");
@@ -466,7 +468,9 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
     memset(out, 0, sizeof *out);
     ct_status (*f)(ct_trainer *, ct_dataset *, const char *, ct_prediction_output *) = CT_TRAINER_HOOK(t, predict);
     ct_memory_tracker_start(t->priv->memory, CT_MEM_TEST);
+    ct_trainer_math_begin(t, t->model->params.device);
     ct_status s = (f ? f : ct_trainer_default_predict)(t, test_set, metric_key_prefix, out);
+    ct_trainer_math_end(t, t->model->params.device);
     s = ct_memory_tracker_stop(t->priv->memory, CT_MEM_TEST, s, out->metrics); /* HF's memory report */
     if (s != CT_OK) {
         ct_prediction_output_free(out);

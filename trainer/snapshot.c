@@ -19,6 +19,7 @@ void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out) 
         .optimizer = t->optimizer,
         .zero1 = ct_trainer_uses_zero1(t),
         .scheduler = t->lr_scheduler,
+        .grad_scaler = t->priv->scaling ? &t->priv->scaler_opts : NULL,
         .state = &t->state,
         .callbacks = &t->callbacks,
         .control = &t->control,

@@ -18,8 +18,17 @@
  * last good step; "skip" finishes the step without an update, as Hugging Face finishes a step the
  * AMP grad scaler skipped: gradients dropped, the optimizer's step count and the scheduler
  * unchanged, global_step and the data advance, a warning names the step, and the logs count the
- * skipped steps ("nan_inf_skipped"). */
+ * skipped steps ("nan_inf_skipped").
+ *
+ * Dynamic loss scaling (fp16, or ct_trainer_setup.grad_scaler; optim/grad_scaler.h), as HF runs
+ * torch's GradScaler: the loss gradient is multiplied by the scale (the default training_step), the
+ * gradients are divided by it in the same pass as by the step's count, before clipping; gradients
+ * that overflowed (a non-finite norm while the loss is finite) are the scaler's business, not
+ * nan_inf_policy's: the optimizer does not step, nor does the scheduler (HF steps it only when the
+ * optimizer stepped), the events fire as for any step, and the scale backs off. A non-finite loss
+ * stays nan_inf_policy's; the scale backs off after it too, as torch's would on its NaN gradients. */
 #define _GNU_SOURCE /* sigaction */
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -399,24 +408,40 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
     return CT_OK;
 }
 
-/* The step's gradients scaled by 1 / (its total count) and clipped, checked by nan_inf_policy, and
- * the optimizer's update (on_pre_optimizer_step first). *check: the verdict (on a bad one nothing
- * was updated); *norm: the gradient norm, NaN when it was not computed. */
+/* The step's gradients scaled by 1 / (its total count) (and by 1 / the loss scale) and clipped,
+ * checked by nan_inf_policy, and the optimizer's update (on_pre_optimizer_step first). *check: the
+ * verdict (on a bad one nothing was updated); *overflow: with loss scaling, the gradients were not
+ * finite (nothing was updated); *norm: the gradient norm, NaN when it was not computed. */
 static ct_status update(ct_trainer *t, const ct_step_totals *a, int64_t epoch, double lr, ct_step_check *check,
-                        double *norm, bool *pre_fired) {
+                        bool *overflow, double *norm, bool *pre_fired) {
     ct_dist *dist = &t->priv->dist;
-    double scale = a->loss.count > 0 ? 1.0 / a->loss.count : 1.0, max_norm = t->args.max_grad_norm;
+    bool scaling = t->priv->scaling;
+    /* Unscaling goes into the 1 / count pass (a power-of-two scale divides exactly), unless the
+     * product would leave float32's normal range: the kernels multiply in float32, which flushes
+     * such a factor to 0, so a large scale (PyTorch multiplies by 1 / scale alone) takes its own pass. */
+    double per_count = a->loss.count > 0 ? 1.0 / a->loss.count : 1.0, inv_scale = 1.0 / ct_trainer_loss_scale(t);
+    double scale = per_count * inv_scale;
+    if (scaling && !(scale >= FLT_MIN)) {
+        ct_op_scale(&t->model->params.grads, inv_scale);
+        scale = per_count;
+    }
+    double max_norm = t->args.max_grad_norm;
     bool norm_known;
     ct_status s = ct_dist_prepare_grads(dist, scale, max_norm, norm, &norm_known);
-    /* the loss and the gradient norm are checked before anything is updated */
-    *check = ct_nan_inf_verdict(a, norm_known, *norm);
+    /* the loss and the gradient norm are checked before anything is updated; with loss scaling the
+     * gradients are the scaler's */
+    *check = ct_nan_inf_verdict(a, norm_known && !scaling, *norm);
+    *overflow = scaling && norm_known && !isfinite(*norm);
     if (s == CT_OK && !check->bad) {
         CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
         *pre_fired = true;
-        s = ct_dist_optimizer_step(dist, t->optimizer, lr, scale, max_norm, norm);
+        if (!*overflow) s = ct_dist_optimizer_step(dist, t->optimizer, lr, scale, max_norm, norm);
         /* a norm known only inside the step (ZeRO-1) fails alike on every process, nothing updated */
         if (s == CT_ERR_NUMERIC && !isfinite(*norm)) {
-            *check = (ct_step_check){.bad = true, .loss = false, .rank = -1, .value = *norm};
+            if (scaling)
+                *overflow = true;
+            else
+                *check = (ct_step_check){.bad = true, .loss = false, .rank = -1, .value = *norm};
             s = CT_OK;
         }
     }
@@ -455,13 +480,22 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     ct_step_totals totals;
     CT_TRY(ct_step_agree(t, own_loss, own_flops, stop_signal, &totals));
     ct_step_check check;
-    bool pre_fired = false;
-    CT_TRY(update(t, &totals, epoch, lr, &check, &norm, &pre_fired));
+    bool pre_fired = false, overflow = false;
+    CT_TRY(update(t, &totals, epoch, lr, &check, &overflow, &norm, &pre_fired));
     if (check.bad) CT_TRY(nan_inf_step(t, &check, epoch, pre_fired)); /* returns only to skip the update */
+    if (t->priv->scaling) {
+        /* torch's scaler sees the NaN gradients of a NaN loss too; nan_inf_policy counted that step */
+        ct_grad_scaler_update(&t->priv->scaler_opts, &L->scaler, overflow || (check.bad && !isfinite(norm)));
+        if (overflow && !check.bad) {
+            L->scaler_skipped++;
+            ct_log_debug("optimizer step %lld: the gradients overflowed; skipped, loss scale now %g",
+                         (long long)t->state.global_step + 1, L->scaler.scale);
+        }
+    }
     record_step(t, &totals, lr, norm);
     CT_TRY(fire(t, CT_ON_OPTIMIZER_STEP));
     /* Hugging Face steps the scheduler only when the optimizer stepped (AMP's skipped steps do not) */
-    if (!check.bad) ct_scheduler_step(t->lr_scheduler);
+    if (!check.bad && !overflow) ct_scheduler_step(t->lr_scheduler);
     ct_model_zero_grad(t->model);
     t->state.global_step++;
     t->state.epoch = (double)epoch + (double)(first + n) / (double)steps_in_epoch;
@@ -523,8 +557,17 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");
     CT_TRY(ct_trainer_create_optimizer_and_scheduler(t, max_steps));
     t->priv->progress = (ct_train_progress){.grad_norm = NAN};
+    ct_train_progress *L0 = &t->priv->progress;
     t->priv->batches_per_epoch = len;
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
+    /* a fresh run's loss scale, or a resumed one's that was taken without scaling (HF starts a new
+     * GradScaler where a checkpoint has no scaler state) */
+    if (t->priv->scaling && !L0->has_scaler) {
+        if (resume) ct_log_info("%s has no loss scaler state: the loss scale starts at %g", resume,
+                                t->priv->scaler_opts.init_scale);
+        L0->has_scaler = true;
+        L0->scaler = ct_grad_scaler_start(&t->priv->scaler_opts);
+    }
     /* ignore_data_skip (HF): the interrupted epoch's data starts again from its first batch */
     if (resume && a->ignore_data_skip && !t->priv->progress.epoch_done) t->priv->progress.next_batch = 0;
     CT_TRY(ct_dist_broadcast_params(&t->priv->dist));
@@ -602,7 +645,9 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     /* The evaluator of eval_async runs on the world's process zero (see take_async_results). */
     ct_status s = CT_OK;
     if (t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->priv->async_eval);
+    ct_trainer_math_begin(t, t->model->params.device);
     if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
+    ct_trainer_math_end(t, t->model->params.device);
     /* Saves still being written (save_async) complete before training returns, on every path: the
      * checkpoint of a stop signal is whole on disk then. The first error stays. */
     s = ct_trainer_async_save_end_train(t, s);

@@ -174,6 +174,9 @@ ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_
                         (long long)b->rows, (long long)t->priv->dloss.shape[0]);
     ct_tensor outputs, dl = ct_tensor_rows(&t->priv->dloss, 0, b->rows);
     CT_TRY(ct_trainer_compute_loss(t, b, loss, &outputs, &dl));
+    /* fp16's loss scaling (HF's accelerator.backward(loss) multiplies the loss by the scale) */
+    double scale = ct_trainer_loss_scale(t);
+    if (scale != 1.0) ct_op_scale(&dl, scale);
     return ct_model_backward(t->model, &dl);
 }
 
@@ -292,6 +295,38 @@ static ct_status check_output_dir(const char *dir) {
     return CT_OK;
 }
 
+/* HF's bf16, fp16 and tf32 on the model's device (HF refuses them where the hardware lacks them, so
+ * does this), and the loss scaling of fp16 or of the setup. */
+static ct_status init_precision(ct_trainer *t, const ct_trainer_setup *in) {
+    t->priv->math = ct_training_args_math_mode(&t->args);
+    ct_device d = t->model->params.device;
+    ct_status s = ct_device_set_math_mode(d, t->priv->math);
+    if (s != CT_OK)
+        return ct_error_prefix(CT_ERR_CONFIG, "training_args.%s: ", t->args.fp16 ? "fp16" : t->args.bf16 ? "bf16" : "tf32");
+    ct_device_set_math_mode(d, CT_MATH_F32);
+    if (!in->grad_scaler && !t->args.fp16) return CT_OK;
+    t->priv->scaler_opts = in->grad_scaler ? *in->grad_scaler : ct_grad_scaler_default_opts();
+    CT_TRY(ct_grad_scaler_opts_check(&t->priv->scaler_opts));
+    t->priv->scaling = true;
+    return CT_OK;
+}
+
+/* An evaluation inside training begins and ends inside train's own scope: only the outermost sets. */
+static _Thread_local int math_depth;
+
+void ct_trainer_math_begin(const ct_trainer *t, ct_device d) {
+    if (math_depth++ > 0 || t->priv->math == CT_MATH_F32) return;
+    if (ct_device_set_math_mode(d, t->priv->math) != CT_OK) ct_device_set_math_mode(d, CT_MATH_F32);
+}
+
+void ct_trainer_math_end(const ct_trainer *t, ct_device d) {
+    if (--math_depth == 0 && t->priv->math != CT_MATH_F32) ct_device_set_math_mode(d, CT_MATH_F32);
+}
+
+double ct_trainer_loss_scale(const ct_trainer *t) {
+    return t->priv && t->priv->scaling ? t->priv->progress.scaler.scale : 1.0;
+}
+
 static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trainer_setup *in) {
     CT_TRY(ct_trainer_check_ops(t->ops));
     if (!in || !in->model) return ct_error(CT_ERR_INVALID_ARG, "trainer: no model");
@@ -330,6 +365,7 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
     /* The distribution strategy, chosen once here. */
     ct_dist_setup ds = {.comm = t->comm, .model = t->model, .bucket_cap_mb = t->args.ddp_bucket_cap_mb};
     CT_TRY(ct_dist_init(&t->priv->dist, ct_dist_strategy_for(t->args.optimizer_sharding, t->world_size), &ds));
+    CT_TRY(init_precision(t, in));
     if (in->loss) {
         t->loss = in->loss;
     } else {

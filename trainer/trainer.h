@@ -41,6 +41,7 @@
 #include "eval/metric.h"
 #include "model/loss.h"
 #include "model/model.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "optim/scheduler.h"
 
@@ -153,12 +154,16 @@ typedef struct ct_trainer_setup {
     ct_status (*make_model)(void *ctx, int64_t max_batch, ct_device device, ct_model *out);
     void *make_model_ctx;
     /* The application's metric objects (its own ct_metric_ops, or built-ins made in C): appends new
-     * ones to `set` with ct_metric_set_add, after the "metrics" list's. Called for the trainer's own set
-     * at ct_trainer_init and again for each evaluator that needs its own copies (eval_async's, on
-     * its metrics are updated on the evaluator thread), so every call must make new objects and never hand out one it kept. A call
-     * that adds nothing, or fails, fails ct_trainer_init ("make_metrics: ..."). NULL: JSON only. */
+     * ones to `set` with ct_metric_set_add, after the "metrics" list's. Called for the trainer's own
+     * set at ct_trainer_init and again for each evaluator that needs its own copies (eval_async's,
+     * whose metrics are updated on the evaluator thread), so every call must make new objects and
+     * never hand out one it kept. A call that adds nothing, or fails, fails ct_trainer_init
+     * ("make_metrics: ..."). NULL: JSON only. */
     ct_status (*make_metrics)(void *ctx, ct_metric_set *set);
     void *make_metrics_ctx;
+    /* Dynamic loss scaling (optim/grad_scaler.h) with these settings, on any device. NULL: only with
+     * fp16, where it is on with PyTorch's defaults. */
+    const ct_grad_scaler_opts *grad_scaler;
 } ct_trainer_setup;
 
 /* The trainer. Its members are what a subclass (an application's hooks) reads; the rule for this
@@ -231,6 +236,10 @@ ct_status ct_trainer_predict(ct_trainer *t, ct_dataset *test_set, const char *me
                              ct_prediction_output *out);
 ct_status ct_trainer_log(ct_trainer *t, json_t *logs);
 double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b);
+/* The factor the loss gradient is multiplied by before backward: the grad scaler's scale (fp16 or
+ * setup.grad_scaler), 1 without one. The default training_step applies it; an override that runs
+ * its own backward multiplies its loss gradient by it, as HF's calls accelerator.backward. */
+double ct_trainer_loss_scale(const ct_trainer *t);
 
 /* The defaults, for overrides that call "super". */
 ct_status ct_trainer_default_get_train_dataloader(ct_trainer *t, ct_loader **out);

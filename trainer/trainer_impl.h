@@ -50,6 +50,11 @@ struct ct_trainer_private {
      * written (-1: none) and its progress.epoch_done, and save_async's writer
      * (checkpoint/checkpoint_async.h): what trainer/snapshot.c hands to checkpoint/ */
     ct_train_progress progress;
+    /* dynamic loss scaling (fp16 or setup.grad_scaler; its state is progress.scaler) and what the
+     * device's GEMMs compute with (bf16, fp16, tf32), set on each thread that runs the model */
+    bool scaling;
+    ct_grad_scaler_opts scaler_opts;
+    ct_math_mode math;
     int64_t batches_per_epoch; /* of the training loader, once train() made it (0 before) */
     int64_t saved_step;
     bool saved_epoch_done;
@@ -69,6 +74,12 @@ ct_callback_args ct_trainer_callback_args(ct_trainer *t);
 ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const ct_batch **out);
 ct_status ct_trainer_outputs_to_host(ct_trainer *t, const ct_tensor *outputs, ct_tensor *host);
 void ct_trainer_free_device_batch(ct_trainer *t);
+
+/* Sets the calling thread's math mode for ops on d to the run's (bf16, fp16, tf32) where d's backend
+ * has it, else float32 (an evaluator on the CPU beside a GPU run); ..._end restores float32. Pairs
+ * nest (an evaluation during training): the outermost pair decides. */
+void ct_trainer_math_begin(const ct_trainer *t, ct_device d);
+void ct_trainer_math_end(const ct_trainer *t, ct_device d);
 
 /* optimizer_sharding is "zero1": the optimizer is a shard optimizer (dist/zero.h). */
 bool ct_trainer_uses_zero1(const ct_trainer *t);

@@ -17,6 +17,7 @@ const ct_backend_ops ct_backend_cuda = {
     .memset_zero = ct_cuda_memset_zero,
     .synchronize = ct_cuda_stream_synchronize,
     .peak_allocated = ct_cuda_peak_allocated,
+    .set_math_mode = ct_cuda_set_math_mode,
     .reset_peak = ct_cuda_reset_peak,
     .describe = ct_cuda_describe,
     .collectives = "nccl",

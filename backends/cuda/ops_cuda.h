@@ -25,10 +25,8 @@
 extern "C" {
 #endif
 
-/* What float32 GEMMs and convolutions may compute with inside (their inputs and outputs stay
- * float32): exact float32, TF32 tensor cores, or bf16 / fp16 tensor cores with float32 accumulation
- * (mixed precision: "bf16": true / "fp16": true). Per thread; default CT_MATH_F32. */
-typedef enum ct_math_mode { CT_MATH_F32 = 0, CT_MATH_TF32, CT_MATH_BF16, CT_MATH_FP16 } ct_math_mode;
+/* The calling thread's ct_math_mode (core/device.h) for GEMMs and convolutions; default CT_MATH_F32.
+ * ct_backend_cuda's set_math_mode, so the Trainer reaches it through ct_device_set_math_mode. */
 void ct_cuda_set_math_mode(ct_math_mode m);
 ct_math_mode ct_cuda_math_mode(void);
 

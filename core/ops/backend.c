@@ -99,3 +99,21 @@ void ct_device_reset_peak(ct_device d) {
     const ct_backend_ops *b = ct_backend_for(d);
     if (MEMBER(b, reset_peak)) b->reset_peak(d.index);
 }
+
+const char *ct_math_mode_name(ct_math_mode m) {
+    static const char *const names[] = {"float32", "tf32", "bf16", "fp16"};
+    return m >= CT_MATH_F32 && m <= CT_MATH_FP16 ? names[m] : "unknown";
+}
+
+ct_status ct_device_set_math_mode(ct_device d, ct_math_mode m) {
+    CT_ASSERT(m >= CT_MATH_F32 && m <= CT_MATH_FP16);
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (MEMBER(b, set_math_mode)) {
+        b->set_math_mode(m);
+        return CT_OK;
+    }
+    if (m == CT_MATH_F32) return CT_OK;
+    char name[32];
+    return ct_error(CT_ERR_UNSUPPORTED, "%s matrix multiplies need a device whose backend has them (CUDA's tensor "
+                    "cores); %s computes in float32 only", ct_math_mode_name(m), ct_device_str(d, name, sizeof name));
+}

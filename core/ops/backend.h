@@ -137,6 +137,10 @@ typedef struct ct_backend_ops {
     /* --- appended kernels (members added after the table's first release) ------------------------ */
     int64_t (*fused_classifier)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                 double scale, double *sum, double *count, ct_tensor *dlogits);
+
+    /* --- precision (NULL: float32 only) ---------------------------------------------------------- */
+    /* What the calling thread's GEMMs and convolutions may compute with (core/device.h). */
+    void (*set_math_mode)(ct_math_mode m);
 } ct_backend_ops;
 
 /* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through

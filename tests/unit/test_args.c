@@ -840,7 +840,7 @@ static void test_hf_parity_args(void) {
 
     /* Refused: a value that asks for nothing is ignored (a config written for HF runs), any other is an
      * error with the reason; in JSON and on a command line alike. */
-    CHECK_OK(validate_text("{\"fp16\": false, \"deepspeed\": null, \"push_to_hub\": false, \"fsdp\": \"\", "
+    CHECK_OK(validate_text("{\"fp16_full_eval\": false, \"deepspeed\": null, \"push_to_hub\": false, \"fsdp\": \"\", "
                            "\"hub_strategy\": \"every_save\", \"debug\": [], \"remove_unused_columns\": true}"));
     ct_training_args_default(&a);
     ct_training_args b;
@@ -851,10 +851,24 @@ static void test_hf_parity_args(void) {
               "exist for C (optimizer_sharding zero1 is ZeRO stage 1)), got \"ds.json\"; leave it out or at null");
     CHECK(a.learning_rate == b.learning_rate, "a refused key leaves the arguments as they were");
     json_decref(o);
-    CHECK_MSG(ct_training_args_set(&a, "fp16", "true"),
-              "fp16: Hugging Face's argument is not supported by ctrainer (mixed precision is not implemented: "
-              "training runs in float32), got true; leave it out or at false");
+    CHECK_MSG(ct_training_args_set(&a, "half_precision_backend", "\"apex\""),
+              "half_precision_backend: Hugging Face's argument is not supported by ctrainer (ctrainer has one "
+              "mixed-precision backend, the device's own tensor cores (no apex, no cpu_amp)), got \"apex\"; leave it "
+              "out or at \"auto\"");
+    CHECK_OK(ct_training_args_set(&a, "half_precision_backend", "\"auto\""));
+    /* mixed precision: HF's arguments; which one the device runs is the Trainer's to check */
+    CHECK_OK(ct_training_args_set(&a, "fp16", "true"));
+    CHECK(ct_training_args_math_mode(&a) == CT_MATH_FP16, "fp16 true: fp16 GEMMs");
+    CHECK_MSG(validate_text("{\"fp16\": true, \"bf16\": true}"),
+              "training_args.fp16: at most one of fp16 and bf16 can be true, but not both");
     CHECK_OK(ct_training_args_set(&a, "fp16", "false"));
+    CHECK_OK(ct_training_args_set(&a, "bf16", "true"));
+    CHECK(ct_training_args_math_mode(&a) == CT_MATH_BF16, "bf16 true: bf16 GEMMs");
+    CHECK_OK(ct_training_args_set(&a, "bf16", "false"));
+    CHECK_OK(ct_training_args_set(&a, "tf32", "true"));
+    CHECK(ct_training_args_math_mode(&a) == CT_MATH_TF32, "tf32 true: TF32 GEMMs");
+    CHECK_OK(ct_training_args_set(&a, "tf32", "null"));
+    CHECK(ct_training_args_math_mode(&a) == CT_MATH_F32, "tf32 null: float32");
     CHECK_OK(ct_training_args_set(&a, "hub_token", "None"));
     CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing", "true"),
               "gradient_checkpointing: Hugging Face's argument is not supported by ctrainer (activation recomputation "

@@ -179,7 +179,7 @@ int main(void) {
     }
     set_optimizer_step(7);
     CHECK_ERR(train(&a, "latest"), CT_ERR_FORMAT, "optimizer.h5: step: 7",
-              "trainer_state.json's global_step 3 less the 0 skipped by nan_inf_policy gives 3");
+              "trainer_state.json's global_step 3 less the 0 skipped by nan_inf_policy and the loss scaler gives 3");
     set_optimizer_step(3);
     /* the checkpoint as written resumes: the refusals above were the edits' */
     CHECK_OK(train(&a, "latest"));

@@ -12,13 +12,14 @@ ct_dtype oracle_dtype(const json_t *spec) {
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: ct_oracle layer|loss|optim|sched IN.h5 OUT.h5\n");
+        fprintf(stderr, "usage: ct_oracle layer|loss|optim|sched|scaler IN.h5 OUT.h5\n");
         return 2;
     }
     static const struct {
         const char *name;
         ct_status (*run)(const oracle_io *);
-    } modes[] = {{"layer", oracle_layer}, {"loss", oracle_loss}, {"optim", oracle_optim}, {"sched", oracle_sched}};
+    } modes[] = {{"layer", oracle_layer}, {"loss", oracle_loss}, {"optim", oracle_optim}, {"sched", oracle_sched},
+                   {"scaler", oracle_scaler}};
     ct_h5_quiet();
     oracle_io io = {.in = H5Fopen(argv[2], H5F_ACC_RDONLY, H5P_DEFAULT)};
     if (io.in < 0) {

@@ -1,6 +1,6 @@
 /* The oracle harness: runs one ctrainer computation described by an HDF5 file that a Python test
  * wrote (a JSON "spec" attribute plus input tensors) and writes the results to another HDF5 file,
- * which the test compares against PyTorch. One mode per area (layer, loss, optim, sched). */
+ * which the test compares against PyTorch. One mode per area (layer, loss, optim, sched, scaler). */
 #ifndef CT_ORACLE_H
 #define CT_ORACLE_H
 
@@ -19,6 +19,7 @@ ct_status oracle_layer(const oracle_io *io);
 ct_status oracle_loss(const oracle_io *io);
 ct_status oracle_optim(const oracle_io *io);
 ct_status oracle_sched(const oracle_io *io);
+ct_status oracle_scaler(const oracle_io *io);
 
 /* "f32" or "f64" from spec["dtype"] (default f32). */
 ct_dtype oracle_dtype(const json_t *spec);
