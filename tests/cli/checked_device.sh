@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # checked_device.sh CTRAINER SOURCE_DIR RUNS_DIR [mpi]: the Trainer's GPU path, on machines without a GPU.
+# With "mpi", only the runs of two processes (ctest's mpi.checked_device); without, the others.
 #
 # With CTRAINER_CHECKED_DEVICE=1, "cuda" is the checked device (backends/checked/): host memory that
 # faults when the host touches it outside an op, run by the CPU's kernels. Every run here is done
@@ -11,9 +12,9 @@
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
 #   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps;
-#   - with "mpi" (a build with MPI): two processes, DDP and ZeRO-1, each on its own checked GPU.
+#   - with "mpi": two processes, DDP and ZeRO-1, each on its own checked GPU.
 set -u
-ctrainer=$1 src=$2 runs=$3/checked_device with_mpi=${4:-}
+ctrainer=$1 src=$2 mode=${4:-single} runs=$3/checked_device_$mode
 export CTRAINER_CHECKED_DEVICE=1
 passed=0 failed=0
 ok() { passed=$((passed + 1)); }
@@ -37,6 +38,7 @@ EOF
 }
 
 mlp=$src/tests/cli/configs/tiny_sequential.json
+if [ "$mode" != mpi ]; then # the single-process runs (the here-documents keep their column 0)
 for dev in cpu cuda; do
     "$ctrainer" train "$mlp" --device $dev --output_dir mlp-$dev --save_strategy steps --save_steps 16 \
         >mlp-$dev.log 2>&1 || bad "MLP training on $dev: $(tail -1 mlp-$dev.log)"
@@ -111,11 +113,12 @@ if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}"
 else
     bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
 fi
+fi
 
 # Two processes (mpirun, where the build has MPI): each takes the checked GPU of its local rank
 # (device auto); MPI takes host memory, so gradient buckets (DDP) and shards (ZeRO-1) travel through
 # host copies. The runs equal the two-process CPU runs.
-if [ "$with_mpi" = mpi ]; then
+if [ "$mode" = mpi ]; then
     export CTRAINER_CHECKED_DEVICE=2 OMPI_MCA_rmaps_base_oversubscribe=1
     for sharding in none zero1; do
         for dev in cpu auto; do

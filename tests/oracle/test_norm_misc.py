@@ -146,7 +146,9 @@ class Residual(nn.Module):
         return x + self.fn(x)
 
 
-hidden = int(RNG.integers(1, 30))
+# At least 8 hidden units: with fewer, every ReLU may be inactive on all B samples (1 unit and 2
+# samples: a chance in 4), leaving all-zero reference gradients that would prove nothing.
+hidden = int(RNG.integers(8, 30))
 x = RNG.normal(size=(B, feat))
 mlp = {"type": "sequential", "layers": [{"type": "linear", "out_features": hidden}, {"type": "relu"},
                                         {"type": "linear", "out_features": feat}]}
