@@ -242,6 +242,37 @@ static void test_run_pieces(void) {
           r.model_built ? (long long)r.model.out_shape.dims[0] : -1LL);
     ct_run_free(&r);
 
+    /* label_smoothing_factor (Hugging Face's) reaches the default cross-entropy: its loss on a
+     * batch equals a cross-entropy made with that label_smoothing, and differs from a plain one. */
+    CHECK_OK(ct_run_config_parse(RUN_TEXT, "run.json", &cfg));
+    ct_arg_override smooth = {"label_smoothing_factor", "0.2"};
+    CHECK_OK(ct_run_resolve(&r, &cfg, &smooth, 1));
+    memset(&p, 0, sizeof p);
+    CHECK_OK(ramp_make(12, 5, &p.train));
+    CHECK_OK(ct_run_build_with(&r, CT_RUN_TRAIN, NULL, &p));
+    if (r.loss) {
+        float logits[2 * 5] = {0.3f, -1.2f, 2.0f, 0.1f, -0.4f, 1.5f, 0.2f, -0.7f, 0.9f, -2.0f};
+        int64_t labels[2] = {2, 4}, ls[2] = {2, 5}, ys[1] = {2};
+        ct_tensor x = ct_tensor_view(logits, CT_F32, CT_CPU, 2, ls), y = ct_tensor_view(labels, CT_I64, CT_CPU, 1, ys);
+        ct_loss *want = NULL, *plain = NULL;
+        ct_cross_entropy_opts o = ct_cross_entropy_defaults();
+        CHECK_OK(ct_cross_entropy_loss_create(&o, &plain));
+        o.label_smoothing = 0.2;
+        CHECK_OK(ct_cross_entropy_loss_create(&o, &want));
+        ct_loss_value got = {0}, w = {0}, p0 = {0};
+        CHECK_OK(ct_loss_forward(r.loss, &x, &y, &got));
+        if (want && plain) {
+            CHECK_OK(ct_loss_forward(want, &x, &y, &w));
+            CHECK_OK(ct_loss_forward(plain, &x, &y, &p0));
+        }
+        CHECK(got.sum == w.sum && got.count == w.count && got.sum != p0.sum,
+              "label_smoothing_factor 0.2: loss %.17g, cross-entropy with smoothing 0.2 %.17g, without %.17g", got.sum,
+              w.sum, p0.sum);
+        ct_loss_free(want);
+        ct_loss_free(plain);
+    }
+    ct_run_free(&r);
+
     /* A piece the config names too, and a loss beside the config's. */
     const char *both = "{\n"
                        "  \"model\": {\"type\": \"mlp\", \"hidden\": [8]},\n"
