@@ -15,7 +15,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
-       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
+       env_omp_threads_garbage env_hdf5_cache_garbage env_cpu_isa_unknown output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -251,6 +251,13 @@ env_omp_threads_garbage)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 0 "libgomp: Invalid value for environment variable OMP_NUM_THREADS" \
          env OMP_NUM_THREADS=lots "$ctrainer" train run.json ;;
+env_cpu_isa_unknown)
+  # a level name that is none (the instruction sets go by x86-64 level): refused before anything
+  # runs or is written, rather than a run on another path than the one asked for
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "^ctrainer: CT_CPU_ISA='avx2' is not a level: use v1 \(x86-64, SSE2\), v2 \(SSE4\.2\), v3 \(AVX2, FMA\) or v4 \(AVX-512\)" \
+         env CT_CPU_ISA=avx2 "$ctrainer" train run.json || exit 1
+  [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_hdf5_cache_garbage)
   # not a positive number of MiB: the default block cache, silently
   csv_h5 data.h5
