@@ -27,6 +27,17 @@
 #endif
 #endif
 
+/* The width in bytes of the widest vector registers of the level this copy is compiled for, for
+ * kernels written with the compiler's vector types: wider types than the registers are split through
+ * memory. */
+#if defined(__AVX512F__)
+#define CT_CPU_VEC_BYTES 64
+#elif defined(__AVX__)
+#define CT_CPU_VEC_BYTES 32
+#else
+#define CT_CPU_VEC_BYTES 16
+#endif
+
 #include <stdbool.h>
 #include <stdint.h>
 
