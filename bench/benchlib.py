@@ -48,16 +48,19 @@ def add_level_arg(ap):
                          "best: each detects the CPU")
 
 
-def level_env(env, level):
-    """env set up for --level (after openblas_env, whose pins it replaces); returns (env, description)."""
+def level_env(env, level, blas_note):
+    """env set up for --level, after openblas_env; returns (env, description), the description
+    replacing openblas_env's when the level pins OpenBLAS itself."""
     if level == "best":
-        return env, "every side at the CPU's best level"
+        return env, blas_note + "; every side at the CPU's best level"
     env = dict(env, **LEVELS[level])
     return env, "level " + level + ": " + ", ".join(f"{k}={v}" for k, v in LEVELS[level].items())
 
 
 def ctrainer_level(ctrainer, env):
     """The level ctrainer's kernels run at under env, as `ctrainer version` says."""
+    if not os.path.exists(ctrainer):
+        return f"unknown (no {ctrainer})"
     out = subprocess.run([ctrainer, "version"], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         sys.exit(f"failed: {ctrainer} version\n{out.stderr}")

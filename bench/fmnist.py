@@ -34,7 +34,7 @@ env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
 if a.wait_policy != "default":
     env["OMP_WAIT_POLICY"] = a.wait_policy
 env, blas_note = openblas_env(env, a.openblas)
-env, level_note = level_env(env, a.level)
+env, blas_note = level_env(env, a.level, blas_note)
 if not os.path.exists(a.peer):
     sys.exit(f"PyTorch peer not found at {a.peer} (pass --peer)")
 isa = ctrainer_level(os.path.join(a.build, "ctrainer"), env)
@@ -44,7 +44,7 @@ ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model",
 peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
 
 print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW, "
-      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}: {sgemm['openblas_core']} kernels; {level_note}; "
+      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels; "
       f"ctrainer kernels {isa}")
 print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
 for key in ("train_samples_per_s", "eval_samples_per_s"):
