@@ -13,7 +13,9 @@
 
 static inline float ct_cpu_expf_neg(float x) {
     const float lo = -87.3f; /* exp(lo) is still a normal float: the scale below stays valid */
-    const float xc = x < lo ? lo : x; /* NaN compares false and passes */
+    /* in range and not NaN, so that the conversion of n to an integer below is defined; a NaN
+     * input is returned as it is at the end */
+    const float xc = x < lo ? lo : x == x ? x : 0.0f;
     /* x = n ln2 + r, |r| <= ln2 / 2, ln2 split in two so that n ln2 is exact enough */
     const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
     const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
@@ -25,10 +27,10 @@ static inline float ct_cpu_expf_neg(float x) {
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
     /* 2^n as a float's exponent field; n in [-126, 0] here */
-    const int32_t bits = ((int32_t)n + 127) << 23;
+    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return x < lo ? 0.0f : p * scale;
+    return x < lo ? 0.0f : x == x ? p * scale : x;
 }
 
 #endif
