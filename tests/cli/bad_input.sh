@@ -9,13 +9,14 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
+       env_cpu_isa_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
-       env_omp_threads_garbage env_hdf5_cache_garbage env_cpu_isa_unknown output_dir_under_a_file output_dir_in_use
+       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
