@@ -39,6 +39,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import ctrainer_level
+
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
 ap.add_argument("--repeat", type=int, default=3)
@@ -52,6 +54,8 @@ ap.add_argument("--wait-idle", type=float, default=0, metavar="SECONDS",
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--config", default=os.path.join(here, "..", "examples", "configs", "fashion_mnist_mlp.json"))
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 
 ctrainer = os.path.abspath(os.path.join(a.build, "ctrainer"))
 if not os.path.exists(ctrainer):

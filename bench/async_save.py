@@ -39,6 +39,8 @@ import subprocess
 import tempfile
 import time
 
+from benchlib import ctrainer_level
+
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
 ap.add_argument("--repeat", type=int, default=5, help="runs per variant; the median is reported")
@@ -50,6 +52,8 @@ ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of train
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--dir", default=None, help="where the runs write (default: a temporary directory)")
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 if a.steps % a.save_steps:
     raise SystemExit("--steps must be a multiple of --save-steps (every save counted once)")
 

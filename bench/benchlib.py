@@ -28,6 +28,48 @@ def openblas_env(env, mode):
     return env, "OpenBLAS detects the CPU"
 
 
+# An x86-64 level as both sides would meet it on a machine that has no more: ctrainer's kernels
+# (CT_CPU_ISA), OpenBLAS's kernel set, PyTorch's own vectorised kernels (ATen) and its oneDNN (the
+# CNN's convolutions), so that one machine measures what an older one would. v4 is the AVX-512
+# machine itself; "best" leaves every side to detect the CPU.
+LEVELS = {
+    "v2": {"CT_CPU_ISA": "v2", "OPENBLAS_CORETYPE": "Nehalem", "ATEN_CPU_CAPABILITY": "default",
+           "DNNL_MAX_CPU_ISA": "SSE41"},
+    "v3": {"CT_CPU_ISA": "v3", "OPENBLAS_CORETYPE": "Haswell", "ATEN_CPU_CAPABILITY": "avx2",
+           "DNNL_MAX_CPU_ISA": "AVX2"},
+    "v4": {"CT_CPU_ISA": "v4"},
+}
+
+
+def add_level_arg(ap):
+    ap.add_argument("--level", default="best", choices=["best"] + sorted(LEVELS),
+                    help="x86-64 level both sides run at: ctrainer's CT_CPU_ISA with the OpenBLAS kernel set, "
+                         "PyTorch ATen and oneDNN limits of that level (v2: Nehalem/SSE4.1, v3: Haswell/AVX2); "
+                         "best: each detects the CPU")
+
+
+def level_env(env, level, blas_note):
+    """env set up for --level, after openblas_env; returns (env, description), the description
+    replacing openblas_env's when the level pins OpenBLAS itself."""
+    if level == "best":
+        return env, blas_note + "; every side at the CPU's best level"
+    env = dict(env, **LEVELS[level])
+    return env, "level " + level + ": " + ", ".join(f"{k}={v}" for k, v in LEVELS[level].items())
+
+
+def ctrainer_level(ctrainer, env):
+    """The level ctrainer's kernels run at under env, as `ctrainer version` says."""
+    if not os.path.exists(ctrainer):
+        return f"unknown (no {ctrainer})"
+    out = subprocess.run([ctrainer, "version"], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"failed: {ctrainer} version\n{out.stderr}")
+    for line in out.stdout.splitlines():
+        if line.startswith("CPU:") and "kernels " in line:
+            return line.split("kernels ", 1)[1].split(", OpenBLAS")[0]
+    return "unknown"
+
+
 def run_json(cmd, env=None):
     """Runs cmd and returns the JSON object on the last line of its output (exits on failure)."""
     out = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import run_json
+from benchlib import ctrainer_level, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -55,6 +55,8 @@ ap.add_argument("--sklearn", action="store_true",
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--seed", type=int, default=1234)
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 
 
 # --- lm-evaluation-harness's bootstrap, reproduced (lm_eval/api/metrics.py) ----------------------

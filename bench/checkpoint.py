@@ -25,7 +25,7 @@ import statistics
 import tempfile
 import time
 
-from benchlib import run_json
+from benchlib import ctrainer_level, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -34,6 +34,8 @@ ap.add_argument("--model", choices=["mlp", "cnn", "both"], default="both")
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--dir", default=None, help="where the files go (default: a temporary directory)")
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 import torch  # noqa: E402  (after OMP_NUM_THREADS, which it reads at import)

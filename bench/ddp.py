@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from benchlib import run_json
+from benchlib import ctrainer_level, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -32,6 +32,8 @@ ap.add_argument("--wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"
                 help="OMP_WAIT_POLICY of the 2-thread run (see bench/README.md); irrelevant with 1 thread")
 ap.add_argument("--iterations", type=int, default=200, help="all-reduces timed by bench_allreduce")
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 
 ctrainer = os.path.abspath(os.path.join(a.build, "ctrainer"))
 allreduce = os.path.abspath(os.path.join(a.build, "bench", "bench_allreduce"))

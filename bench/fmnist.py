@@ -5,13 +5,14 @@ thread count in the same run; prints both, their ratio, and the fraction of the 
 model's training FLOPs per sample against OpenBLAS sgemm GFLOP/s measured in this run).
 
 Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]
-                      [--wait-policy PASSIVE|ACTIVE|default] [--openblas detect|environment]"""
+                      [--wait-policy PASSIVE|ACTIVE|default] [--openblas detect|environment]
+                      [--level best|v2|v3|v4]"""
 import argparse
 import json
 import os
 import sys
 
-from benchlib import add_openblas_arg, openblas_env, run_json
+from benchlib import add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -24,6 +25,7 @@ ap.add_argument("--wait-policy", default="PASSIVE", choices=["PASSIVE", "ACTIVE"
                 help="OMP_WAIT_POLICY for both sides; on shared 2-vCPU machines spinning OpenMP threads "
                      "steal the core from the working one and slow both frameworks several-fold")
 add_openblas_arg(ap)
+add_level_arg(ap)
 ap.add_argument("--peer", default=os.path.join(here, "..", "..", "shared", "bench", "peer_torch_fmnist.py"))
 a = ap.parse_args()
 
@@ -32,21 +34,24 @@ env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
 if a.wait_policy != "default":
     env["OMP_WAIT_POLICY"] = a.wait_policy
 env, blas_note = openblas_env(env, a.openblas)
+env, blas_note = level_env(env, a.level, blas_note)
 if not os.path.exists(a.peer):
     sys.exit(f"PyTorch peer not found at {a.peer} (pass --peer)")
+isa = ctrainer_level(os.path.join(a.build, "ctrainer"), env)
 sgemm = run_json([os.path.join(a.build, "bench", "bench_sgemm"), str(a.threads)], env)
 ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model", a.model, "--epochs", str(a.epochs),
                  "--batch", str(a.batch), "--threads", str(a.threads)], env)
 peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
 
 print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW, "
-      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}: {sgemm['openblas_core']} kernels")
+      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels; "
+      f"ctrainer kernels {isa}")
 print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
 for key in ("train_samples_per_s", "eval_samples_per_s"):
     print(f"{key:24}{ours[key]:>12.0f}{peer[key]:>12.0f}{ours[key] / peer[key]:>8.2f}")
 print(f"{'test_accuracy':24}{ours['test_accuracy']:>12.4f}{peer['test_accuracy']:>12.4f}")
 result = {"model": a.model, "batch": a.batch, "threads": a.threads, "wait_policy": a.wait_policy,
-          "openblas": blas_note, "ctrainer": ours, "pytorch": peer,
+          "openblas": blas_note, "level": a.level, "ctrainer_kernels": isa, "ctrainer": ours, "pytorch": peer,
           "train_ratio": round(ours["train_samples_per_s"] / peer["train_samples_per_s"], 2),
           "eval_ratio": round(ours["eval_samples_per_s"] / peer["eval_samples_per_s"], 2), "sgemm": sgemm}
 # Multiply-adds per sample of each layer's forward; training does each again for the weight gradient

@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 
-from benchlib import run_json
+from benchlib import ctrainer_level, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -21,6 +21,8 @@ ap.add_argument("--repeat", type=int, default=3, help="loader runs; the median i
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 
 
 # As bench/fmnist.py: passive OpenMP waiting, so that idle training threads do not spin on the

@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from benchlib import add_openblas_arg, openblas_env, run_json
+from benchlib import add_openblas_arg, ctrainer_level, openblas_env, run_json
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -33,6 +33,8 @@ ap.add_argument("--repeat", type=int, default=2)
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 add_openblas_arg(ap)
 a = ap.parse_args()
+# the CPU kernels' level (CT_CPU_ISA or the CPU's best), as every benchmark reports it
+print(f"ctrainer kernels: {ctrainer_level(os.path.join(a.build, 'ctrainer'), os.environ)}", flush=True)
 ctrainer = os.path.join(a.build, "ctrainer")
 config = os.path.join(here, "..", "examples", "configs", "fashion_mnist_mlp.json")
 env, blas_note = openblas_env(dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="PASSIVE"), a.openblas)

@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "core/device.h"
 #include "core/ops/backend.h"
+#include "core/ops/ops.h"
 #include "report/plot.h"
 
 /* The backends (`ctrainer version`): the CPU's description, then each other kind compiled in with
@@ -52,6 +53,12 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+    /* CT_CPU_ISA names the kernels' level for every command (core/ops/ops.h); a wrong one is an
+     * error before anything runs, not a silent run on another path */
+    if (ct_cpu_isa_check() != CT_OK) {
+        fprintf(stderr, "ctrainer: %s\n", ct_last_error());
+        return 2;
+    }
     if (argc < 2 || strcmp(argv[1], "help") == 0 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
@@ -68,7 +75,8 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], "version") == 0 || strcmp(argv[1], "--version") == 0) {
         if (argc > 2 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
             printf("usage: ctrainer version\n"
-                   "Prints ctrainer's version, its backends (the CPU's threads and BLAS; whether CUDA is compiled in\n"
+                   "Prints ctrainer's version, its backends (the CPU's threads, the instruction-set level its kernels run\n"
+                   "at (CT_CPU_ISA=v1..v4 forces a lower one) and BLAS; whether CUDA is compiled in\n"
                    "and the GPUs it sees), and whether the optional parts are: TensorBoard event files (protobuf-c)\n"
                    "and training curves (cairo).\n");
             return 0;

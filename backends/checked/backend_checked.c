@@ -152,7 +152,7 @@ static void make_table(void) {
     const char *n = getenv("CTRAINER_CHECKED_DEVICE");
     int count = n ? atoi(n) : 1;
     n_devices = count > 0 && count <= 64 ? count : 1;
-    table = ct_backend_cpu;
+    table = *ct_backend_for_kind(CT_DEVICE_CPU); /* the kernels of the CPU's chosen level */
     table.size = sizeof table;
     table.name = "cuda";
     table.device_count = checked_device_count;

@@ -4,7 +4,8 @@
  * the backend's one door (besides the CPU's own knobs of ops.h and ops_conv.h: thread count,
  * denormals, the convolution workspace). Memory is the host's: 64-byte aligned and zeroed
  * (ct_host_alloc), counted by the kernel rather than here, so the peak statistics are NULL and
- * trainer/memory.c reads the process's resident set instead. */
+ * trainer/memory.c reads the process's resident set instead. Compiled once per instruction-set
+ * level (isa_names.h), so there is one such table per level; isa.c picks the one that runs. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdio.h>
@@ -41,9 +42,14 @@ static void cpu_memset_zero(int index, void *dst, size_t bytes) {
 /* Host ops have finished when they return. */
 static ct_status cpu_synchronize(void) { return CT_OK; }
 
+/* The level this table's kernels are compiled for and the CPU's best (isa.c), so that `ctrainer
+ * version` and the benchmarks say which path ran. */
 static void cpu_describe(int index, char *buf, size_t cap) {
     (void)index;
-    snprintf(buf, cap, "%d OpenMP thread(s), %s", omp_get_max_threads(), openblas_get_config());
+    int best = ct_cpu_isa_best();
+    snprintf(buf, cap, "%d OpenMP thread(s), kernels %s%s%s, %s", omp_get_max_threads(),
+             ct_cpu_isa_level_name(CT_CPU_ISA_LEVEL), CT_CPU_ISA_LEVEL < best ? " of this CPU's " : "",
+             CT_CPU_ISA_LEVEL < best ? ct_cpu_isa_level_name(best) : "", openblas_get_config());
 }
 
 const ct_backend_ops ct_backend_cpu = {

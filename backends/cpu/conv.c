@@ -87,12 +87,15 @@ static int64_t conv_slot_numel(const ct_conv2d_geom *g) { return conv_sparse_off
 #undef FN
 #undef GEMM
 
+/* A public knob, not a kernel: defined once, by the baseline copy (cpu_impl.h). */
+#if CT_CPU_ISA_LEVEL <= 1
 int64_t ct_conv2d_workspace_numel(const ct_conv2d_geom *g, int64_t max_batch) {
     CT_ASSERT(max_batch >= 1);
     int64_t slots = omp_get_max_threads();
     if (slots > max_batch) slots = max_batch;
     return slots * conv_slot_numel(g);
 }
+#endif
 
 /* core/ops/dispatch.c checked shapes and dtypes; the workspace is this backend's own. */
 static void check_ws(const ct_tensor *x, const ct_tensor *ws) { CT_ASSERT(ws->dtype == x->dtype); }

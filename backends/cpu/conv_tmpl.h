@@ -192,25 +192,101 @@ static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
             for (int64_t t = 0; t < T; t++) wt[(t * O + o) * C + c] = w[(o * C + c) * T + t];
 }
 
+/* sparse_backward's sums run over blocks of channels held in registers: nv (1, 2 or 4) vectors of
+ * the widest kind the level this copy is compiled for has (CT_CPU_VEC_BYTES), two interleaved chains
+ * of them so that one FMA need not wait for the last. Vectors wider than the level's registers
+ * would be split by the compiler through memory, which made this path several times slower than
+ * the dense one on AVX2. always_inline with a constant nv, so that the accumulators are registers. */
+typedef R FN(vec) __attribute__((vector_size(CT_CPU_VEC_BYTES)));
+enum { FN(LANES) = CT_CPU_VEC_BYTES / sizeof(R) };
+
+/* d[0, nv*LANES) += sum_j go[j] * base[row[j] + 0, nv*LANES) */
+static inline __attribute__((always_inline)) void FN(sparse_gather_sum)(const R *base, const int64_t *row,
+                                                                       const R *go, int64_t n, R *d, const int nv) {
+    FN(vec) a[4] = {0}, b[4] = {0};
+    int64_t j = 0;
+    for (; j + 2 <= n; j += 2) {
+        const R *pa = base + row[j], *pb = base + row[j + 1];
+        const R ga = go[j], gb = go[j + 1];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            FN(vec) xa, xb;
+            memcpy(&xa, pa + v * FN(LANES), sizeof xa);
+            a[v] += ga * xa;
+            memcpy(&xb, pb + v * FN(LANES), sizeof xb);
+            b[v] += gb * xb;
+        }
+    }
+    if (j < n)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            FN(vec) xa;
+            memcpy(&xa, base + row[j] + v * FN(LANES), sizeof xa);
+            a[v] += go[j] * xa;
+        }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        FN(vec) dv;
+        memcpy(&dv, d + v * FN(LANES), sizeof dv);
+        dv += a[v] + b[v];
+        memcpy(d + v * FN(LANES), &dv, sizeof dv);
+    }
+}
+
+/* d[0, nv*LANES) = (first ? 0 : d) + sum_{e in [e0, e1)} g[e] * w[o[e] * C + 0, nv*LANES) */
+static inline __attribute__((always_inline)) void FN(sparse_entry_sum)(const R *w, int64_t C, const int32_t *o,
+                                                                      const R *g, int32_t e0, int32_t e1, bool first,
+                                                                      R *d, const int nv) {
+    FN(vec) a[4] = {0}, b[4] = {0};
+    if (!first)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) memcpy(&a[v], d + v * FN(LANES), sizeof a[v]);
+    int32_t e = e0;
+    for (; e + 2 <= e1; e += 2) {
+        const R *wa = w + (int64_t)o[e] * C, *wb = w + (int64_t)o[e + 1] * C;
+        const R ga = g[e], gb = g[e + 1];
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            FN(vec) xa, xb;
+            memcpy(&xa, wa + v * FN(LANES), sizeof xa);
+            a[v] += ga * xa;
+            memcpy(&xb, wb + v * FN(LANES), sizeof xb);
+            b[v] += gb * xb;
+        }
+    }
+    if (e < e1)
+#pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) {
+            FN(vec) xa;
+            memcpy(&xa, w + (int64_t)o[e] * C + v * FN(LANES), sizeof xa);
+            a[v] += g[e] * xa;
+        }
+#pragma GCC unroll 4
+    for (int v = 0; v < nv; v++) {
+        a[v] += b[v];
+        memcpy(d + v * FN(LANES), &a[v], sizeof a[v]);
+    }
+}
+
 /* The gradients of one sample of a pooled convolution (conv_sparse_backward). Only a window's argmax
  * has an output gradient, and only where the ReLU let it through: with g_j that gradient of o's
  * window j (0 where the pooled value is not positive) and p_j its argmax,
  *   dbias[o] = sum_j g_j,   dW[o, c, t] = sum_j g_j x[c, tap t of p_j],
  *   dx[c, q] = sum_t sum over the (o, j) with p_j = inv[t][q] of g_j W[o, c, t],
  * a quarter of the dense GEMMs' terms at most. The input (zero-padded) and its gradient are
- * transposed to [positions][C] so that a term is a contiguous run of C, 16 channels a vector (32
- * where C allows), and every sum runs in registers, over two interleaved chains so that one FMA
- * need not wait for the last: dW over o's windows, dx over the non-zero gradients at an output position, which are
- * first grouped by position (ent_*, start). dw is the slot's partial sum, [O][taps][C] (un-permuted
- * when the slots are added up); dx is overwritten. */
+ * transposed to [positions][C] so that a term is a contiguous run of channels, a block of up to
+ * four vectors (sparse_gather_sum, sparse_entry_sum; C is a multiple of 16, so the blocks tile it),
+ * and every sum runs in registers: dW over o's windows, dx over the non-zero gradients at an output
+ * position, which are first grouped by position (ent_*, start). dw is the slot's partial sum,
+ * [O][taps][C] (un-permuted when the slots are added up); dx is overwritten. */
 static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *yb, const int32_t *ib, const R *dpb,
                                 const FN(sparse_ws) *s, double *db, R *dw, R *dxb) {
     const int64_t C = g->in_channels, HW = g->in_h * g->in_w, O = g->out_channels, T = g->kernel[0] * g->kernel[1];
     const int64_t ohw = g->out_h * g->out_w, P = (g->out_h / 2) * (g->out_w / 2);
-    /* a vector type, so that the channels are the vector (left to itself the compiler vectorises
-     * over the windows instead, with a gather per channel) */
-    typedef R vec16 __attribute__((vector_size(16 * sizeof(R))));
-    const int64_t step = C % 32 == 0 ? 32 : 16;
+    /* channels per block: 32 where C allows, 16 else, but at most four vectors */
+    int64_t step = C % 32 == 0 ? 32 : 16;
+    if (step > 4 * FN(LANES)) step = 4 * FN(LANES);
+    const int nv = (int)(step / FN(LANES));
     R *grads = s->grads;
     for (int64_t i = 0; i < O * P; i++) grads[i] = yb[i] <= 0 ? 0 : dpb[i];
     if (db)
@@ -234,36 +310,12 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
                 for (int64_t t = 0; t < T; t++) {
                     const int64_t ki = t / g->kernel[1], kj = t % g->kernel[1];
                     const int64_t tap = (ki * g->dilation[0] * Wp + kj * g->dilation[1]) * C;
+                    R *d = dw + (o * T + t) * C;
                     for (int64_t c0 = 0; c0 < C; c0 += step) {
-                        vec16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, x0, x1;
                         const R *base = xt + tap + c0;
-                        int64_t j = 0;
-                        for (; j + 2 <= n; j += 2) {
-                            memcpy(&x0, base + row[j], sizeof x0);
-                            a0 += go[j] * x0;
-                            memcpy(&x1, base + row[j + 1], sizeof x1);
-                            b0 += go[j + 1] * x1;
-                            if (step == 32) {
-                                memcpy(&x0, base + row[j] + 16, sizeof x0);
-                                a1 += go[j] * x0;
-                                memcpy(&x1, base + row[j + 1] + 16, sizeof x1);
-                                b1 += go[j + 1] * x1;
-                            }
-                        }
-                        if (j < n) {
-                            memcpy(&x0, base + row[j], sizeof x0);
-                            a0 += go[j] * x0;
-                            if (step == 32) {
-                                memcpy(&x1, base + row[j] + 16, sizeof x1);
-                                a1 += go[j] * x1;
-                            }
-                        }
-                        a0 += b0;
-                        a1 += b1;
-                        R *d = dw + (o * T + t) * C + c0;
-                        for (int k = 0; k < 16; k++) d[k] += a0[k];
-                        if (step == 32)
-                            for (int k = 0; k < 16; k++) d[16 + k] += a1[k];
+                        if (nv == 4) FN(sparse_gather_sum)(base, row, go, n, d + c0, 4);
+                        else if (nv == 2) FN(sparse_gather_sum)(base, row, go, n, d + c0, 2);
+                        else FN(sparse_gather_sum)(base, row, go, n, d + c0, 1);
                     }
                 }
             }
@@ -291,38 +343,10 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
             const int32_t p = inv[q];
             const int32_t e0 = p > 0 ? start[p - 1] : 0, e1 = p >= 0 ? start[p] : 0;
             for (int64_t c0 = 0; c0 < C; c0 += step) {
-                vec16 a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0}, w0, w1;
-                if (t > 0) memcpy(&a0, dxt + q * C + c0, sizeof a0);
-                if (t > 0 && step == 32) memcpy(&a1, dxt + q * C + c0 + 16, sizeof a1);
-                int32_t e = e0;
-                for (; e + 2 <= e1; e += 2) {
-                    const R *w_a = wtt + (int64_t)ent_o[e] * C + c0, *w_b = wtt + (int64_t)ent_o[e + 1] * C + c0;
-                    memcpy(&w0, w_a, sizeof w0);
-                    a0 += ent_g[e] * w0;
-                    memcpy(&w1, w_b, sizeof w1);
-                    b0 += ent_g[e + 1] * w1;
-                    if (step == 32) {
-                        memcpy(&w0, w_a + 16, sizeof w0);
-                        a1 += ent_g[e] * w0;
-                        memcpy(&w1, w_b + 16, sizeof w1);
-                        b1 += ent_g[e + 1] * w1;
-                    }
-                }
-                if (e < e1) {
-                    const R *w_a = wtt + (int64_t)ent_o[e] * C + c0;
-                    memcpy(&w0, w_a, sizeof w0);
-                    a0 += ent_g[e] * w0;
-                    if (step == 32) {
-                        memcpy(&w1, w_a + 16, sizeof w1);
-                        a1 += ent_g[e] * w1;
-                    }
-                }
-                a0 += b0;
-                memcpy(dxt + q * C + c0, &a0, sizeof a0);
-                if (step == 32) {
-                    a1 += b1;
-                    memcpy(dxt + q * C + c0 + 16, &a1, sizeof a1);
-                }
+                R *d = dxt + q * C + c0;
+                if (nv == 4) FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 4);
+                else if (nv == 2) FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 2);
+                else FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 1);
             }
         }
     }

@@ -6,9 +6,37 @@
  * header is not installed). Kernels are written once over a real type and
  * instantiated for float and double by including a *_tmpl.h file twice with R (the type) and FN (the
  * name suffixer) defined; CT_REAL_DISPATCH picks the instance by the dtype of a tensor. OpenMP loops
- * start only above CT_OMP_MIN elements, where waking the thread team costs less than it saves. */
+ * start only above CT_OMP_MIN elements, where waking the thread team costs less than it saves.
+ *
+ * The kernel files are compiled once per instruction-set level of the build (isa_names.h, isa.c);
+ * CT_CPU_ISA_LEVEL says which copy this is. The public knobs that are not kernels (threads.c, isa.c,
+ * ct_conv2d_workspace_numel) exist once, in the baseline copy's objects. */
 #ifndef CT_CPU_IMPL_H
 #define CT_CPU_IMPL_H
+
+#include "backends/cpu/isa_names.h"
+
+/* The level this copy of the kernels is compiled for: 2 to 4 for the x86-64-v2 to v4 copies, 1 for
+ * the baseline copy of a build that has them (CT_CPU_ISA_MULTI), 0 for the one copy of a build that
+ * has not (CTRAINER_NATIVE, architectures other than x86-64). */
+#ifndef CT_CPU_ISA_LEVEL
+#ifdef CT_CPU_ISA_MULTI
+#define CT_CPU_ISA_LEVEL 1
+#else
+#define CT_CPU_ISA_LEVEL 0
+#endif
+#endif
+
+/* The width in bytes of the widest vector registers of the level this copy is compiled for, for
+ * kernels written with the compiler's vector types: wider types than the registers are split through
+ * memory. */
+#if defined(__AVX512F__)
+#define CT_CPU_VEC_BYTES 64
+#elif defined(__AVX__)
+#define CT_CPU_VEC_BYTES 32
+#else
+#define CT_CPU_VEC_BYTES 16
+#endif
 
 #include <stdbool.h>
 #include <stdint.h>

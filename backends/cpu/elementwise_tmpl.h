@@ -92,12 +92,7 @@ static void FN(act_fwd)(ct_activation act, const R *x, R *y, int64_t n) {
         for (int64_t i = 0; i < n; i++) y[i] = (R)(0.5 * x[i] * (1.0 + erf(x[i] * M_SQRT1_2)));
         break;
     case CT_ACT_GELU_TANH:
-#pragma omp parallel for if (n > CT_OMP_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            double v = x[i];
-            double inner = sqrt(2.0 / M_PI) * (v + 0.044715 * v * v * v);
-            y[i] = (R)(0.5 * v * (1.0 + tanh(inner)));
-        }
+        FN(gelu_tanh_fwd)(x, y, n); /* elementwise.c */
         break;
     case CT_ACT_TANH:
 #pragma omp parallel for if (n > CT_OMP_MIN)
@@ -134,15 +129,7 @@ static void FN(act_bwd)(ct_activation act, const R *x, const R *y, const R *dy, 
         }
         break;
     case CT_ACT_GELU_TANH:
-#pragma omp parallel for if (n > CT_OMP_MIN)
-        for (int64_t i = 0; i < n; i++) {
-            double v = x[i];
-            double k = sqrt(2.0 / M_PI);
-            double inner = k * (v + 0.044715 * v * v * v);
-            double t = tanh(inner);
-            double dinner = k * (1.0 + 3.0 * 0.044715 * v * v);
-            dx[i] = (R)(dy[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dinner));
-        }
+        FN(gelu_tanh_bwd)(x, dy, dx, n); /* elementwise.c */
         break;
     case CT_ACT_TANH:
 #pragma omp parallel for if (n > CT_OMP_MIN)

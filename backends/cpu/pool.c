@@ -42,6 +42,9 @@ static inline void avg_window(int64_t o, int64_t stride, int64_t padding, int64_
 #if defined(__AVX512F__)
 #include "backends/cpu/pool_2x2_avx512.h"
 #define MAXPOOL_ROW_2X2 maxpool_row_2x2_f32_avx512
+#elif defined(__AVX2__)
+#include "backends/cpu/pool_2x2_avx2.h"
+#define MAXPOOL_ROW_2X2 maxpool_row_2x2_f32_avx2
 #endif
 #define R float
 #define FN(name) name##_f32

@@ -21,9 +21,12 @@ const ct_backend_ops *ct_backends[CT_DEVICE_KINDS] = {
     [CT_DEVICE_CUDA] = CT_BACKEND_CUDA_OR_NULL,
 };
 
-/* CTRAINER_CHECKED_DEVICE puts the checked device (backends/checked/) in CUDA's place when the
- * library loads, before any device memory can exist, so every lookup of the kind meets one table. */
+/* When the library loads, before any device memory can exist (so that every lookup of a kind meets
+ * one table): the CPU's table of the instruction-set level to run (backends/cpu/isa.c; the baseline
+ * one above is what a lookup before this meets), and with CTRAINER_CHECKED_DEVICE the checked device
+ * (backends/checked/) in CUDA's place, built on that CPU table. */
 __attribute__((constructor)) static void settle_registry(void) {
+    ct_backends[CT_DEVICE_CPU] = ct_backend_cpu_select();
     const char *checked = getenv("CTRAINER_CHECKED_DEVICE");
     if (checked && *checked && strcmp(checked, "0") != 0) ct_backends[CT_DEVICE_CUDA] = ct_backend_checked();
 }

@@ -151,6 +151,17 @@ typedef struct ct_backend_ops {
 extern const ct_backend_ops ct_backend_cpu;
 const ct_backend_ops *ct_backend_checked(void);
 
+/* The CPU's tables are one per instruction-set level its kernels are compiled for: ct_backend_cpu
+ * is the baseline copy's (the build's own flags), and x86-64 builds add x86-64-v2, v3 and v4
+ * (backends/cpu/isa.c). ct_backend_cpu_select reads CT_CPU_ISA and the CPU's features and returns
+ * the table to register; core/ops/backend.c calls it once, when the library loads.
+ * ct_cpu_isa_choose is its rule: the level CT_CPU_ISA's value `want` (NULL or "": unset) asks of a
+ * CPU whose best is `best` (0 in a build without levels), in *level; on an error *level is `best`.
+ * ct_cpu_isa_level_name names a level (0 to 4). */
+const ct_backend_ops *ct_backend_cpu_select(void);
+ct_status ct_cpu_isa_choose(const char *want, int best, int *level);
+const char *ct_cpu_isa_level_name(int level);
+
 /* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in.
  * Settled when the library loads (CTRAINER_CHECKED_DEVICE is read then), never changed after. */
 extern const ct_backend_ops *ct_backends[CT_DEVICE_KINDS];

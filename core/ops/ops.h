@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/status.h"
 #include "core/tensor.h"
 
 #ifdef __cplusplus
@@ -33,6 +34,20 @@ int ct_get_num_threads(void);
  * every operation on them costs a hundred cycles and slows the update several-fold. Returns false
  * where the CPU has no such mode (nothing changes then). Call after ct_set_num_threads. */
 bool ct_set_flush_denormal(bool on);
+
+/* The instruction-set level the CPU kernels run at (backends/cpu/isa.c), chosen when the library
+ * loads: in an x86-64 build, the best of 1 (x86-64, SSE2), 2 (x86-64-v2, SSE4.2), 3 (x86-64-v3,
+ * AVX2 and FMA) and 4 (x86-64-v4, AVX-512) that the CPU offers (ct_cpu_isa_best), or the lower
+ * one the environment variable CT_CPU_ISA names (v1 to v4). A build with CTRAINER_NATIVE, or for
+ * another architecture, has one level, 0. ct_cpu_isa names the level ("x86-64-v3 (AVX2, FMA)"). */
+int ct_cpu_isa_level(void);
+int ct_cpu_isa_best(void);
+const char *ct_cpu_isa(void);
+
+/* CT_OK, or CT_ERR_INVALID_ARG with a message when CT_CPU_ISA names no level, one above the CPU's
+ * best, or any in a build without levels; the kernels then run at the best level. The CLI and
+ * ct_trainer_init stop on it. */
+ct_status ct_cpu_isa_check(void);
 
 /* --- dense linear algebra ---------------------------------------------------------------------- */
 

@@ -9,6 +9,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
+       env_cpu_isa_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
@@ -289,6 +290,13 @@ env_omp_threads_garbage)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 0 "libgomp: Invalid value for environment variable OMP_NUM_THREADS" \
          env OMP_NUM_THREADS=lots "$ctrainer" train run.json ;;
+env_cpu_isa_unknown)
+  # a level name that is none (the instruction sets go by x86-64 level): refused before anything
+  # runs or is written, rather than a run on another path than the one asked for
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "^ctrainer: CT_CPU_ISA='avx2' is not a level: use v1 \(x86-64, SSE2\), v2 \(SSE4\.2\), v3 \(AVX2, FMA\) or v4 \(AVX-512\)" \
+         env CT_CPU_ISA=avx2 "$ctrainer" train run.json || exit 1
+  [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_hdf5_cache_garbage)
   # not a positive number of MiB: the default block cache, silently
   csv_h5 data.h5
