@@ -71,8 +71,13 @@ void ct_device_free(ct_device d, void *p) {
 }
 
 ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
-    /* The device side's backend copies (it knows the host too); host to host is the CPU's. */
+    /* The device side's backend copies (it knows the host too); host to host is the CPU's. A device
+     * this build or machine lacks is an error here, not an abort inside its runtime. */
     ct_device side = dd.kind != CT_DEVICE_CPU ? dd : sd;
+    if (side.kind != CT_DEVICE_CPU && ct_backend_for(side)) {
+        ct_status usable = ct_device_check(side);
+        if (usable != CT_OK) return ct_error_prefix(usable, "copy: ");
+    }
     const ct_backend_ops *b = ct_backend_for(side);
     if (!MEMBER(b, copy_bytes)) {
         char name[32];
