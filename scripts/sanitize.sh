@@ -55,7 +55,11 @@ asan() {
   # token-weighted DDP loop in C, `ctrainer train` on 2-4 ranks); the rest run with every ASan and
   # UBSan check but the leak check.
   # (With ctest arguments of one's own, which may select tests by name too, no MPI test is leak-checked.)
-  local leak_checked='^mpi\.(comm_np2|main_first_np2|zero1_np2|token_loss_np2|log_levels)$' no_leaks
+  # mpi.log_levels runs without the leak check for now: at the exit of its `--log_level error` run,
+  # LeakSanitizer's own thread tracer dies of a SIGSEGV ("Tracer caught signal 11") before it checks
+  # anything; its other checks (ASan, UBSan) still run, but `ctrainer train` under mpirun is not
+  # leak-checked until that is understood (the C programs of the other four are).
+  local leak_checked='^mpi\.(comm_np2|main_first_np2|zero1_np2|token_loss_np2)$' no_leaks
   no_leaks="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}"
   if [ $# -eq 0 ]; then
     ASAN_OPTIONS="$ASAN_OPTIONS:fast_unwind_on_malloc=0" \
