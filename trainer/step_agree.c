@@ -1,10 +1,12 @@
 /* The one agreement of an optimizer step: the step's loss totals, nan_inf_policy's verdict on the
- * loss and the stop signal, in ONE small all-reduce per step (before, these were three collectives),
- * and the nan_inf_policy verdict and its message.
+ * loss, the stop signal and how many eval_async results to take, in ONE small all-reduce per step
+ * (before, these were four collectives: across hosts each one costs link delays per step, see
+ * bench/multihost.py), and the nan_inf_policy verdict and its message.
  *
  * The vector (float64, SUM): the loss sum, the sample (token) count and the flops of this process's
  * micro-batches; for the two signals that stop a run (SIGTERM, SIGINT) whether this process received
- * it (1 or 0); and one bit per process, set when its own loss sum was not finite, packed 48 bits to a
+ * it (1 or 0); the eval_async results ready on this process (only process zero runs the evaluator,
+ * so the sum is its count); and one bit per process, set when its own loss sum was not finite, packed 48 bits to a
  * double (rank r adds 2^(r mod 48) to word r / 48). Every flag, count and bit word is a sum of
  * integers below 2^53, which float64 adds exactly in any order: every process decodes the same
  * verdict. The first process whose own loss went non-finite is the lowest set bit; the signal is
@@ -26,16 +28,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "trainer/async_eval.h"
 #include "trainer/trainer_impl.h"
 
-enum { SUM, COUNT, FLOS, SIGTERM_SEEN, SIGINT_SEEN, BITS, BITS_PER_WORD = 48 };
+enum { SUM, COUNT, FLOS, SIGTERM_SEEN, SIGINT_SEEN, ASYNC_READY, BITS, BITS_PER_WORD = 48 };
 /* Bit words the vector holds on the stack: up to 768 processes without an allocation in the step. */
 enum { STACK_WORDS = 16 };
 
 ct_status ct_step_agree(ct_trainer *t, ct_loss_value local, double flos, int signal, ct_step_totals *out) {
     int W = t->world_size, words = (W + BITS_PER_WORD - 1) / BITS_PER_WORD;
+    int64_t ready = t->args.eval_async && t->priv->async_eval ? ct_async_eval_ready(t->priv->async_eval) : 0;
     *out = (ct_step_totals){.loss = local, .flos = flos, .bad_rank = isfinite(local.sum) ? -1 : t->rank,
-                            .signal = signal};
+                            .signal = signal, .async_ready = ready};
     if (W <= 1) return CT_OK;
     double stack[BITS + STACK_WORDS] = {0};
     double *v = words <= STACK_WORDS ? stack : calloc((size_t)(BITS + words), sizeof *v);
@@ -45,14 +49,17 @@ ct_status ct_step_agree(ct_trainer *t, ct_loss_value local, double flos, int sig
     v[FLOS] = flos;
     v[SIGTERM_SEEN] = signal == SIGTERM;
     v[SIGINT_SEEN] = signal == SIGINT;
+    v[ASYNC_READY] = (double)ready;
     if (!isfinite(local.sum)) v[BITS + t->rank / BITS_PER_WORD] = ldexp(1.0, t->rank % BITS_PER_WORD);
-    ct_comm_set_label(t->comm, "step agreement (loss totals, nan_inf_policy, stop signal) of optimizer step %lld",
+    ct_comm_set_label(t->comm,
+                      "step agreement (loss, nan_inf_policy, stop signal, eval_async) of optimizer step %lld",
                       (long long)t->state.global_step + 1);
     ct_status s = ct_comm_all_reduce_f64(t->comm, v, BITS + words, CT_SUM);
     if (s == CT_OK) {
         out->loss = (ct_loss_value){v[SUM], v[COUNT]};
         out->flos = v[FLOS];
         out->signal = v[SIGTERM_SEEN] > 0 ? SIGTERM : v[SIGINT_SEEN] > 0 ? SIGINT : 0;
+        out->async_ready = (int64_t)v[ASYNC_READY];
         out->bad_rank = -1;
         for (int w = 0; w < words && out->bad_rank < 0; w++) {
             uint64_t bits = (uint64_t)v[BITS + w];

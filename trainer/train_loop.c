@@ -209,11 +209,12 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     return s;
 }
 
-/* Every finished result, oldest first, on every process (collective when there are several). */
-static ct_status take_async_results(ct_trainer *t) {
+/* The finished results, oldest first, on every process: `agreed` of them (the step's agreement
+ * counted them), or with agreed < 0 every one finished now (collective when there are several). */
+static ct_status take_async_results(ct_trainer *t, int64_t agreed) {
     if (!t->args.eval_async) return CT_OK;
-    int64_t n = t->priv->async_eval ? ct_async_eval_ready(t->priv->async_eval) : 0;
-    if (t->world_size > 1) {
+    int64_t n = agreed >= 0 ? agreed : t->priv->async_eval ? ct_async_eval_ready(t->priv->async_eval) : 0;
+    if (agreed < 0 && t->world_size > 1) {
         ct_comm_set_label(t->comm, "asynchronous evaluation results ready");
         CT_TRY(ct_comm_all_reduce_i64(t->comm, &n, 1, CT_MAX));
     }
@@ -221,6 +222,9 @@ static ct_status take_async_results(ct_trainer *t) {
         ct_async_result *r = t->priv->async_eval ? ct_async_eval_take(t->priv->async_eval) : NULL;
         json_t *msg = r ? result_message(t, r) : NULL;
         ct_status s = r && !msg ? ct_error(CT_ERR_NOMEM, "out of memory") : CT_OK;
+        if (t->priv->async_eval && !r)
+            s = ct_error(CT_ERR_STATE, "eval_async: %lld results were agreed on, but only %lld were ready",
+                         (long long)n, (long long)i);
         if (s == CT_OK) s = ct_trainer_share_json(t, &msg);
         /* The result's on_evaluate resets should_evaluate, which may already ask for this step's
          * own evaluation: that request stays. */
@@ -238,7 +242,7 @@ static ct_status take_async_results(ct_trainer *t) {
 static ct_status finish_async_evaluations(ct_trainer *t) {
     if (!t->args.eval_async) return CT_OK;
     if (t->priv->async_eval) ct_async_eval_drain(t->priv->async_eval, false);
-    return take_async_results(t);
+    return take_async_results(t, -1);
 }
 
 /* Python's round(x, 4): the decimal rounding of x's exact binary value, which printf also does. */
@@ -248,7 +252,8 @@ static double round4(double x) {
     return strtod(buf, NULL);
 }
 
-static ct_status maybe_log_save_evaluate(ct_trainer *t) {
+/* async_ready: the eval_async results the step's agreement counted, or -1 outside a step (agree now). */
+static ct_status maybe_log_save_evaluate(ct_trainer *t, int64_t async_ready) {
     ct_train_progress *L = &t->priv->progress;
     if (t->control.should_log && t->state.global_step > L->last_logged_step) {
         int64_t steps = t->state.global_step - L->last_logged_step;
@@ -263,7 +268,7 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t) {
         L->last_logged_step = t->state.global_step;
         CT_TRY(ct_trainer_log(t, logs));
     }
-    CT_TRY(take_async_results(t));
+    CT_TRY(take_async_results(t, async_ready));
     if (t->control.should_evaluate && t->args.eval_async) {
         CT_TRY(submit_snapshot(t));
     } else if (t->control.should_evaluate) {
@@ -503,7 +508,7 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     L->next_batch = first + n;
     L->epoch_done = false;
     CT_TRY(fire(t, CT_ON_STEP_END));
-    CT_TRY(maybe_log_save_evaluate(t));
+    CT_TRY(maybe_log_save_evaluate(t, t->world_size > 1 ? totals.async_ready : -1));
     /* save_async: a finished save's error surfaces here; with several processes, one agreement */
     CT_TRY(ct_trainer_async_save_poll(t));
     /* with several processes, the signal the step's agreement found (one received later stops the
@@ -527,7 +532,7 @@ static ct_status run_epoch(ct_trainer *t, ct_loader *loader, int64_t epoch, int6
     t->priv->progress.epoch = epoch;
     t->priv->progress.next_batch = steps_in_epoch;
     t->priv->progress.epoch_done = true;
-    CT_TRY(maybe_log_save_evaluate(t));
+    CT_TRY(maybe_log_save_evaluate(t, -1));
     return honour_stop_signal(t, -1);
 }
 

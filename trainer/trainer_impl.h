@@ -108,14 +108,15 @@ void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, doub
 
 /* The step's one agreement (trainer/step_agree.c; collective with several processes: one small
  * float64 all-reduce): from this process's own loss (sum, count) and flops over the step's
- * micro-batches and the stop signal it has seen, the step's totals over every process, the first
- * process whose own loss sum was not finite and the stop signal any process received. The same on
- * every process. */
+ * micro-batches, the stop signal it has seen and the eval_async results it has ready, the step's
+ * totals over every process, the first process whose own loss sum was not finite, the stop signal
+ * any process received and the number of results to take. The same on every process. */
 typedef struct ct_step_totals {
     ct_loss_value loss; /* the step's loss sum and count over every process */
     double flos;
     int bad_rank; /* the first process whose own loss sum was not finite; -1: none */
     int signal;   /* SIGTERM when a process received it, else SIGINT when one did, else 0 */
+    int64_t async_ready; /* eval_async results finished when the step agreed: each process takes these */
 } ct_step_totals;
 ct_status ct_step_agree(ct_trainer *t, ct_loss_value local, double flos, int signal, ct_step_totals *out);
 

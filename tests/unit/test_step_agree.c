@@ -9,6 +9,9 @@
  *    all-reduce of its own, the step agreement (before: the loss totals, the nan_inf verdict and the
  *    stop signal were three); ddp's other collectives are its gradient buckets, each started and
  *    waited once per step;
+ *  - eval_async: the number of results to take travels in the step agreement (no collective of its
+ *    own in a step), and each result reaches the other ranks in one broadcast; ct_trainer_share_json
+ *    delivers texts of every size around its one-broadcast block whole to 3 thread ranks;
  *  - the labels: a gradient bucket whose wait fails says "gradient all-reduce (bucket b of n)
  *    (all_reduce, rank 0/2): ...", and a failing step agreement names itself and the step. */
 #include <math.h>
@@ -57,7 +60,19 @@ static ct_status th_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
     return CT_OK;
 }
 
-static const ct_comm_ops thread_ops = {.size = sizeof(ct_comm_ops), .name = "threads", .all_reduce = th_all_reduce};
+/* Every rank copies the root's buffer. */
+static ct_status th_broadcast(ct_comm *c, ct_tensor *t, int root) {
+    thread_world *w = ((thread_comm *)c)->world;
+    w->slot[c->rank] = t;
+    pthread_barrier_wait(&w->barrier);
+    size_t bytes = (size_t)ct_tensor_numel(t) * ct_dtype_size(t->dtype);
+    if (c->rank != root) memcpy(t->data, w->slot[root]->data, bytes);
+    pthread_barrier_wait(&w->barrier);
+    return CT_OK;
+}
+
+static const ct_comm_ops thread_ops = {.size = sizeof(ct_comm_ops), .name = "threads", .all_reduce = th_all_reduce,
+                                       .broadcast = th_broadcast};
 
 typedef struct rank_case {
     thread_comm comm;
@@ -144,6 +159,59 @@ static void test_encoding(void) {
     CHECK(c.bad && c.loss && c.rank == -1, "finite sums that overflowed: the loss, no rank");
 }
 
+/* --- rank 0's metrics to every rank (ct_trainer_share_json) ---------------------------------------- */
+
+typedef struct share_case {
+    thread_comm comm;
+    json_t *msg;
+    ct_status status;
+    int broadcasts;
+} share_case;
+
+static void *share_main(void *arg) {
+    share_case *sc = arg;
+    ct_trainer t;
+    memset(&t, 0, sizeof t);
+    t.comm = &sc->comm.base;
+    t.rank = sc->comm.base.rank;
+    t.world_size = sc->comm.base.world_size;
+    sc->status = ct_trainer_share_json(&t, &sc->msg);
+    return NULL;
+}
+
+/* A message of every size around the one-broadcast block (4096 bytes with its length) reaches every
+ * rank whole: what rank 0 holds replaces what the others had. */
+static void test_share_json(void) {
+    enum { W = 3 };
+    static const int sizes[] = {10, 4000, 4080, 4086, 4087, 4088, 4089, 4100, 20000};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        char *text = malloc((size_t)sizes[k] + 1);
+        for (int i = 0; i < sizes[k]; i++) text[i] = (char)('a' + i % 26);
+        text[sizes[k]] = 0;
+        thread_world world = {.W = W};
+        pthread_barrier_init(&world.barrier, NULL, W);
+        share_case sc[W];
+        for (int r = 0; r < W; r++) {
+            sc[r] = (share_case){.comm = {.base = {.ops = &thread_ops, .rank = r, .world_size = W, .timeout_s = 60},
+                                          .world = &world}};
+            sc[r].msg = r == 0 ? json_pack("{s:s, s:f}", "text", text, "eval_loss", 0.1) : json_pack("{s:i}", "old", r);
+        }
+        pthread_t th[W];
+        for (int r = 0; r < W; r++) pthread_create(&th[r], NULL, share_main, &sc[r]);
+        for (int r = 0; r < W; r++) pthread_join(th[r], NULL);
+        pthread_barrier_destroy(&world.barrier);
+        for (int r = 0; r < W; r++) {
+            json_t *got = json_object_get(sc[r].msg, "text");
+            CHECK(sc[r].status == CT_OK && got && !strcmp(json_string_value(got), text) &&
+                      json_real_value(json_object_get(sc[r].msg, "eval_loss")) == 0.1 && !json_object_get(sc[r].msg, "old"),
+                  "a text of %d bytes reaches rank %d whole (%s)", sizes[k], r,
+                  sc[r].status == CT_OK ? "" : ct_last_error());
+            json_decref(sc[r].msg);
+        }
+        free(text);
+    }
+}
+
 /* --- counting a training step's collectives ------------------------------------------------------- */
 
 #define MAX_CALLS 4096
@@ -175,7 +243,10 @@ static ct_status k_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
     note(m, "all_reduce");
     if (strncmp(c->label, "step agreement", 14) == 0 && ++m->agreements == m->fail_agreement_at)
         return ct_error(CT_ERR_STATE, "no answer from the other ranks within 1 s (ddp_timeout)");
-    if (op == CT_SUM) ct_test_mirror_sum(t);
+    /* The other rank adds what this one has, except to the step agreement: there it adds nothing (no
+     * samples of its own, no evaluator), or the eval_async results process zero has ready would be
+     * counted twice. */
+    if (op == CT_SUM && strncmp(c->label, "step agreement", 14) != 0) ct_test_mirror_sum(t);
     return CT_OK;
 }
 
@@ -260,10 +331,17 @@ static ct_status make_model(ct_model *m, int64_t dim, int64_t classes) {
     return ct_model_build(m, root, &in, &o);
 }
 
+/* The replica eval_async evaluates on. */
+static ct_status make_replica(void *ctx, int64_t max_batch, ct_device device, ct_model *out) {
+    (void)ctx, (void)max_batch, (void)device;
+    return make_model(out, 32, 4);
+}
+
 typedef struct run_opts {
     const char *sharding;
     int64_t steps, ga;
     int fail_wait_at, fail_agreement_at;
+    ct_dataset *eval_async; /* non-NULL: evaluated asynchronously every step */
 } run_opts;
 
 /* Trains o->steps steps (one epoch holds them all); m receives the collectives of the training
@@ -287,6 +365,14 @@ static ct_status run(const run_opts *o, ct_dataset *train, counting *m, char *er
     a.ddp_bucket_cap_mb = 1; /* several buckets */
     snprintf(a.optimizer_sharding, sizeof a.optimizer_sharding, "%s", o->sharding);
     ct_trainer_setup setup = {.model = &model, .train_dataset = train, .comm = &m->base};
+    if (o->eval_async) {
+        a.eval_async = true;
+        a.eval_strategy = CT_INTERVAL_STEPS;
+        a.eval_steps = 1;
+        setup.n_eval = 1;
+        setup.eval_datasets[0] = o->eval_async;
+        setup.make_model = make_replica;
+    }
     ct_trainer t;
     ct_status s = ct_trainer_init(&t, NULL, &a, &setup);
     if (s == CT_OK) {
@@ -306,7 +392,7 @@ static ct_status run(const run_opts *o, ct_dataset *train, counting *m, char *er
 }
 
 typedef struct tally {
-    int blocking, agreements, starts, waits, other;
+    int blocking, agreements, starts, waits, other, async_ready;
 } tally;
 
 static tally count(const counting *m) {
@@ -315,6 +401,7 @@ static tally count(const counting *m) {
         if (!strcmp(m->kind[i], "all_reduce")) {
             t.blocking++;
             t.agreements += strncmp(m->label[i], "step agreement", 14) == 0;
+            t.async_ready += strncmp(m->label[i], "asynchronous evaluation results", 31) == 0;
         } else if (!strcmp(m->kind[i], "start")) {
             t.starts++;
         } else if (!strcmp(m->kind[i], "wait")) {
@@ -364,6 +451,22 @@ static void test_counts(ct_dataset *train) {
             }
         }
     }
+    /* eval_async: the step agreement also counts the results ready, so a step takes them without a
+     * collective of its own (only the end of the epoch and of training ask apart); each result comes
+     * over one broadcast. */
+    ct_dataset *eval = make_data(16, 32, 4);
+    tally t6, t3;
+    CHECK_OK(run(&(run_opts){.sharding = "none", .steps = 6, .ga = 1, .eval_async = eval}, train, &m, err, sizeof err));
+    t6 = count(&m);
+    CHECK_OK(run(&(run_opts){.sharding = "none", .steps = 3, .ga = 1, .eval_async = eval}, train, &m, err, sizeof err));
+    t3 = count(&m);
+    CHECK(t6.agreements - t3.agreements == 3 && t6.blocking - t3.blocking == 3 && t6.async_ready == t3.async_ready &&
+              t6.async_ready > 0 && t6.other - t3.other == 3,
+          "eval_async: %d blocking all-reduces, %d agreements, %d other collectives in 3 steps (want 3, 3 and "
+          "3: one broadcast per result); results-ready all-reduces %d and %d (want equal, outside the steps)",
+          t6.blocking - t3.blocking, t6.agreements - t3.agreements, t6.other - t3.other, t6.async_ready,
+          t3.async_ready);
+    ct_dataset_free(eval);
     /* Labels: a bucket's failed wait and a failed agreement say what they were. */
     ct_status s =
         run(&(run_opts){.sharding = "none", .steps = 3, .ga = 1, .fail_wait_at = 4}, train, &m, err, sizeof err);
@@ -371,8 +474,8 @@ static void test_counts(ct_dataset *train) {
               strstr(err, "(all_reduce, rank 0/2): no answer from the other ranks within 1 s (ddp_timeout)"),
           "a bucket's timeout names it: %s", err);
     s = run(&(run_opts){.sharding = "none", .steps = 3, .ga = 1, .fail_agreement_at = 2}, train, &m, err, sizeof err);
-    CHECK(s == CT_ERR_STATE && strstr(err, "step agreement (loss totals, nan_inf_policy, stop signal) of optimizer "
-                                           "step 2 (all_reduce, rank 0/2): no answer"),
+    CHECK(s == CT_ERR_STATE && strstr(err, "step agreement (loss, nan_inf_policy, stop signal, eval_async) of "
+                                           "optimizer step 2 (all_reduce, rank 0/2): no answer"),
           "the step agreement's timeout names it: %s", err);
     /* A label is used up by the call it was set for. */
     m.base.label[0] = 0;
@@ -385,6 +488,7 @@ static void test_counts(ct_dataset *train) {
 int main(void) {
     snprintf(tmp_root, sizeof tmp_root, "/tmp/ct_step_agree_%d", (int)getpid());
     test_encoding();
+    test_share_json();
     ct_dataset *train = make_data(256, 32, 4); /* 32 global batches: one epoch holds every run */
     test_counts(train);
     ct_dataset_free(train);
