@@ -10,14 +10,15 @@
 #include "report/plot.h"
 
 /* The backends (`ctrainer version`): the CPU's description, then each other kind compiled in with
- * a line per device it sees, or how to compile it in. */
+ * a line per device it sees, or why it is not there (not compiled in, or no device on this machine,
+ * in which case its module is not loaded). */
 static void print_backends(void) {
     static const char *const kinds[CT_DEVICE_KINDS] = {[CT_DEVICE_CPU] = "CPU", [CT_DEVICE_CUDA] = "CUDA"};
     char what[256], name[32];
     for (int k = 0; k < CT_DEVICE_KINDS; k++) {
         const ct_backend_ops *b = ct_backend_for_kind((ct_device_kind)k);
-        if (!b) {
-            printf("%s: not compiled in (configure with -DCTRAINER_%s=ON)\n", kinds[k], kinds[k]);
+        if (!b) { /* not compiled in, or its module not loaded: the sentence says which */
+            printf("%s: %s\n", kinds[k], ct_backend_load_error((ct_device_kind)k));
             continue;
         }
         if (k == CT_DEVICE_CPU) {

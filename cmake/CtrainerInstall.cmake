@@ -367,6 +367,10 @@ install(TARGETS ctrainer_shared ctrainer_static EXPORT ctrainerTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT devel
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS ctrainer RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+if(CTRAINER_CUDA_ENABLED)
+  # the CUDA backend's module, which the library opens from the install lib folder when a GPU is used
+  install(TARGETS ctrainer_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
+endif()
 install(EXPORT ctrainerTargets NAMESPACE ctrainer:: DESTINATION ${CTRAINER_INSTALL_CMAKEDIR} COMPONENT devel)
 install(FILES ${PROJECT_BINARY_DIR}/ctrainerConfig.cmake ${PROJECT_BINARY_DIR}/ctrainerConfigVersion.cmake
         DESTINATION ${CTRAINER_INSTALL_CMAKEDIR} COMPONENT devel)

@@ -1,34 +1,130 @@
 /* The backends' registry and the device functions of core/device.h that go through it.
  *
- * One table per device kind, indexed by the kind: the CPU's always, CUDA's in builds with CUDA. This
- * is the one file outside backends/cuda/ that knows whether CUDA is compiled in; a reference to the
- * table (rather than a constructor that registers it) also pulls the backend's objects out of the
- * static library, so registration cannot be lost at link time. */
+ * One table per device kind, indexed by the kind: the CPU's is part of the library; CUDA's lives in
+ * a module of its own (libctrainer_cuda.so, built by backends/cuda/ in builds with CUDA) that is
+ * opened the first time the CUDA kind is looked up. The module brings the CUDA runtime, cuBLAS,
+ * cuDNN and NCCL with it: linked into the library, they were mapped and relocated at every start
+ * (over 200 MiB of resident memory for `ctrainer version`), by runs that never touch a GPU too. This
+ * is the one file outside backends/cuda/ that knows whether CUDA is compiled in.
+ *
+ * The module calls the library's own functions (errors, tensors, the MPI communicator): it leaves
+ * them undefined and the dynamic loader binds them to the copy already in the process, the shared
+ * library's or, for programs linked with the static one, the program's (which therefore exports its
+ * symbols: the static target asks for that, see CMakeLists.txt; tests/layers/check_backends.py
+ * checks that the program and the shared library define every function the module needs). */
+#define _GNU_SOURCE /* dladdr */
 #include "core/ops/backend.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef CT_HAVE_CUDA
-extern const ct_backend_ops ct_backend_cuda;
-#define CT_BACKEND_CUDA_OR_NULL (&ct_backend_cuda)
-#else
-#define CT_BACKEND_CUDA_OR_NULL NULL
-#endif
+#include <unistd.h>
 
 const ct_backend_ops *ct_backends[CT_DEVICE_KINDS] = {
     [CT_DEVICE_CPU] = &ct_backend_cpu,
-    [CT_DEVICE_CUDA] = CT_BACKEND_CUDA_OR_NULL,
 };
 
 /* When the library loads, before any device memory can exist (so that every lookup of a kind meets
  * one table): the CPU's table of the instruction-set level to run (backends/cpu/isa.c; the baseline
  * one above is what a lookup before this meets), and with CTRAINER_CHECKED_DEVICE the checked device
- * (backends/checked/) in CUDA's place, built on that CPU table. */
+ * (backends/checked/) in CUDA's place, built on that CPU table (no module is loaded then). */
 __attribute__((constructor)) static void settle_registry(void) {
     ct_backends[CT_DEVICE_CPU] = ct_backend_cpu_select();
     const char *checked = getenv("CTRAINER_CHECKED_DEVICE");
     if (checked && *checked && strcmp(checked, "0") != 0) ct_backends[CT_DEVICE_CUDA] = ct_backend_checked();
+}
+
+/* --- the CUDA module ------------------------------------------------------------------------------ */
+
+static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
+static void *cuda_module;
+static char cuda_error[1024];
+
+#ifdef CT_CUDA_MODULE
+/* Whether this machine shows an NVIDIA GPU to user space at all: the driver's control node, or WSL's
+ * GPU device. Without one no GPU can be used, and the module (cuBLAS, cuDNN) is not worth loading
+ * to count zero devices. CTRAINER_CUDA_MODULE skips the question. */
+static bool gpu_device_nodes(void) { return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/dxg", F_OK) == 0; }
+
+/* The folder of the file this code was loaded from (the shared library, or the program the static
+ * library is part of), with a trailing '/'; "" when unknown. */
+static void own_folder(char *buf, size_t cap) {
+    Dl_info info;
+    char path[PATH_MAX] = "";
+    if (dladdr((void *)&ct_backend_load, &info) && info.dli_fname && strchr(info.dli_fname, '/'))
+        snprintf(path, sizeof path, "%s", info.dli_fname);
+    else {
+        ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+        path[n > 0 ? n : 0] = 0;
+    }
+    char *slash = strrchr(path, '/');
+    if (slash) slash[1] = 0;
+    snprintf(buf, cap, "%s", slash ? path : "");
+}
+
+static void load_cuda(void) {
+    if (__atomic_load_n(&ct_backends[CT_DEVICE_CUDA], __ATOMIC_ACQUIRE)) return; /* the checked device serves it */
+    const char *forced = getenv("CTRAINER_CUDA_MODULE");
+    if (forced && !*forced) forced = NULL;
+    if (!forced && !gpu_device_nodes()) {
+        snprintf(cuda_error, sizeof cuda_error,
+                 "no NVIDIA GPU device node (/dev/nvidiactl) on this machine, so the CUDA backend was not loaded");
+        return;
+    }
+    char here[PATH_MAX], beside[PATH_MAX + 64], installed[PATH_MAX + 64];
+    own_folder(here, sizeof here);
+    snprintf(beside, sizeof beside, "%s%s", here, CT_CUDA_MODULE);
+    snprintf(installed, sizeof installed, "%s/%s", CT_CUDA_MODULE_DIR, CT_CUDA_MODULE);
+    /* the path asked for; beside the library (a build tree, or an installed lib folder); where it was
+     * installed; the loader's own search (LD_LIBRARY_PATH, the system folders) */
+    const char *candidates[] = {forced, forced ? NULL : beside, forced ? NULL : installed, forced ? NULL : CT_CUDA_MODULE};
+    char tried[768] = "";
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && !cuda_module; i++) {
+        if (!candidates[i]) continue;
+        void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
+        const char *why = h ? NULL : dlerror();
+        const ct_backend_ops *table = h ? dlsym(h, "ct_backend_cuda") : NULL;
+        if (h && !table) {
+            why = "it has no ct_backend_cuda table";
+            dlclose(h);
+        }
+        if (table) {
+            cuda_module = h;
+            __atomic_store_n(&ct_backends[CT_DEVICE_CUDA], table, __ATOMIC_RELEASE);
+        } else if (!tried[0] || (why && strstr(why, "No such file") == NULL)) {
+            /* keep the most telling reason: a module that exists but failed beats one not found */
+            snprintf(tried, sizeof tried, "%s", why ? why : "unknown error");
+        }
+    }
+    if (!cuda_module)
+        snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", CT_CUDA_MODULE, tried);
+    else
+        cuda_error[0] = 0;
+}
+
+#else
+static void load_cuda(void) {
+    snprintf(cuda_error, sizeof cuda_error, "this build has no CUDA backend (configure with -DCTRAINER_CUDA=ON)");
+}
+#endif
+
+const ct_backend_ops *ct_backend_load(ct_device_kind kind) {
+    if (kind != CT_DEVICE_CUDA) return NULL;
+    pthread_once(&cuda_once, load_cuda);
+    return __atomic_load_n(&ct_backends[CT_DEVICE_CUDA], __ATOMIC_ACQUIRE);
+}
+
+const char *ct_backend_load_error(ct_device_kind kind) {
+    if (kind != CT_DEVICE_CUDA) return "";
+    pthread_once(&cuda_once, load_cuda);
+    return cuda_error;
+}
+
+void *ct_backend_symbol(ct_device_kind kind, const char *name) {
+    return ct_backend_load(kind) && kind == CT_DEVICE_CUDA && cuda_module ? dlsym(cuda_module, name) : NULL;
 }
 
 /* Kinds named in messages where no table (and so no table's name) is there. */
@@ -46,9 +142,7 @@ ct_status ct_device_check(ct_device d) {
     if (d.kind == CT_DEVICE_CPU) return CT_OK;
     char name[32];
     ct_device_str(d, name, sizeof name);
-    if (!ct_backend_for(d))
-        return ct_error(CT_ERR_DEVICE, "device %s: this build has no %s backend (configure with -DCTRAINER_%s=ON)",
-                        name, kind_names[d.kind], kind_names[d.kind]);
+    if (!ct_backend_for(d)) return ct_error(CT_ERR_DEVICE, "device %s: %s", name, ct_backend_load_error(d.kind));
     int n = ct_device_count(d.kind);
     if (d.index < 0 || d.index >= n)
         return ct_error(CT_ERR_DEVICE, "device %s: %d %s device(s) visible%s", name, n, kind_names[d.kind],
@@ -81,9 +175,8 @@ ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd,
     const ct_backend_ops *b = ct_backend_for(side);
     if (!MEMBER(b, copy_bytes)) {
         char name[32];
-        return ct_error(CT_ERR_DEVICE, "copy: this build has no %s backend (%s)",
-                        kind_names[(unsigned)side.kind < CT_DEVICE_KINDS ? side.kind : CT_DEVICE_CPU],
-                        ct_device_str(side, name, sizeof name));
+        return ct_error(CT_ERR_DEVICE, "copy: %s: %s", ct_device_str(side, name, sizeof name),
+                        (unsigned)side.kind < CT_DEVICE_KINDS ? ct_backend_load_error(side.kind) : "no such device kind");
     }
     return b->copy_bytes(dst, dd, src, sd, bytes);
 }

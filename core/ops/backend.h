@@ -143,8 +143,11 @@ typedef struct ct_backend_ops {
     void (*set_math_mode)(ct_math_mode m);
 } ct_backend_ops;
 
-/* The backends' tables. ct_backend_cuda exists only in builds with CUDA: reach it through
- * ct_backend_for_kind, which answers NULL where a kind is not compiled in. ct_backend_checked
+/* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA
+ * make it a module of its own, libctrainer_cuda.so, with the CUDA libraries behind it, which
+ * core/ops/backend.c opens the first time the CUDA kind is looked up (so a run on the CPU never maps
+ * cuBLAS or cuDNN); reach it through ct_backend_for_kind, which answers NULL where a kind is not
+ * compiled in or its module could not be loaded. ct_backend_checked
  * (backends/checked/) serves the CUDA kind instead when CTRAINER_CHECKED_DEVICE is set: host memory
  * the host may not touch outside ops, run by the CPU's kernels, so that tests catch host access to
  * device memory on machines without a GPU. */
@@ -162,13 +165,26 @@ const ct_backend_ops *ct_backend_cpu_select(void);
 ct_status ct_cpu_isa_choose(const char *want, int best, int *level);
 const char *ct_cpu_isa_level_name(int level);
 
-/* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in.
- * Settled when the library loads (CTRAINER_CHECKED_DEVICE is read then), never changed after. */
+/* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in
+ * or its module is not loaded yet. The CPU's entry is settled when the library loads
+ * (CTRAINER_CHECKED_DEVICE is read then, and puts the checked device in CUDA's); a module's entry is
+ * set once, by ct_backend_load, and never changed after. */
 extern const ct_backend_ops *ct_backends[CT_DEVICE_KINDS];
+
+/* A kind served by a module (CUDA): its table, loading the module the first time (thread-safe; one
+ * attempt per process). NULL when the build has no such module, when the machine shows no device of
+ * the kind (then nothing is loaded: see core/ops/backend.c), or when loading failed;
+ * ct_backend_load_error says which, as a sentence (empty once the table is there).
+ * ct_backend_symbol finds another entry point of a kind's module (NULL without it). */
+const ct_backend_ops *ct_backend_load(ct_device_kind kind);
+const char *ct_backend_load_error(ct_device_kind kind);
+void *ct_backend_symbol(ct_device_kind kind, const char *name);
 
 /* The table of a device kind, or NULL when this build has no backend for it. */
 static inline const ct_backend_ops *ct_backend_for_kind(ct_device_kind kind) {
-    return (unsigned)kind < CT_DEVICE_KINDS ? ct_backends[kind] : NULL;
+    if ((unsigned)kind >= CT_DEVICE_KINDS) return NULL;
+    const ct_backend_ops *b = __atomic_load_n(&ct_backends[kind], __ATOMIC_ACQUIRE); /* a module's is set late */
+    return b ? b : ct_backend_load(kind);
 }
 
 /* The table of a device's kind (NULL as above). */

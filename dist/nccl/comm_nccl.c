@@ -1,4 +1,6 @@
 /* The NCCL communicator: one process per GPU under `mpirun -np N`, CUDA tensors reduced by NCCL.
+ * Built into the CUDA backend's module (backends/cuda/CMakeLists.txt), reached through
+ * ct_comm_nccl_create (dist/nccl/nccl_entry.c).
  *
  * Bootstrap and CPU tensors go through an MPI communicator of its own (dist/comm_mpi.c): rank 0's
  * ncclUniqueId is broadcast over it, every rank's setup outcome is agreed over it before anyone
@@ -647,7 +649,10 @@ static ct_status setup_local(nccl_comm *m, int device) {
     return CT_OK;
 }
 
-ct_status ct_comm_nccl_create(double timeout_s, int device, ct_comm **out) {
+/* The module's entry point for ct_comm_nccl_create (dist/nccl/nccl_entry.c finds it by this name). */
+ct_status ct_cuda_module_nccl_create(double timeout_s, int device, ct_comm **out);
+
+ct_status ct_cuda_module_nccl_create(double timeout_s, int device, ct_comm **out) {
     CT_ASSERT(out);
     *out = NULL;
     if (!(timeout_s > 0) || !isfinite(timeout_s))

@@ -12,8 +12,8 @@
 static const ct_device GPU = {CT_DEVICE_CUDA, 0};
 
 void ct_cuda_test_begin(const char *name) {
-    if (!ct_backend_for_kind(CT_DEVICE_CUDA)) {
-        printf("%s: skipped (this build has no CUDA backend)\n", name);
+    if (!ct_backend_for_kind(CT_DEVICE_CUDA)) { /* not compiled in, or no GPU to load its module for */
+        printf("%s: skipped (%s)\n", name, ct_backend_load_error(CT_DEVICE_CUDA));
         exit(77);
     }
     if (ct_device_count(CT_DEVICE_CUDA) == 0) {

@@ -10,13 +10,18 @@ tensor's device in one place (core/ops/), through one const table per device kin
 The files checked are those of the library's areas (CT_AREAS of CMakeLists.txt, the backends, the CLI);
 tests and benchmarks may ask for CUDA themselves. Prints every violation as file:line and exits 1 if any.
 
-With --nm NM LIBRARY (a CPU-only build's static library) it checks instead that the library defines
-and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: a CPU-only build must not reach for them. The one
-allowed name is ct_comm_nccl_create, the public NCCL entry point that a build without CUDA answers with
-CT_ERR_UNSUPPORTED (dist/nccl/comm_nccl_off.c).
+With --nm NM LIBRARY (the static library of any build) it checks instead that the library defines
+and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: those live in the CUDA module (libctrainer_cuda.so),
+loaded only when a GPU is used. The one allowed name is ct_comm_nccl_create, the public NCCL entry
+point, which finds the communicator in the module (dist/nccl/nccl_entry.c).
+
+With --module NM MODULE PROGRAM... it checks that every ct_ function the CUDA module leaves undefined
+(to bind to the library already in the process) is defined and exported by each PROGRAM (the ctrainer
+program, linked with the static library) and shared library: otherwise loading the module fails there.
 
 Usage: check_backends.py [SOURCE_ROOT]
-       check_backends.py --nm NM LIBRARY"""
+       check_backends.py --nm NM LIBRARY
+       check_backends.py --module NM MODULE PROGRAM..."""
 import os
 import re
 import subprocess
@@ -27,7 +32,7 @@ ALLOWED_SYMBOLS = {"ct_comm_nccl_create"}
 
 
 def check_symbols(nm, lib):
-    out = subprocess.run([nm, "-A", lib], check=True, capture_output=True, text=True).stdout
+    out = subprocess.run([nm, "-A", "-g", lib], check=True, capture_output=True, text=True).stdout
     bad, seen = [], 0
     for line in out.splitlines():
         fields = line.split()
@@ -45,8 +50,30 @@ def check_symbols(nm, lib):
     sys.exit(1 if bad else 0)
 
 
+def check_module(nm, module, hosts):
+    def dynamic(path, undefined):
+        """The dynamic symbols path leaves undefined, or those it defines."""
+        args = [nm, "-D"] + (["-u"] if undefined else ["--defined-only"]) + [path]
+        return {line.split()[-1] for line in subprocess.run(args, check=True, capture_output=True,
+                                                             text=True).stdout.splitlines() if line.split()}
+    needed = {s for s in dynamic(module, True) if s.startswith("ct_")}
+    if not needed:
+        sys.exit(f"check_backends: {module} needs no ct_ function: not the CUDA module?")
+    bad = 0
+    for host in hosts:
+        missing = sorted(needed - dynamic(host, False))
+        for sym in missing:
+            print(f"{host}: does not export {sym}, which {os.path.basename(module)} calls")
+        bad += len(missing)
+        print(f"check_backends: {os.path.basename(host)} exports all but {len(missing)} of the {len(needed)} "
+              f"functions the module needs")
+    sys.exit(1 if bad else 0)
+
+
 if len(sys.argv) == 4 and sys.argv[1] == "--nm":
     check_symbols(sys.argv[2], sys.argv[3])
+if len(sys.argv) >= 5 and sys.argv[1] == "--module":
+    check_module(sys.argv[2], sys.argv[3], sys.argv[4:])
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
 text = open(os.path.join(root, "CMakeLists.txt")).read()
@@ -56,7 +83,7 @@ if not m:
 areas = m.group(1).split() + ["backends/cpu", "backends/checked", "backends/cuda", "cli"]
 
 HAVE_CUDA_OK = ("backends/cuda/", "core/ops/")
-CUDA_INCLUDE_OK = ("backends/cuda/", "dist/nccl/comm_nccl.c")
+CUDA_INCLUDE_OK = ("backends/cuda/", "dist/nccl/comm_nccl.c")  # the latter is built into the module
 CUDA_INCLUDE = re.compile(r'^\s*#\s*include\s+(?:"backends/cuda/[^"]+"|<(?:cuda|cublas|cudnn|nccl)[^>]*>)')
 
 violations, checked, seen = [], 0, set()

@@ -4,7 +4,9 @@
  *
  * The CUDA table is checked where the build has it (its kernels against the CPU's are tests/cuda/);
  * without it, every CUDA device is refused with a message saying how to build one. */
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -71,21 +73,42 @@ static void test_cpu_memory(void) {
     ct_device_free(CT_CPU, NULL);
 }
 
-/* Without a CUDA backend every CUDA device is refused, saying how to build one; with it, the table is
- * complete but for the CPU-only fused convolutions, and devices beyond the visible ones are refused. */
+/* Whether a library whose name holds `name` is mapped into this process. */
+static bool mapped(const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    bool found = false;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, name) != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
+/* The library maps no CUDA library until the CUDA kind is looked up. Without the CUDA backend (not
+ * compiled in, or its module not loaded because the machine shows no GPU) every CUDA device is refused
+ * with the reason, and nothing of CUDA is loaded; with it (CTRAINER_CUDA_MODULE loads the module
+ * even without a GPU), the table is complete but for the CPU-only fused convolutions, and devices
+ * beyond the visible ones are refused. */
 static void test_cuda_kind(void) {
+    CHECK(!mapped("libcudart") && !mapped("libcublas") && !mapped("libcudnn") && !mapped("libnccl"),
+          "no CUDA library is mapped before a GPU is asked for");
     const ct_backend_ops *cuda = ct_backend_for_kind(CT_DEVICE_CUDA);
     ct_device gpu0 = {CT_DEVICE_CUDA, 0};
     void *p = (void *)&p;
     if (!cuda) {
+        const char *why = ct_backend_load_error(CT_DEVICE_CUDA);
+        bool known = strstr(why, "this build has no CUDA backend (configure with -DCTRAINER_CUDA=ON)") ||
+                     strstr(why, "no NVIDIA GPU device node") || strstr(why, "could not be loaded");
+        CHECK(known, "the reason there is no CUDA backend: '%s'", why);
+        CHECK(!mapped("libcublas") && !mapped("libcudnn"), "without the backend, no CUDA library was loaded");
         CHECK(ct_device_count(CT_DEVICE_CUDA) == 0, "no CUDA devices without the backend");
-        CHECK_ERR(ct_device_check(gpu0), CT_ERR_DEVICE, "cuda:0", "no CUDA backend", "-DCTRAINER_CUDA=ON");
-        CHECK_ERR(ct_device_alloc(gpu0, 16, &p), CT_ERR_DEVICE, "no CUDA backend");
+        CHECK_ERR(ct_device_check(gpu0), CT_ERR_DEVICE, "cuda:0", why);
+        CHECK_ERR(ct_device_alloc(gpu0, 16, &p), CT_ERR_DEVICE, why);
         CHECK(p == NULL, "a refused allocation leaves NULL");
-        CHECK_ERR(ct_device_copy(&p, CT_CPU, &p, gpu0, sizeof p), CT_ERR_DEVICE, "no CUDA backend");
+        CHECK_ERR(ct_device_copy(&p, CT_CPU, &p, gpu0, sizeof p), CT_ERR_DEVICE, "cuda:0");
         CHECK(ct_device_peak_allocated(gpu0) == -1, "no peak without the backend");
         return;
     }
+    CHECK(mapped("libctrainer_cuda") && mapped("libcublas"), "the CUDA module and its libraries are loaded");
     CHECK(cuda->size == sizeof(ct_backend_ops) && strcmp(cuda->name, "cuda") == 0, "the CUDA table's size and name");
     CHECK(missing_kernels(cuda) == 3, "the CUDA backend lacks %d kernels (the 3 fused conv ops expected)",
           missing_kernels(cuda));
