@@ -1,7 +1,7 @@
 /* The communication of one data-parallel training step, measured alone: the all-reduce of a float32
- * gradient buffer (default 235146 elements, the Fashion-MNIST MLP's parameters), of the step's three
- * float64 totals (loss sum, sample count, flops) and of the stop-signal flag (one int64, MAX), as
- * dist/strategy_ddp.c and train_loop.c do them.
+ * gradient buffer (default 235146 elements, the Fashion-MNIST MLP's parameters) and of the step's one
+ * agreement (6 float64 summed: loss sum, sample count, flops, the two stop signals and one word of
+ * non-finite-loss bits), as dist/strategy_ddp.c and trainer/step_agree.c do them.
  *
  * Two ways for the gradients: MPI_Allreduce on MPI_COMM_WORLD (what MPI itself costs) and the
  * Trainer's own path (ct_comm_all_reduce_start + ct_comm_wait over the MPI communicator, which
@@ -51,8 +51,7 @@ int main(int argc, char **argv) {
     if (!g || !r) die("out of memory");
     for (int64_t i = 0; i < n; i++) g[i] = (float)((i * 7919 + c->rank) % 1000) * 1e-3f;
     ct_tensor tg = ct_tensor_view(g, CT_F32, CT_CPU, 1, &n);
-    double totals[3] = {1, 2, 3};
-    int64_t flag = 0;
+    double agreement[6] = {1, 2, 3, 0, 0, 0};
 
     /* MPI_Allreduce alone. */
     for (int i = 0; i < warm; i++) MPI_Allreduce(g, r, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -74,15 +73,13 @@ int main(int argc, char **argv) {
     }
     double ct_s = slowest((now() - t0) / iters);
 
-    /* The step's small collectives, latency only: its totals and the stop-signal check. */
+    /* The step's one agreement, latency only. */
     for (int i = 0; i < warm; i++)
-        if (ct_comm_all_reduce_f64(c, totals, 3, CT_SUM) != CT_OK || ct_comm_all_reduce_i64(c, &flag, 1, CT_MAX) != CT_OK)
-            die("totals");
+        if (ct_comm_all_reduce_f64(c, agreement, 6, CT_SUM) != CT_OK) die("agreement");
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = now();
     for (int i = 0; i < iters; i++)
-        if (ct_comm_all_reduce_f64(c, totals, 3, CT_SUM) != CT_OK || ct_comm_all_reduce_i64(c, &flag, 1, CT_MAX) != CT_OK)
-            die("totals");
+        if (ct_comm_all_reduce_f64(c, agreement, 6, CT_SUM) != CT_OK) die("agreement");
     double small_s = slowest((now() - t0) / iters);
 
     if (c->rank == 0)

@@ -4,8 +4,8 @@
 2 MPI ranks x 1 thread (`mpirun -np 2`, batch 64 each: the same global batch of 128), both through
 `ctrainer train` with no evaluation and no checkpoints; prints train_samples_per_second of both and
 their ratio. Then the communication share of a 2-rank step: bench_allreduce (under mpirun -np 2)
-times the all-reduce of the MLP's 235146 gradient floats and the step's two small collectives (3
-totals, the stop-signal flag) the way the Trainer does them, divided by the 2-rank run's measured step time (1 / train_steps_per_second).
+times the all-reduce of the MLP's 235146 gradient floats and the step's one small agreement (6
+float64: loss totals, stop signals, non-finite bits) the way the Trainer does them, divided by the 2-rank run's measured step time (1 / train_steps_per_second).
 
 The runs alternate (1 rank, 2 ranks, all-reduce) --repeat times and every figure is reported as
 median and range: the machine is shared and noisy, and only figures from the same round compare.
@@ -97,7 +97,7 @@ c = rows["comm"]
 print(f"  2-rank step time:                 {summary([x['step_s'] * 1e3 for x in c], '{:.3f}')} ms")
 print(f"  all-reduce of 235146 floats:      MPI_Allreduce {summary([x['mpi_allreduce_s'] * 1e3 for x in c], '{:.3f}')} ms, "
       f"Trainer's path {summary([x['ct_comm_allreduce_s'] * 1e3 for x in c], '{:.3f}')} ms")
-print(f"  + totals and stop flag:           {summary([x['ct_comm_small_s'] * 1e6 for x in c], '{:.1f}')} us")
+print(f"  + the step's agreement:           {summary([x['ct_comm_small_s'] * 1e6 for x in c], '{:.1f}')} us")
 print(f"  communication share of a step:    {summary([x['share'] for x in c], '{:.1%}')}")
 print(json.dumps({"epochs": a.epochs, "global_batch": GLOBAL_BATCH, "wait_policy": a.wait_policy,
                   "train_samples_per_second_1x2": s1, "train_samples_per_second_2x1": s2, "ratio": ratios,
