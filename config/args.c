@@ -189,6 +189,8 @@ typedef struct field_info {
       "Leave NaN and infinite losses out of the logged average (they count as the average so far).")                   \
     X(include_num_input_tokens_seen, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                          \
       "Count the input elements trained on (tokens of token data) in num_input_tokens_seen, and log it.")              \
+    X(include_tokens_per_second, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                              \
+      "Report train_tokens_per_second (input elements per second per process); GPU runs report it with train_mfu.")   \
     X(log_level, ENUM, S_ENUM, "\"passive\"", log_names, log_values, 0, 0,                                             \
       "Verbosity of the main process; passive keeps the library's default.")                                           \
     X(log_level_replica, ENUM, S_ENUM, "\"warning\"", log_names, log_values, 0, 0,                                     \
@@ -641,8 +643,6 @@ static const refused_arg refused[] = {
      "there is no torch.compile in C"},
     {"torch_compile_mode", "null",
      "there is no torch.compile in C"},
-    {"include_tokens_per_second", "false",
-     "train_samples_per_second and train_steps_per_second are reported; tokens per second is not"},
     {"neftune_noise_alpha", "null",
      "NEFTune's embedding noise is not implemented"},
     {"optim_target_modules", "null",

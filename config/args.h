@@ -128,6 +128,7 @@ typedef struct ct_training_args {
     bool logging_first_step;      /* false */
     bool logging_nan_inf_filter;  /* true */
     bool include_num_input_tokens_seen; /* false */
+    bool include_tokens_per_second;     /* false */
     ct_log_level log_level;          /* "passive" */
     ct_log_level log_level_replica;  /* "warning" */
     bool log_on_each_node;           /* true */

@@ -81,6 +81,10 @@ const char *ct_math_mode_name(ct_math_mode m);
  * CT_MATH_F32 is always accepted. */
 ct_status ct_device_set_math_mode(ct_device d, ct_math_mode m);
 
+/* Device d's dense peak in FLOP/s for matrix products with math mode m, as its maker states it (what
+ * MFU figures divide by); 0 where not known (the CPU, the checked device). */
+double ct_device_peak_flops(ct_device d, ct_math_mode m);
+
 #ifdef __cplusplus
 }
 #endif

@@ -165,6 +165,12 @@ static ct_status to_json(const ct_module *m, json_t **out) {
     return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
 
+/* Every output element is a dot product over in_channels x kernel taps. */
+static double forward_flops(const ct_module *m) {
+    const ct_conv2d_geom *g = &ct_container_of(m, conv2d, base)->geom;
+    return 2.0 * (double)(g->in_channels * g->kernel[0] * g->kernel[1]) * (double)(g->out_channels * g->out_h * g->out_w);
+}
+
 static const ct_module_ops conv2d_ops = {
     .size = sizeof(ct_module_ops),
     .type = "conv2d",
@@ -177,6 +183,7 @@ static const ct_module_ops conv2d_ops = {
     .fuse_activation = fuse_activation,
     .fuse_maxpool = fuse_maxpool,
     .to_json = to_json,
+    .forward_flops = forward_flops,
 };
 
 ct_status ct_conv2d_create(const ct_conv2d_config *cfg, ct_module **out) {

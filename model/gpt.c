@@ -282,6 +282,12 @@ static void head_init(ct_module *m, ct_rng *rng) {
     init_module(ps, ct_gpt_child(t, "ln_f"), 0.0, rng);
 }
 
+/* The logits of every position: x wte^T over the padded vocabulary, which the GEMM computes. */
+static double head_forward_flops(const ct_module *m) {
+    const lm_head *h = ct_container_of(m, lm_head, base);
+    return 2.0 * (double)ct_shape_numel(&m->in_shape) * (double)h->vocab;
+}
+
 static const ct_module_ops head_ops = {
     .size = sizeof(ct_module_ops),
     .type = "tied_lm_head",
@@ -291,6 +297,7 @@ static const ct_module_ops head_ops = {
     .reserve = head_reserve,
     .forward = head_forward,
     .backward = head_backward,
+    .forward_flops = head_forward_flops,
 };
 
 static ct_status gpt_infer(ct_module *m, const ct_shape *in, ct_shape *out) {

@@ -160,6 +160,13 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
     return ct_module_backward(a->c_attn, &dqkv, dx);
 }
 
+/* Its own products, Q K^T and P V: T x T x n_embd multiply-adds each, counted whole though the mask
+ * leaves half of them out, as nanoGPT and llm.c count them (the projections are its children's). */
+static double attn_forward_flops(const ct_module *m) {
+    const attention *a = ct_container_of(m, attention, base);
+    return 2.0 * 2.0 * (double)a->T * (double)a->T * (double)a->n_embd;
+}
+
 static const ct_module_ops attention_ops = {
     .size = sizeof(ct_module_ops),
     .type = "causal_self_attention",
@@ -167,6 +174,7 @@ static const ct_module_ops attention_ops = {
     .reserve = attn_reserve,
     .forward = attn_forward,
     .backward = attn_backward,
+    .forward_flops = attn_forward_flops,
 };
 
 static ct_status attention_create(const ct_gpt_config *cfg, ct_module **out) {

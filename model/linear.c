@@ -99,6 +99,12 @@ static ct_status to_json(const ct_module *m, json_t **out) {
     return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
 
+/* Every row of the sample (one, or T tokens) times the weight. */
+static double forward_flops(const ct_module *m) {
+    const linear *l = ct_container_of(m, linear, base);
+    return 2.0 * (double)ct_shape_numel(&m->in_shape) * (double)l->out_features;
+}
+
 static const ct_module_ops linear_ops = {
     .size = sizeof(ct_module_ops),
     .type = "linear",
@@ -109,6 +115,7 @@ static const ct_module_ops linear_ops = {
     .forward = forward,
     .backward = backward,
     .to_json = to_json,
+    .forward_flops = forward_flops,
 };
 
 ct_status ct_linear_create(int64_t in_features, int64_t out_features, bool bias, ct_module **out) {

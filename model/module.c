@@ -75,6 +75,13 @@ bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool) {
     return o->size > offsetof(ct_module_ops, fuse_maxpool) && o->fuse_maxpool && o->fuse_maxpool(m, pool);
 }
 
+double ct_module_forward_flops(const ct_module *m) {
+    const ct_module_ops *o = m->ops;
+    double f = o->size > offsetof(ct_module_ops, forward_flops) && o->forward_flops ? o->forward_flops(m) : 0.0;
+    for (int i = 0; i < m->n_children; i++) f += ct_module_forward_flops(m->children[i]);
+    return f;
+}
+
 ct_status ct_module_infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     m->in_shape = *in;
     ct_shape result = *in;

@@ -77,6 +77,11 @@ typedef struct ct_module_ops {
      * layers that have it, built from JSON or from C. NULL: the model is saved without its
      * architecture. */
     ct_status (*to_json)(const ct_module *m, struct json_t **out);
+    /* FLOPs of the matrix products of one forward pass over one sample (2 per multiply-add), known
+     * after infer, not counting the children's (ct_module_forward_flops adds those). What MFU figures
+     * count (llm.c, nanoGPT: a training step is three forward passes' worth, 6N per token plus
+     * attention): elementwise work, norms and pooling are left out. NULL: none of its own. */
+    double (*forward_flops)(const ct_module *m);
 } ct_module_ops;
 
 struct ct_module {
@@ -106,6 +111,9 @@ struct ct_module {
 bool ct_module_fuse_activation(ct_module *m, int act);
 /* m's fuse_maxpool, likewise. */
 bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
+/* The matrix-product FLOPs of one forward pass over one sample through m and its descendants (see
+ * forward_flops above); after infer. */
+double ct_module_forward_flops(const ct_module *m);
 /* Initialises the base of a new module (call from a layer's constructor). */
 void ct_module_base_init(ct_module *m, const ct_module_ops *ops);
 /* Checks the table of m and of every descendant (core/vtable.h): CT_ERR_INVALID_ARG naming the layer,

@@ -408,6 +408,8 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
         *loss = ct_loss_value_add(*loss, lv);
         if (t->args.include_num_input_tokens_seen) t->state.num_input_tokens_seen += input_elements(t, b);
         if (b->rows > 0) *flops += ct_trainer_floating_point_ops(t, b);
+        t->priv->trained_rows += b->rows;
+        t->priv->trained_inputs += b->rows * ct_shape_numel(&t->train_dataset->spec.feature_shape);
         if (!last) CT_TRY(fire(t, CT_ON_SUBSTEP_END));
     }
     return CT_OK;
@@ -547,6 +549,29 @@ void ct_trainer_speed_metrics(json_t *m, const char *split, double runtime, doub
     json_object_set_new(m, key, json_real(round(steps / runtime * 1e3) / 1e3));
 }
 
+/* Throughput per device, beside Hugging Face's speed metrics: train_tokens_per_second (this process's
+ * input elements, the tokens of token data, per second: Hugging Face's include_tokens_per_second) and,
+ * where the device's peak is known (GPUs), train_mfu: the model FLOPs of the samples this process
+ * trained (three forward passes' matrix products each, llm.c's and nanoGPT's count) per second over
+ * that peak in the run's math mode. Both are also logged as one line. */
+static void throughput_metrics(ct_trainer *t, json_t *m, double runtime) {
+    const struct ct_trainer_private *p = t->priv;
+    double peak = ct_device_peak_flops(t->model->opts.device, p->math);
+    if (runtime <= 0 || (!t->args.include_tokens_per_second && peak <= 0)) return;
+    double tokens = (double)p->trained_inputs / runtime;
+    json_object_set_new(m, "train_tokens_per_second", json_real(round(tokens * 1e3) / 1e3));
+    if (peak <= 0) {
+        ct_log_info("training: %.0f tokens/s on this process", tokens);
+        return;
+    }
+    double mfu = 3.0 * ct_module_forward_flops(t->model->root) * (double)p->trained_rows / runtime / peak;
+    json_object_set_new(m, "train_mfu", json_real(round(mfu * 1e4) / 1e4));
+    char dev[32];
+    ct_log_info("training: %.0f tokens/s on %s, MFU %.1f%% of its %.1f TFLOP/s peak in %s", tokens,
+                ct_device_str(t->model->opts.device, dev, sizeof dev), 100.0 * mfu, peak * 1e-12,
+                ct_math_mode_name(p->math));
+}
+
 static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
     const ct_training_args *a = &t->args;
     int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
@@ -581,6 +606,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
     t->priv->train_start_time = ct_monotonic_seconds();
+    t->priv->trained_rows = t->priv->trained_inputs = 0;
     ct_train_progress *L = &t->priv->progress;
     CT_TRY(fire(t, CT_ON_TRAIN_BEGIN));
     /* A resumed run evaluated on start the first time; doing it again would add a log entry the
@@ -607,6 +633,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_trainer_speed_metrics(m, "train", runtime,
                   (double)max_steps * (double)(a->per_device_train_batch_size * ga * t->world_size),
                   (double)max_steps);
+    throughput_metrics(t, m, runtime);
     json_object_set_new(m, "total_flos", json_real(t->state.total_flos));
     json_object_set_new(m, "train_loss", json_real(train_loss));
     if (L->nan_inf_skipped > 0) json_object_set_new(m, "nan_inf_skipped", json_integer(L->nan_inf_skipped));

@@ -33,6 +33,9 @@ struct ct_trainer_private {
     ct_batch device_batch;
     ct_tensor device_features, device_labels, host_outputs;
     double train_start_time;
+    /* this process's samples and input elements (tokens of token data) trained since train_start_time:
+     * the throughput and MFU of the run's final metrics */
+    int64_t trained_rows, trained_inputs;
     /* the distribution strategy (dist/strategy.h), chosen once at init from optimizer_sharding and
      * the world size */
     ct_dist dist;

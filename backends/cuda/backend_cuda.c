@@ -71,4 +71,5 @@ const ct_backend_ops ct_backend_cuda = {
     .l2_norm = ct_cuda_op_l2_norm,
 
     .fused_classifier = ct_cuda_op_fused_classifier,
+    .peak_flops = ct_cuda_peak_flops,
 };

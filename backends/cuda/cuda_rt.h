@@ -26,6 +26,8 @@ extern "C" {
 int ct_cuda_device_count(void);
 /* One line on device `index` for `ctrainer version`: its name, memory and compute capability. */
 void ct_cuda_describe(int index, char *buf, size_t cap);
+/* The device's dense peak FLOP/s with math mode m (core/device.h's ct_device_peak_flops); 0: unknown. */
+double ct_cuda_peak_flops(int index, ct_math_mode m);
 
 /* Makes `index` the calling thread's current device. */
 ct_status ct_cuda_set_device(int index);

@@ -201,6 +201,12 @@ void ct_device_reset_peak(ct_device d) {
     if (MEMBER(b, reset_peak)) b->reset_peak(d.index);
 }
 
+double ct_device_peak_flops(ct_device d, ct_math_mode m) {
+    const ct_backend_ops *b = ct_backend_for(d);
+    double peak = MEMBER(b, peak_flops) ? b->peak_flops(d.index, m) : 0.0;
+    return peak > 0 ? peak : 0.0;
+}
+
 const char *ct_math_mode_name(ct_math_mode m) {
     static const char *const names[] = {"float32", "tf32", "bf16", "fp16"};
     return m >= CT_MATH_F32 && m <= CT_MATH_FP16 ? names[m] : "unknown";

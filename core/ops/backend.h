@@ -141,6 +141,10 @@ typedef struct ct_backend_ops {
     /* --- precision (NULL: float32 only) ---------------------------------------------------------- */
     /* What the calling thread's GEMMs and convolutions may compute with (core/device.h). */
     void (*set_math_mode)(ct_math_mode m);
+
+    /* --- appended: the device's dense peak in FLOP/s with math mode m (ct_device_peak_flops); 0 or
+     * NULL: not known (the CPU's depends on clocks and load that nothing reports reliably) --------- */
+    double (*peak_flops)(int index, ct_math_mode m);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA
