@@ -117,12 +117,9 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
     }
     ct_h5_unlock();
     free(config);
-    if (s == CT_OK) s = ct_write_bytes(file, image, size);
+    if (s == CT_OK) s = ct_write_file(file, image, size); /* removes what it could not finish */
     free(image);
-    if (s != CT_OK) {
-        unlink(file);
-        return ct_error_prefix(s, "save optimizer '%s': ", file);
-    }
+    if (s != CT_OK) return ct_error_prefix(s, "save optimizer '%s': ", file);
     return CT_OK;
 }
 
