@@ -224,6 +224,18 @@ ct_status ct_comm_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
     return named(c, "all_gather", s);
 }
 
+ct_status ct_comm_gather_v_total(const int64_t *info, int world, int root, int64_t *total) {
+    *total = 0;
+    for (int q = 0; q < world; q++) {
+        if (info[2 * q + 1] != info[2 * root + 1])
+            return ct_error(CT_ERR_DTYPE, "rank %d sends %s but the root (rank %d) %s", q,
+                            ct_dtype_name((ct_dtype)info[2 * q + 1]), root,
+                            ct_dtype_name((ct_dtype)info[2 * root + 1]));
+        *total += info[2 * q];
+    }
+    return CT_OK;
+}
+
 ct_status ct_comm_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
     CT_ASSERT(c && c->ops && in && out);
     int64_t zero = 0;
