@@ -8,7 +8,10 @@
  *   test_args --dump-defaults   prints the defaults as JSON
  *   test_args --validate        reads one JSON object of arguments per line from stdin and prints, per
  *                               line, {"ok": true, "args": resolved} or {"ok": false, "error": message}
- *   test_args --markdown        prints docs/config.md's text (regenerate the file with it). */
+ *   test_args --markdown        prints docs/config.md's text (regenerate the file with it).
+ *
+ * Why one file of over 600 lines: it is the test of one table (config/args.c) and the program
+ * tests/oracle/test_training_args.py drives; every section walks the same schema rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

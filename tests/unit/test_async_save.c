@@ -18,7 +18,10 @@
  *    training with an error naming the checkpoint directory, and nothing is committed.
  *  - The writer never reads live weights: with save_steps 1, each checkpoint's model.h5 equals the
  *    weights a callback copied at that step's on_step_end, although the callback held the writer
- *    back (through the HDF5 lock it needs) until the next optimizer step had changed the weights. */
+ *    back (through the HDF5 lock it needs) until the next optimizer step had changed the weights.
+ *
+ * Why one file of over 600 lines: every check compares a run with save_async against the
+ * synchronous one, through one run helper and the file comparison written here. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <hdf5.h>
