@@ -1,6 +1,6 @@
 /* The NCCL communicator: one process per GPU under `mpirun -np N`, CUDA tensors reduced by NCCL.
  *
- * Bootstrap and CPU tensors go through an MPI communicator of its own (dist/comm_mpi.c): rank 0's
+ * Bootstrap and CPU tensors go through an MPI communicator of its own (dist/mpi/comm_mpi.c): rank 0's
  * ncclUniqueId is broadcast over it, every rank's setup outcome is agreed over it before anyone
  * enters ncclCommInitRank (so no rank waits there for one that already gave up), gather_v's counts
  * travel over it, and every collective on CPU tensors (metric states, config hashes) is simply MPI's.
