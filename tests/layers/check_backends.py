@@ -10,13 +10,14 @@ tensor's device in one place (core/ops/), through one const table per device kin
 The files checked are those of the library's areas (CT_AREAS of CMakeLists.txt, the backends, the CLI);
 tests and benchmarks may ask for CUDA themselves. Prints every violation as file:line and exits 1 if any.
 
-With --nm NM LIBRARY (a CPU-only build's static library) it checks instead that the library defines
-and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: a CPU-only build must not reach for them. The one
-allowed name is ct_comm_nccl_create, the public NCCL entry point that a build without CUDA answers with
+With --nm NM LIBRARY... (a CPU-only build's static and shared libraries) it checks instead that each
+library defines and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: a CPU-only build must not reach for
+them (a shared library's dynamic symbols are what its users link against). The one allowed name is
+ct_comm_nccl_create, the public NCCL entry point that a build without CUDA answers with
 CT_ERR_UNSUPPORTED (dist/nccl/comm_nccl_off.c).
 
 Usage: check_backends.py [SOURCE_ROOT]
-       check_backends.py --nm NM LIBRARY"""
+       check_backends.py --nm NM LIBRARY..."""
 import os
 import re
 import subprocess
@@ -27,7 +28,10 @@ ALLOWED_SYMBOLS = {"ct_comm_nccl_create"}
 
 
 def check_symbols(nm, lib):
-    out = subprocess.run([nm, "-A", lib], check=True, capture_output=True, text=True).stdout
+    """The number of CUDA symbols in lib, each printed."""
+    shared = re.search(r"\.so(\.|$)", os.path.basename(lib))
+    out = subprocess.run([nm, "-A"] + (["-D"] if shared else []) + [lib], check=True, capture_output=True,
+                         text=True).stdout
     bad, seen = [], 0
     for line in out.splitlines():
         fields = line.split()
@@ -42,11 +46,11 @@ def check_symbols(nm, lib):
     if seen < 100:
         sys.exit(f"check_backends: only {seen} symbols in {lib}: not the library?")
     print(f"check_backends: {seen} symbols in {os.path.basename(lib)}, {len(bad)} of CUDA, cuBLAS, cuDNN or NCCL")
-    sys.exit(1 if bad else 0)
+    return len(bad)
 
 
-if len(sys.argv) == 4 and sys.argv[1] == "--nm":
-    check_symbols(sys.argv[2], sys.argv[3])
+if len(sys.argv) >= 4 and sys.argv[1] == "--nm":
+    sys.exit(1 if sum(check_symbols(sys.argv[2], lib) for lib in sys.argv[3:]) else 0)
 
 root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", ".."))
 text = open(os.path.join(root, "CMakeLists.txt")).read()
