@@ -28,20 +28,6 @@
 
 /* --- small file helpers ------------------------------------------------------------------------- */
 
-ct_status ct_checkpoint_write_text(const char *path, const char *text) {
-    char part[4352];
-    if (snprintf(part, sizeof part, "%s.part", path) >= (int)sizeof part)
-        return ct_error(CT_ERR_INVALID_ARG, "path too long: %s", path);
-    /* write() through the fault hook; a partly written .part is removed */
-    CT_TRY(ct_write_bytes(part, text, strlen(text)));
-    if (rename(part, path) != 0) {
-        int err = errno;
-        unlink(part);
-        return ct_error(CT_ERR_IO, "cannot rename '%s' to '%s': %s", part, path, strerror(err));
-    }
-    return CT_OK;
-}
-
 /* Size and CRC-32 of a file, read in chunks; with sync, the file is also fsync'd (the manifest
  * writer reads every file anyway, so it is the natural place to make them durable). */
 static ct_status file_crc(const char *path, bool sync, int64_t *size, uint32_t *crc) {

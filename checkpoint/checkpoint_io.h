@@ -73,11 +73,6 @@ ct_status ct_scheduler_read_json(const char *file, char *type, size_t cap, ct_sc
 
 /* --- whole directories ------------------------------------------------------------------------- */
 
-/* Writes text to path through `<path>.part` and a rename, so the name appears only once the file
- * is whole (another process may look for it); not synced: ct_checkpoint_write_manifest syncs every
- * file of the directory. The bytes go through ct_io_write (core/io_fault.h); a `.part` whose write
- * failed is removed. */
-ct_status ct_checkpoint_write_text(const char *path, const char *text);
 /* Writes dir/manifest.json over every regular file in dir (except the manifest; subdirectories are
  * not listed). Each file is fsync'd as it is checksummed, then the manifest and dir itself, so the
  * writers of the files need not sync them. */

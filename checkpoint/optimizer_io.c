@@ -19,21 +19,12 @@
 
 /* --- optimizer ---------------------------------------------------------------------------------- */
 
-static const char *kind_name(ct_optim_kind k) {
-    switch (k) {
-    case CT_OPTIM_SGD: return "sgd";
-    case CT_OPTIM_ADAM: return "adam";
-    case CT_OPTIM_ADAMW: return "adamw";
-    }
-    return "?";
-}
-
 /* The configuration with TrainingArguments' names, so ct_optim_config_from_json reads it back. */
 static char *optim_config_text(const ct_optim_config *c) {
-    json_t *o = json_pack("{sssfsfsfsfsfsbsfsfsb}", "optim", kind_name(c->optim), "learning_rate", c->learning_rate,
-                          "weight_decay", c->weight_decay, "adam_beta1", c->adam_beta1, "adam_beta2", c->adam_beta2,
-                          "adam_epsilon", c->adam_epsilon, "amsgrad", (int)c->amsgrad, "momentum", c->momentum,
-                          "dampening", c->dampening, "nesterov", (int)c->nesterov);
+    json_t *o = json_pack("{sssfsfsfsfsfsbsfsfsb}", "optim", ct_optim_kind_name(c->optim), "learning_rate",
+                          c->learning_rate, "weight_decay", c->weight_decay, "adam_beta1", c->adam_beta1, "adam_beta2",
+                          c->adam_beta2, "adam_epsilon", c->adam_epsilon, "amsgrad", (int)c->amsgrad, "momentum",
+                          c->momentum, "dampening", c->dampening, "nesterov", (int)c->nesterov);
     char *text = o ? json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17)) : NULL;
     json_decref(o);
     return text;
@@ -117,12 +108,9 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
     }
     ct_h5_unlock();
     free(config);
-    if (s == CT_OK) s = ct_write_bytes(file, image, size);
+    if (s == CT_OK) s = ct_write_file(file, image, size); /* removes what it could not finish */
     free(image);
-    if (s != CT_OK) {
-        unlink(file);
-        return ct_error_prefix(s, "save optimizer '%s': ", file);
-    }
+    if (s != CT_OK) return ct_error_prefix(s, "save optimizer '%s': ", file);
     return CT_OK;
 }
 
@@ -175,8 +163,8 @@ static ct_status check_config(hid_t f, const ct_optimizer *opt, const char *file
     if (s != CT_OK) return ct_error_prefix(CT_ERR_FORMAT, "%s: attribute ", file);
     const ct_optim_config *now = &opt->config;
     if (saved.optim != now->optim)
-        return ct_error(CT_ERR_CONFIG, "%s holds '%s' state, this run uses '%s'", file, kind_name(saved.optim),
-                        kind_name(now->optim));
+        return ct_error(CT_ERR_CONFIG, "%s holds '%s' state, this run uses '%s'", file, ct_optim_kind_name(saved.optim),
+                        ct_optim_kind_name(now->optim));
     if (now->optim == CT_OPTIM_SGD) {
         CT_TRY(same_setting(file, "momentum", saved.momentum, now->momentum));
         return same_setting(file, "dampening", saved.dampening, now->dampening);

@@ -266,7 +266,10 @@ static ct_status spawn(char **argv, const char *log, pid_t *pid) {
 
 /* Waits for pid; a signal sent to the search is passed on to the trial. Polling (every 20 ms)
  * rather than a blocking waitpid leaves no window in which a signal arrives after the check and
- * before the wait, unforwarded, while the trial runs on. */
+ * before the wait, unforwarded, while the trial runs on; and a signal delivered to another thread
+ * (OpenMP's may exist) is still seen within 20 ms, which a sigsuspend of this one would miss. Not
+ * dist/poll.h's loop: that one is for collectives, spinning first and waking every 200 us at most,
+ * which a trial that runs for minutes would pay for with its own cores. */
 static int wait_for(pid_t pid) {
     int status = 0, forwarded = 0;
     for (;;) {

@@ -1,8 +1,8 @@
 # Optional MPI: CTRAINER_MPI=AUTO enables it where an MPI is found, ON requires one, OFF skips it.
 # Without MPI the library is single-process: CMakeLists.txt compiles dist/mpi/comm_mpi_off.c instead
-# of dist/mpi/comm_mpi.c and dist/nccl/comm_nccl_off.c instead of dist/nccl/comm_nccl.c (NCCL is
-# bootstrapped through MPI); they answer with CT_ERR_UNSUPPORTED, and the MPI tests and benchmark
-# are not built.
+# of dist/mpi/comm_mpi.c, the CUDA module is built without the NCCL communicator (NCCL is bootstrapped
+# through MPI) and dist/nccl/nccl_entry.c says so; both answer with CT_ERR_UNSUPPORTED, and the MPI
+# tests and benchmark are not built.
 # Machines without an MPI (the GPU machines, which have no apt) can then still build and test.
 set(CTRAINER_MPI_ENABLED OFF)
 if(NOT CTRAINER_MPI MATCHES "^(AUTO|ON|OFF)$")

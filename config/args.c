@@ -11,10 +11,14 @@
  * later (a batch size of 0, save_steps -1). Every message starts with the argument's name, or its
  * JSON path when the caller gives one, so run-config errors can be pointed at their line.
  *
+ * Hugging Face's arguments that ctrainer refuses are listed in args_refused.c, and the reference
+ * page (docs/config.md) is written by args_doc.c.
+ *
  * Why one long file: the table, its two expansions and the cross-argument rules must be read
  * together (a new argument is one row here and nothing elsewhere); split, each part would need the
  * other's private field_info rows. */
 #include "config/args.h"
+#include "config/args_impl.h"
 
 #include <limits.h>
 #include <math.h>
@@ -513,173 +517,11 @@ static ct_status set_row(ct_training_args *a, int i, const json_t *v, const char
     return CT_OK;
 }
 
-/* --- Hugging Face's arguments that do not apply here ---------------------------------------------- *
- * Every other field of TrainingArguments (and Seq2SeqTrainingArguments) 4.51.3, with Hugging Face's
- * default and why ctrainer has no use for it. A config written for Hugging Face may name one at a
- * value that asks for nothing (its default, null, false, "", [] or {}): it is ignored. Any other value
- * is refused with the reason, never silently dropped. docs/config.md lists them from here. */
-typedef struct refused_arg {
-    const char *name, *hf_default, *why;
-} refused_arg;
-
-static const refused_arg refused[] = {
-    {"per_gpu_train_batch_size", "null",
-     "deprecated by Hugging Face itself: use per_device_train_batch_size"},
-    {"per_gpu_eval_batch_size", "null",
-     "deprecated by Hugging Face itself: use per_device_eval_batch_size"},
-    {"torch_empty_cache_steps", "null",
-     "ctrainer has no caching allocator to empty: its buffers are sized once and reused"},
-    {"no_cuda", "false",
-     "the device comes from the run config's model section (cpu or cuda:N), not from a flag"},
-    {"use_cpu", "false",
-     "the device comes from the run config's model section (cpu or cuda:N), not from a flag"},
-    {"use_mps_device", "false",
-     "ctrainer has no Apple MPS backend"},
-    {"jit_mode_eval", "false",
-     "there is no TorchScript in ctrainer"},
-    {"use_ipex", "false",
-     "Intel Extension for PyTorch does not apply to ctrainer's own CPU kernels"},
-    {"fp16_opt_level", "\"O1\"",
-     "apex AMP does not exist in ctrainer: fp16 is its own tensor-core GEMMs with dynamic loss scaling"},
-    {"half_precision_backend", "\"auto\"",
-     "ctrainer has one mixed-precision backend, the device's own tensor cores (no apex, no cpu_amp)"},
-    {"bf16_full_eval", "false",
-     "evaluation keeps float32 weights; with bf16 its matrix multiplies use bf16 as training's do"},
-    {"fp16_full_eval", "false",
-     "evaluation keeps float32 weights; with fp16 its matrix multiplies use fp16 as training's do"},
-    {"local_rank", "-1",
-     "the rank comes from mpirun or srun, not from the config"},
-    {"ddp_backend", "null",
-     "ctrainer chooses its communicator itself: MPI between processes, NCCL for CUDA tensors"},
-    {"tpu_num_cores", "null",
-     "there are no TPUs in ctrainer"},
-    {"tpu_metrics_debug", "false",
-     "there are no TPUs in ctrainer"},
-    {"debug", "\"\"",
-     "the PyTorch/XLA debug options do not apply"},
-    {"dataloader_prefetch_factor", "null",
-     "the loader's ring of batch slots is sized by dataloader_num_workers"},
-    {"past_index", "-1",
-     "models here return no past states (mems)"},
-    {"run_name", "null",
-     "ctrainer has no experiment-tracker integration to name a run for"},
-    {"remove_unused_columns", "true",
-     "datasets here are tensors, not columns a forward signature could leave unused"},
-    {"label_names", "null",
-     "a dataset here has one label tensor, found by its format"},
-    {"fsdp", "\"\"",
-     "fully sharded data parallelism is not implemented (optimizer_sharding zero1 shards the optimizer state)"},
-    {"fsdp_min_num_params", "0",
-     "fully sharded data parallelism is not implemented"},
-    {"fsdp_config", "null",
-     "fully sharded data parallelism is not implemented"},
-    {"tp_size", "0",
-     "tensor parallelism is not implemented"},
-    {"fsdp_transformer_layer_cls_to_wrap", "null",
-     "fully sharded data parallelism is not implemented"},
-    {"accelerator_config", "null",
-     "there is no Accelerate in ctrainer: its settings are training arguments here"},
-    {"deepspeed", "null",
-     "DeepSpeed does not exist for C (optimizer_sharding zero1 is ZeRO stage 1)"},
-    {"optim_args", "null",
-     "the optimizers' settings are the arguments adam_beta1, adam_beta2, adam_epsilon, weight_decay"},
-    {"adafactor", "false",
-     "deprecated by Hugging Face itself (optim adafactor), and Adafactor is not implemented"},
-    {"group_by_length", "false",
-     "samples of one dataset have one shape here: there are no lengths to group by"},
-    {"length_column_name", "\"length\"",
-     "samples of one dataset have one shape here: there are no lengths to group by"},
-    {"ddp_find_unused_parameters", "null",
-     "every parameter gets a gradient (an unused one gets zeros): there is nothing to find"},
-    {"ddp_broadcast_buffers", "null",
-     "buffers are broadcast from rank 0 at the start; batch-norm statistics stay per process"},
-    {"dataloader_pin_memory", "true",
-     "the loader's batch slots are allocated once; GPU copies use the backend's own staging"},
-    {"dataloader_persistent_workers", "false",
-     "the loader's workers live as long as the loader already"},
-    {"use_legacy_prediction_loop", "false",
-     "there is one evaluation loop"},
-    {"push_to_hub", "false",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"resume_from_checkpoint", "null",
-     "give it on the command line: ctrainer train CONFIG --resume_from_checkpoint [latest or DIR]"},
-    {"hub_model_id", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"hub_strategy", "\"every_save\"",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"hub_token", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"hub_private_repo", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"hub_always_push", "false",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"gradient_checkpointing", "false",
-     "activation recomputation is not implemented: activations are kept for backward"},
-    {"gradient_checkpointing_kwargs", "null",
-     "activation recomputation is not implemented"},
-    {"include_inputs_for_metrics", "false",
-     "deprecated by Hugging Face itself: use include_for_metrics [\"inputs\"]"},
-    {"eval_do_concat_batches", "true",
-     "outputs are written into one array in dataset order as they come: there are no batches to concatenate"},
-    {"fp16_backend", "\"auto\"",
-     "deprecated by Hugging Face itself (half_precision_backend), and ctrainer has one mixed-precision backend"},
-    {"push_to_hub_model_id", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"push_to_hub_organization", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"push_to_hub_token", "null",
-     "nothing is uploaded: ctrainer runs without network access"},
-    {"mp_parameters", "\"\"",
-     "SageMaker model parallelism does not apply"},
-    {"auto_find_batch_size", "false",
-     "memory is reserved for the largest batch before training: a batch that does not fit fails at the start"},
-    {"torchdynamo", "null",
-     "there is no torch.compile in C"},
-    {"ray_scope", "\"last\"",
-     "Ray Tune is not used: ctrainer search runs trials itself"},
-    {"torch_compile", "false",
-     "there is no torch.compile in C"},
-    {"torch_compile_backend", "null",
-     "there is no torch.compile in C"},
-    {"torch_compile_mode", "null",
-     "there is no torch.compile in C"},
-    {"neftune_noise_alpha", "null",
-     "NEFTune's embedding noise is not implemented"},
-    {"optim_target_modules", "null",
-     "GaLore and APOLLO optimizers are not implemented"},
-    {"use_liger_kernel", "false",
-     "Liger's Triton kernels do not apply to ctrainer's kernels"},
-    {"eval_use_gather_object", "false",
-     "outputs are gathered as tensors; there are no Python objects"},
-    {"average_tokens_across_devices", "false",
-     "the loss is always divided by the global count of the step (all micro-batches, all processes)"},
-    {"sortish_sampler", "false",
-     "samples of one dataset have one shape here: there are no lengths to sort by"},
-    {"generation_num_beams", "null",
-     "generation samples (temperature, top-k, top-p); beam search is not implemented"},
-    {"generation_config", "null",
-     "generation settings are the run config's generation section"},
-};
-
-static const refused_arg *find_refused(const char *name) {
-    for (size_t i = 0; i < CT_ARRAY_LEN(refused); i++)
-        if (strcmp(refused[i].name, name) == 0) return &refused[i];
-    return NULL;
-}
-
-static bool asks_nothing(const refused_arg *r, const json_t *v) {
-    if (json_is_null(v) || json_is_false(v)) return true;
-    if (json_is_string(v) && json_string_length(v) == 0) return true;
-    if ((json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0)) return true;
-    json_t *d = json_loads(r->hf_default, JSON_DECODE_ANY, NULL);
-    bool same = d && json_equal(d, (json_t *)v);
-    json_decref(d);
-    return same;
-}
+/* --- Hugging Face's arguments that do not apply here (args_refused.c) --------------------------- */
 
 /* CT_OK (the key is ignored) when v asks for nothing; else CT_ERR_CONFIG with the reason. */
-static ct_status refuse(const refused_arg *r, const json_t *v, const char *where) {
-    if (asks_nothing(r, v)) return CT_OK;
+static ct_status refuse(const ct_refused_arg *r, const json_t *v, const char *where) {
+    if (ct_refused_arg_asks_nothing(r, v)) return CT_OK;
     char got[80];
     return ct_error(CT_ERR_CONFIG, "%s: Hugging Face's argument is not supported by ctrainer (%s), got %s; leave it "
                     "out or at %s", where, r->why, json_str(v, got), r->hf_default);
@@ -700,7 +542,7 @@ ct_status ct_training_args_set_json(ct_training_args *a, const char *name, const
     const char *where = path && path[0] ? path : name;
     int i = find_index(name);
     if (!value) return ct_error(CT_ERR_CONFIG, "%s: no value", where);
-    if (i < 0 && find_refused(name)) return refuse(find_refused(name), value, where);
+    if (i < 0 && ct_refused_arg_find(name)) return refuse(ct_refused_arg_find(name), value, where);
     if (i < 0) return unknown_name(name, where);
     return set_row(a, i, value, where);
 }
@@ -724,7 +566,8 @@ ct_status ct_training_args_from_json(ct_training_args *a, const json_t *obj, con
         snprintf(where, sizeof where, "%s.%s", p, key);
         int i = find_index(key);
         if (i >= 0) s = set_row(&tmp, i, value, where);
-        else s = find_refused(key) ? refuse(find_refused(key), value, where) : unknown_name(key, where);
+        else
+            s = ct_refused_arg_find(key) ? refuse(ct_refused_arg_find(key), value, where) : unknown_name(key, where);
         if (s != CT_OK) break;
     }
     if (s != CT_OK) {
@@ -829,11 +672,11 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
 ct_status ct_training_args_set(ct_training_args *a, const char *name, const char *text) {
     CT_ASSERT(a && name && text);
     int i = find_index(name);
-    if (i < 0 && find_refused(name)) {
+    if (i < 0 && ct_refused_arg_find(name)) {
         /* as a command line spells it: JSON, Python's None, or else a string */
         json_t *v = strcmp(text, "None") == 0 ? json_null() : json_loads(text, JSON_DECODE_ANY, NULL);
         if (!v) v = json_string(text);
-        ct_status s = v ? refuse(find_refused(name), v, name)
+        ct_status s = v ? refuse(ct_refused_arg_find(name), v, name)
                         : ct_error(CT_ERR_CONFIG, "%s: '%s' is not valid UTF-8", name, text);
         json_decref(v);
         return s;
@@ -1276,132 +1119,6 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
 
 ct_status ct_training_args_validate(ct_training_args *a) { return ct_training_args_validate_at(a, NULL); }
 
-/* --- the reference ----------------------------------------------------------------------------------- */
+/* --- what the reference page needs (args_doc.c) ------------------------------------------------- */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void sb_add(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_add(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if (b->len + (size_t)n + 1 > b->cap) {
-        size_t cap = (b->cap + (size_t)n + 1) * 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    va_start(ap, fmt);
-    vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
-    b->len += (size_t)n;
-}
-
-/* Text for a table cell: '|' escaped so it cannot split the cell. */
-static void sb_cell(sbuf *b, const char *s) {
-    for (; *s; s++) {
-        if (*s == '|')
-            sb_add(b, "\\|");
-        else
-            sb_add(b, "%c", *s);
-    }
-}
-
-static const char *type_name(int i) {
-    switch (specs[i].type) {
-    case CT_ARG_BOOL: return "bool";
-    case CT_ARG_INT: return "int";
-    case CT_ARG_REAL: return infos[i].flags & F_COUNT ? "float (count or ratio)" : "float";
-    case CT_ARG_STRING: return "string";
-    case CT_ARG_ENUM: return "string";
-    case CT_ARG_OBJECT: return "object";
-    case CT_ARG_LIST: return "string or list";
-    }
-    return "?";
-}
-
-/* Where ctrainer keeps its own behaviour against transformers 4.51.3 (each a defect there), found
- * by tests/oracle/test_trainer_differential.py, which leaves exactly these out by name. */
-static const char differences_text[] =
-    "\n## Differences from Hugging Face\n\n"
-    "ctrainer follows transformers 4.51.3's Trainer rule for rule (tests/oracle/test_trainer_differential.py runs "
-    "both on the same arguments and compares every decision), except where 4.51.3 has a defect:\n\n"
-    "- **The last gradient-accumulation group of an epoch** (`accumulation_tail`). HF's `_inner_training_loop` "
-    "(trainer.py:2480) gives the epoch's last update `num_examples % gradient_accumulation_steps` batches, a count "
-    "of samples used as a count of batches: when that is fewer than the batches left, the epoch ends without an "
-    "optimizer step, the remaining batches are not trained on and the last gradients are carried into the next "
-    "epoch's first step. ctrainer steps on the short last group. The defect came with 4.46 (pull request 34198); "
-    "4.52 counts the remainder in batches (pull request 37923) and agrees with ctrainer.\n"
-    "- **inverse_sqrt's `timescale`** (`inverse_sqrt_timescale`). HF's `get_scheduler` passes inverse_sqrt only "
-    "`num_warmup_steps` (optimization.py:582), so a `timescale` in `lr_scheduler_kwargs` is silently ignored there "
-    "(the default, `num_warmup_steps` or 10000, applies). ctrainer honours it.\n"
-    "- **`best_model_checkpoint` under save_strategy `best`** (`best_model_checkpoint_under_best`). HF sets it only "
-    "for save_strategy `steps` and `epoch` (trainer.py:3202), so under `best` it stays null and "
-    "load_best_model_at_end loads nothing. ctrainer names the checkpoint each new best was saved to, protects it "
-    "from rotation and loads it at the end. (best_global_step stays null under `best`, as in HF.)\n"
-    "- **eval_on_start in a resumed run** (`eval_on_start_on_resume`). HF's `_inner_training_loop` runs the "
-    "eval_on_start evaluation at the start of every `train()` call (trainer.py:2471), a resumed one too, so a "
-    "resumed run logs an evaluation at the resumed step that the uninterrupted run does not have. ctrainer "
-    "evaluates on start only in a fresh run, so that a run killed and resumed logs exactly what the uninterrupted "
-    "run logs.\n\n"
-    "Rules where ctrainer matches HF 4.51.3 on purpose, though they may surprise: eval_on_start's evaluation "
-    "neither counts toward the best metric nor steps reduce_lr_on_plateau (HF's `_evaluate(skip_scheduler=True)`); "
-    "best_global_step is set only under save_strategy `steps` and `epoch`; save_strategy `best` with eval_strategy "
-    "`no` is accepted and never saves (a warning says so); a checkpoint's TrainerControl is recorded before on_save "
-    "lowers should_save; a resume restores callback states and TrainerControl only with "
-    "restore_callback_states_from_checkpoint.\n";
-
-char *ct_training_args_markdown(void) {
-    sbuf b = {0};
-    sb_add(&b, "# Configuration reference\n\n"
-               "A run config (`ctrainer train run.json`) is one JSON object with the sections `model`, `data`, "
-               "`loss`, `metrics`, `training_args` and `callbacks`. This page lists `training_args`: Hugging Face's "
-               "TrainingArguments (transformers 4.51), with the same names, defaults and meanings. Any of them can "
-               "also be given on the command line (`--learning_rate 3e-4`) or with `--set "
-               "training_args.seed=3`. Steps arguments marked \"count or ratio\" take a number of optimizer steps, or "
-               "below 1 a fraction of the run's total steps (rounded up). A `null` default means \"not set\"; the "
-               "description says what applies then. Errors name the argument and its line in the file.\n\n"
-               "This file is generated from the schema in `config/args.c` (`build/tests/test_args --markdown > "
-               "docs/config.md`); the unit test `test_args` fails when the two differ.\n\n");
-    sb_add(&b, "| Argument | Type | Default | Allowed | Description |\n");
-    sb_add(&b, "|---|---|---|---|---|\n");
-    for (int i = 0; i < N_ARGS; i++) {
-        sb_add(&b, "| `%s` | %s | `", specs[i].name, type_name(i));
-        sb_cell(&b, specs[i].default_text);
-        sb_add(&b, "` | ");
-        if (specs[i].allowed)
-            for (int k = 0; specs[i].allowed[k]; k++) sb_add(&b, "%s`%s`", k ? ", " : "", specs[i].allowed[k]);
-        sb_add(&b, " | ");
-        sb_cell(&b, specs[i].doc);
-        sb_add(&b, " |\n");
-    }
-    sb_add(&b, "\n## Hugging Face arguments that do not apply\n\n"
-               "Every other field of TrainingArguments (and Seq2SeqTrainingArguments) 4.51.3. A config may name one at "
-               "a value that asks for nothing (Hugging Face's default, null, false, \"\", [] or {}), so configs "
-               "written for Hugging Face run; any other value is refused (exit 2) with the reason below.\n\n"
-               "| Argument | Accepted value | Why ctrainer has no use for it |\n|---|---|---|\n");
-    for (size_t i = 0; i < CT_ARRAY_LEN(refused); i++) {
-        sb_add(&b, "| `%s` | `", refused[i].name);
-        sb_cell(&b, refused[i].hf_default);
-        sb_add(&b, "` | ");
-        sb_cell(&b, refused[i].why);
-        sb_add(&b, " |\n");
-    }
-    sb_add(&b, "%s", differences_text);
-    if (b.oom) {
-        free(b.p);
-        return NULL;
-    }
-    return b.p;
-}
+bool ct_training_args_count_or_ratio(int i) { return i >= 0 && i < N_ARGS && (infos[i].flags & F_COUNT); }

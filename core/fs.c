@@ -251,6 +251,18 @@ void ct_atomic_file_discard(ct_atomic_file *a) {
     a->tmp[0] = '\0';
 }
 
+ct_status ct_write_file(const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return ct_error(CT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
+    int err = ct_io_write_all(fd, data, n); /* write(), or a test's fault */
+    if (close(fd) != 0 && !err) err = errno;
+    if (err) {
+        unlink(path);
+        return ct_error(CT_ERR_IO, "cannot write '%s': %s", path, strerror(err));
+    }
+    return CT_OK;
+}
+
 ct_status ct_write_file_atomic(const char *path, const void *data, size_t n) {
     ct_atomic_file a;
     CT_TRY(ct_atomic_file_open(&a, path));

@@ -10,8 +10,8 @@
  * ct_atomic_file_write or its stdio stream pass ct_io_write (core/io_fault.h), so tests can make the
  * disk "fill up".
  *
- * Not for the files of a checkpoint: they are written into <dir>.tmp, which is synced and renamed
- * as a whole (checkpoint/checkpoint_io.h). */
+ * Not for the files of a checkpoint: they are written into <dir>.tmp with ct_write_file, and the
+ * directory is synced and renamed as a whole (checkpoint/checkpoint_io.h). */
 #ifndef CT_FS_H
 #define CT_FS_H
 
@@ -78,6 +78,12 @@ bool ct_atomic_file_is_orphan(const char *name);
 
 /* The whole of data as the new content of path, atomically and durably (the above in one call). */
 ct_status ct_write_file_atomic(const char *path, const void *data, size_t n);
+/* The whole of data as the content of path (created, or truncated), with plain write(): neither
+ * atomic nor synced, so only for a file inside a directory that is itself synced and committed as a
+ * whole (a checkpoint's <dir>.tmp: the manifest fsyncs every file, then the directory is renamed
+ * into place). CT_ERR_IO with errno's text ("cannot write 'PATH': No space left on device"); a file
+ * this call created or truncated and could not finish is removed. The bytes pass ct_io_write. */
+ct_status ct_write_file(const char *path, const void *data, size_t n);
 
 /* Opening a file to read it: every path ctrainer reads (configs, data, tokenizer input, checkpoint
  * files and manifests, models, safetensors, JSON state) goes through one of these, so that a path

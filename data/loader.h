@@ -1,12 +1,12 @@
 /* The data loader: batches from a dataset through a sampler, prefetched by background workers.
  *
- * Batch buffers are allocated once (pinned host memory where a GPU build asks for it later) in a
- * ring of slots; workers fill slots ahead of the consumer, and ct_loader_next hands them out in
- * order. The loader's position is (epoch, index of the next global batch): saving it and setting it
- * on a fresh loader continues mid-epoch with exactly the batches the uninterrupted run would have
- * produced, without replaying data. Training loaders use the train sampler (shuffled, per-rank
- * slices of global batches); evaluation loaders the eval sampler (contiguous shards, padding rows
- * with mask 0). */
+ * Batch buffers are allocated once, in host memory (the Trainer copies each batch to the model's
+ * device: trainer/device_batch.c), in a ring of slots; workers fill slots ahead of the consumer,
+ * and ct_loader_next hands them out in order. The loader's position is (epoch, index of the next
+ * global batch): saving it and setting it on a fresh loader continues mid-epoch with exactly the
+ * batches the uninterrupted run would have produced, without replaying data. Training loaders use
+ * the train sampler (shuffled, per-rank slices of global batches); evaluation loaders the eval
+ * sampler (contiguous shards, padding rows with mask 0). */
 #ifndef CT_LOADER_H
 #define CT_LOADER_H
 

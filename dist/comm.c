@@ -224,6 +224,18 @@ ct_status ct_comm_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
     return named(c, "all_gather", s);
 }
 
+ct_status ct_comm_gather_v_total(const int64_t *info, int world, int root, int64_t *total) {
+    *total = 0;
+    for (int q = 0; q < world; q++) {
+        if (info[2 * q + 1] != info[2 * root + 1])
+            return ct_error(CT_ERR_DTYPE, "rank %d sends %s but the root (rank %d) %s", q,
+                            ct_dtype_name((ct_dtype)info[2 * q + 1]), root,
+                            ct_dtype_name((ct_dtype)info[2 * root + 1]));
+        *total += info[2 * q];
+    }
+    return CT_OK;
+}
+
 ct_status ct_comm_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
     CT_ASSERT(c && c->ops && in && out);
     int64_t zero = 0;
@@ -301,10 +313,11 @@ ct_status ct_comm_check_same(ct_comm *c, uint64_t value, const char *what) {
     int64_t mine = (int64_t)value;
     ct_tensor in = ct_tensor_view(&mine, CT_I64, CT_CPU, 1, &one);
     ct_tensor out = ct_tensor_view(all, CT_I64, CT_CPU, 1, &all_n);
+    ct_comm_set_label(c, "check that every rank has the same %s", what);
     ct_status s = ct_comm_all_gather(c, &in, &out);
     if (s != CT_OK) {
         free(all);
-        return ct_error_prefix(s, "check_same of %s: ", what);
+        return s;
     }
     /* Every rank sees the same gathered values, so every rank reaches the same verdict and reports
      * the same ranks. */
@@ -349,8 +362,9 @@ ct_status ct_comm_main_process_first(ct_comm *c, bool local, const char *desc, c
     /* rank + 1 of a failed main, 0 otherwise: the MAX names a failing main (the highest) or none.
      * The others wait here until every main has run. */
     int64_t failed = mine != CT_OK ? (int64_t)c->rank + 1 : 0;
+    ct_comm_set_label(c, "%s: the main processes' outcome", desc);
     ct_status s = ct_comm_all_reduce_i64(c, &failed, 1, CT_MAX);
-    if (s != CT_OK) return mine != CT_OK ? ct_error(mine, "%s", msg) : ct_error_prefix(s, "%s: ", desc);
+    if (s != CT_OK) return mine != CT_OK ? ct_error(mine, "%s", msg) : s;
     if (failed == 0) return is_main ? CT_OK : fn(ctx);
 
     /* A main failed: it sends its status and message, so every process reports the reason (and the
@@ -364,6 +378,7 @@ ct_status ct_comm_main_process_first(ct_comm *c, bool local, const char *desc, c
     }
     int64_t nbuf = (int64_t)sizeof buf;
     ct_tensor t = ct_tensor_view(buf, CT_U8, CT_CPU, 1, &nbuf);
+    ct_comm_set_label(c, "%s: the failed main process's message", desc);
     s = ct_comm_broadcast(c, &t, root);
     if (mine != CT_OK) return ct_error(mine, "%s", msg);
     if (s != CT_OK)

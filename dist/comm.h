@@ -129,6 +129,11 @@ int ct_comm_launcher_world_size(void);
 int ct_comm_launcher_rank(void);
 void ct_comm_free(ct_comm *c);
 
+/* For communicators' gather_v: the check every rank makes on the (count, dtype) pairs gathered from
+ * the world ranks into info[2 * world]: every rank sends the root's dtype (else CT_ERR_DTYPE naming
+ * the first that does not); *total is the sum of the counts. */
+ct_status ct_comm_gather_v_total(const int64_t *info, int world, int root, int64_t *total);
+
 /* Helpers over the wrappers. */
 /* All-reduce of n doubles / int64s in memory (metric states). */
 ct_status ct_comm_all_reduce_f64(ct_comm *c, double *v, int64_t n, ct_reduce op);

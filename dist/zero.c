@@ -254,6 +254,7 @@ ct_status ct_zero1_agree(ct_comm *c, int root, ct_status s, const char *what) {
     /* Keep root's message: the broadcast must not be what a failed save reports. */
     char *msg = s != CT_OK ? copy_text(ct_last_error()) : NULL;
     ct_tensor t = ct_tensor_view(&code, CT_I64, CT_CPU, 1, &one);
+    ct_comm_set_label(c, "%s: rank %d's outcome", what, root);
     ct_status bs = ct_comm_broadcast(c, &t, root);
     ct_status r;
     if (bs != CT_OK)
@@ -347,6 +348,7 @@ ct_status ct_zero1_gather_state(ct_optimizer *shard, ct_comm *c, int root, ct_op
         const char *name;
         ct_tensor *t, got;
         ct_status si = ct_optimizer_state_get(shard, i, &name, &t);
+        if (si == CT_OK) ct_comm_set_label(c, "ZeRO-1 optimizer state '%s' to rank %d", name, root);
         if (si == CT_OK) si = ct_comm_gather_v(c, t, root, &got);
         if (si == CT_OK && fs && s == CT_OK) {
             fs->base.state[i].tensor = got;
@@ -401,6 +403,7 @@ ct_status ct_zero1_scatter_state(ct_optimizer *shard, ct_comm *c, int root, ct_o
     /* A bad shard elsewhere shows up in the agreement too: every rank must know before anything moves. */
     int64_t bad = s != CT_OK;
     char *msg = bad ? copy_text(ct_last_error()) : NULL;
+    ct_comm_set_label(c, "ZeRO-1 optimizer state from rank %d: agreement that it fits", root);
     ct_status rs = ct_comm_all_reduce_i64(c, &bad, 1, CT_MAX);
     if (rs == CT_OK && bad) {
         rs = s != CT_OK ? ct_error(s, "%s", msg ? msg : "")
@@ -411,6 +414,7 @@ ct_status ct_zero1_scatter_state(ct_optimizer *shard, ct_comm *c, int root, ct_o
 
     int64_t step = c->rank == root ? ct_optimizer_step_count(full) : 0, one = 1;
     ct_tensor st = ct_tensor_view(&step, CT_I64, CT_CPU, 1, &one);
+    ct_comm_set_label(c, "ZeRO-1 optimizer step count from rank %d", root);
     s = ct_comm_broadcast(c, &st, root);
     /* Chunks of the whole staging buffer travel from root; each rank keeps what falls in its shard. */
     int64_t P = shard->full_numel, L = shard->scratch.data ? ct_tensor_numel(&shard->scratch) : 0;
@@ -429,7 +433,11 @@ ct_status ct_zero1_scatter_state(ct_optimizer *shard, ct_comm *c, int root, ct_o
                 s = ct_device_copy(shard->scratch.data, dev, (const char *)src->data + (size_t)at * es, src->device,
                                    (size_t)len * es);
             ct_tensor chunk = ct_tensor_view(shard->scratch.data, t->dtype, dev, 1, &len);
-            if (s == CT_OK) s = ct_comm_broadcast(c, &chunk, root);
+            if (s == CT_OK) {
+                ct_comm_set_label(c, "ZeRO-1 optimizer state '%s' from rank %d (elements %lld to %lld)", name, root,
+                                  (long long)at, (long long)(at + len));
+                s = ct_comm_broadcast(c, &chunk, root);
+            }
             int64_t lo = max64(at, sh.offset), hi = min64(at + len, sh.offset + sh.count);
             if (s == CT_OK && hi > lo)
                 s = ct_device_copy((char *)t->data + (size_t)(lo - sh.offset) * es, t->device,

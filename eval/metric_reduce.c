@@ -12,7 +12,9 @@
 static ct_status check_layout(const ct_metric *m, ct_comm *c) {
     int64_t lo[3] = {m->n_counts, m->n_sums, m->samples.width}, hi[3];
     memcpy(hi, lo, sizeof lo);
+    ct_comm_set_label(c, "metric '%s': state layout (minimum)", ct_metric_name(m));
     CT_TRY(ct_comm_all_reduce_i64(c, lo, 3, CT_MIN));
+    ct_comm_set_label(c, "metric '%s': state layout (maximum)", ct_metric_name(m));
     CT_TRY(ct_comm_all_reduce_i64(c, hi, 3, CT_MAX));
     if (memcmp(lo, hi, sizeof lo) != 0)
         return ct_error(CT_ERR_STATE,
@@ -24,12 +26,15 @@ static ct_status check_layout(const ct_metric *m, ct_comm *c) {
     return CT_OK;
 }
 
+static const char *reduce_name(ct_reduce op) { return op == CT_SUM ? "sum" : op == CT_MIN ? "minimum" : "maximum"; }
+
 /* Fields of one reduction, packed into a scratch array, reduced, and unpacked. */
 static ct_status reduce_counts(ct_metric *m, ct_comm *c, ct_reduce op, ct_reduce_op field_op, int64_t *scratch) {
     int64_t k = 0;
     for (int64_t i = 0; i < m->n_counts; i++)
         if (m->count_ops[i] == field_op) scratch[k++] = m->counts[i];
     if (k == 0) return CT_OK;
+    ct_comm_set_label(c, "metric '%s': counts (%s)", ct_metric_name(m), reduce_name(op));
     CT_TRY(ct_comm_all_reduce_i64(c, scratch, k, op));
     k = 0;
     for (int64_t i = 0; i < m->n_counts; i++)
@@ -42,6 +47,7 @@ static ct_status reduce_sums(ct_metric *m, ct_comm *c, ct_reduce op, ct_reduce_o
     for (int64_t i = 0; i < m->n_sums; i++)
         if (m->sum_ops[i] == field_op) scratch[k++] = m->sums[i];
     if (k == 0) return CT_OK;
+    ct_comm_set_label(c, "metric '%s': sums (%s)", ct_metric_name(m), reduce_name(op));
     CT_TRY(ct_comm_all_reduce_f64(c, scratch, k, op));
     k = 0;
     for (int64_t i = 0; i < m->n_sums; i++)
@@ -54,6 +60,7 @@ static ct_status gather_records(ct_metric *m, ct_comm *c, int root) {
     if (m->samples.width == 0) return CT_OK;
     int64_t n = m->samples.n * m->samples.width;
     ct_tensor mine = ct_tensor_view(m->samples.values, CT_F64, CT_CPU, 1, (int64_t[]){n}), all = {0};
+    ct_comm_set_label(c, "metric '%s': per-sample records to rank %d", ct_metric_name(m), root);
     CT_TRY(ct_comm_gather_v(c, &mine, root, &all));
     if (c->rank != root) return CT_OK;
     int64_t total = ct_tensor_numel(&all) / m->samples.width;

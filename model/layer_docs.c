@@ -6,7 +6,7 @@
  * unit.test_layer_docs checks that the page is current, that each example builds, and that each
  * reader accepts exactly the keys documented here (so a key added to a reader without a line here
  * fails the test). */
-#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,59 +170,40 @@ const ct_layer_doc *ct_layer_doc_of(const char *type) {
     return NULL;
 }
 
-/* Appends printf output to a growing string; false when out of memory. */
-static bool append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static bool append(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) return false;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t c = (*len + (size_t)n + 1) * 2;
-        char *grown = realloc(*buf, c);
-        if (!grown) return false;
-        *buf = grown;
-        *cap = c;
-    }
-    va_start(ap, fmt);
-    vsnprintf(*buf + *len, *cap - *len, fmt, ap);
-    va_end(ap);
-    *len += (size_t)n;
-    return true;
-}
-
 ct_status ct_layer_docs_markdown(char **out) {
     *out = NULL;
     const char *types[64];
     int n = ct_module_builtin_types(types, 64);
     char *buf = NULL;
-    size_t len = 0, cap = 0;
-    bool ok = append(&buf, &len, &cap, "%s",
-                     "# Model reference\n\n"
-                     "The `model` section of a run config is one layer spec: a JSON object with a `\"type\"` and "
-                     "that type's keys. Containers (`sequential`, `residual`) hold further specs, so a model is a "
-                     "tree of them; the presets (`mlp`, `cnn`, `gpt`) build a whole model from a few sizes. Sizes "
-                     "marked \"inferred\" come from the input shape, which the data gives. Parameter names are "
-                     "PyTorch's module names (`0.weight`, `layers.2.bias`), so weights move to and from PyTorch "
-                     "as safetensors. Applications add their own types with `ct_register_module_type` "
-                     "(model/layers.h, examples/custom_layer.c). Errors name the key and its line in the file.\n\n"
-                     "This file is generated from the layer registry (`model/layer_docs.c`: `build/tests/"
-                     "test_layer_docs --markdown > docs/models.md`); the unit test `test_layer_docs` fails when it "
-                     "is out of date or when a reader takes a key this page does not list.\n");
-    for (int i = 0; ok && i < n; i++) {
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len); /* the page grows in memory */
+    if (!f) return ct_error(CT_ERR_NOMEM, "layer docs: out of memory");
+    fputs("# Model reference\n\n"
+          "The `model` section of a run config is one layer spec: a JSON object with a `\"type\"` and "
+          "that type's keys. Containers (`sequential`, `residual`) hold further specs, so a model is a "
+          "tree of them; the presets (`mlp`, `cnn`, `gpt`) build a whole model from a few sizes. Sizes "
+          "marked \"inferred\" come from the input shape, which the data gives. Parameter names are "
+          "PyTorch's module names (`0.weight`, `layers.2.bias`), so weights move to and from PyTorch "
+          "as safetensors. Applications add their own types with `ct_register_module_type` "
+          "(model/layers.h, examples/custom_layer.c). Errors name the key and its line in the file.\n\n"
+          "This file is generated from the layer registry (`model/layer_docs.c`: `build/tests/"
+          "test_layer_docs --markdown > docs/models.md`); the unit test `test_layer_docs` fails when it "
+          "is out of date or when a reader takes a key this page does not list.\n",
+          f);
+    for (int i = 0; i < n; i++) {
         const ct_layer_doc *d = ct_layer_doc_of(types[i]);
         if (!d) {
+            fclose(f);
             free(buf);
             return ct_error(CT_ERR_STATE, "layer type '%s' has no entry in model/layer_docs.c", types[i]);
         }
-        ok = append(&buf, &len, &cap, "\n## `%s`\n\n%s\n\n```json\n%s\n```\n", types[i], d->summary, d->example);
-        if (ok && d->keys[0].key)
-            ok = append(&buf, &len, &cap, "\n| Key | Type | Default | Meaning |\n|---|---|---|---|\n");
-        for (const ct_layer_key_doc *k = d->keys; ok && k->key; k++)
-            ok = append(&buf, &len, &cap, "| `%s` | %s | %s | %s |\n", k->key, k->type, k->default_value, k->meaning);
+        fprintf(f, "\n## `%s`\n\n%s\n\n```json\n%s\n```\n", types[i], d->summary, d->example);
+        if (d->keys[0].key) fputs("\n| Key | Type | Default | Meaning |\n|---|---|---|---|\n", f);
+        for (const ct_layer_key_doc *k = d->keys; k->key; k++)
+            fprintf(f, "| `%s` | %s | %s | %s |\n", k->key, k->type, k->default_value, k->meaning);
     }
-    if (!ok) {
+    bool ok = !ferror(f);
+    if (fclose(f) != 0 || !ok) {
         free(buf);
         return ct_error(CT_ERR_NOMEM, "layer docs: out of memory");
     }

@@ -16,7 +16,7 @@
 static const char *const optim_names[] = {"sgd", "adam", "adamw", "adamw_torch", NULL};
 static const ct_optim_kind optim_kinds[] = {CT_OPTIM_SGD, CT_OPTIM_ADAM, CT_OPTIM_ADAMW, CT_OPTIM_ADAMW};
 
-static const char *kind_name(ct_optim_kind k) {
+const char *ct_optim_kind_name(ct_optim_kind k) {
     switch (k) {
     case CT_OPTIM_SGD: return "sgd";
     case CT_OPTIM_ADAM: return "adam";
@@ -70,7 +70,8 @@ ct_status ct_optim_config_from_json(const json_t *obj, const char *path, ct_opti
 }
 
 static ct_status bad(const ct_optim_config *cfg, const char *key, double v, const char *want) {
-    return ct_error(CT_ERR_CONFIG, "optimizer '%s': invalid %s = %g (%s)", kind_name(cfg->optim), key, v, want);
+    return ct_error(CT_ERR_CONFIG, "optimizer '%s': invalid %s = %g (%s)", ct_optim_kind_name(cfg->optim), key, v,
+                    want);
 }
 
 /* Conditions are written as !(ok) so that NaN, which fails every comparison, is rejected too. */

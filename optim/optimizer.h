@@ -48,6 +48,9 @@ typedef enum ct_optim_kind {
     CT_OPTIM_ADAMW = 2, /* decoupled weight decay (torch.optim.AdamW) */
 } ct_optim_kind;
 
+/* "sgd", "adam" or "adamw" (what optimizer.h5 and messages call it). */
+const char *ct_optim_kind_name(ct_optim_kind k);
+
 typedef struct ct_optim_config {
     ct_optim_kind optim;  /* JSON "optim": "sgd" | "adam" | "adamw" (alias "adamw_torch") */
     double learning_rate; /* base rate (>= 0); each step takes its own */

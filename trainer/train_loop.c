@@ -26,7 +26,11 @@
  * that overflowed (a non-finite norm while the loss is finite) are the scaler's business, not
  * nan_inf_policy's: the optimizer does not step, nor does the scheduler (HF steps it only when the
  * optimizer stepped), the events fire as for any step, and the scale backs off. A non-finite loss
- * stays nan_inf_policy's; the scale backs off after it too, as torch's would on its NaN gradients. */
+ * stays nan_inf_policy's; the scale backs off after it too, as torch's would on its NaN gradients.
+ *
+ * Why one file of over 600 lines: the loop reads top to bottom as Hugging Face's
+ * _inner_training_loop does and its steps share the loop's private state; the parts that stand
+ * alone are files of their own (step_agree.c, snapshot.c, device_batch.c, evaluate.c). */
 #define _GNU_SOURCE /* sigaction */
 #include <float.h>
 #include <math.h>

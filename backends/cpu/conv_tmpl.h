@@ -200,72 +200,51 @@ static void FN(sparse_prepare)(const ct_conv2d_geom *g, const R *w, R *slot) {
 typedef R FN(vec) __attribute__((vector_size(CT_CPU_VEC_BYTES)));
 enum { FN(LANES) = CT_CPU_VEC_BYTES / sizeof(R) };
 
-/* d[0, nv*LANES) += sum_j go[j] * base[row[j] + 0, nv*LANES) */
-static inline __attribute__((always_inline)) void FN(sparse_gather_sum)(const R *base, const int64_t *row,
-                                                                       const R *go, int64_t n, R *d, const int nv) {
+/* d[0, nv*LANES) = (add ? d : 0) + sum_{k < n} coef[k] * src[idx[k] * stride + 0, nv*LANES): the one sum of
+ * sparse_backward (the weight gradient's over a channel's windows, the input gradient's over the
+ * gradients at an output position). */
+static inline __attribute__((always_inline)) void FN(sparse_sum)(const R *src, int64_t stride, const int32_t *idx,
+                                                                 const R *coef, int64_t n, bool add, R *d,
+                                                                 const int nv) {
     FN(vec) a[4] = {0}, b[4] = {0};
-    int64_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-        const R *pa = base + row[j], *pb = base + row[j + 1];
-        const R ga = go[j], gb = go[j + 1];
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+        const R *pa = src + idx[k] * stride, *pb = src + idx[k + 1] * stride;
+        const R ca = coef[k], cb = coef[k + 1];
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             FN(vec) xa, xb;
             memcpy(&xa, pa + v * FN(LANES), sizeof xa);
-            a[v] += ga * xa;
+            a[v] += ca * xa;
             memcpy(&xb, pb + v * FN(LANES), sizeof xb);
-            b[v] += gb * xb;
+            b[v] += cb * xb;
         }
     }
-    if (j < n)
+    if (k < n)
 #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) {
             FN(vec) xa;
-            memcpy(&xa, base + row[j] + v * FN(LANES), sizeof xa);
-            a[v] += go[j] * xa;
+            memcpy(&xa, src + idx[k] * stride + v * FN(LANES), sizeof xa);
+            a[v] += coef[k] * xa;
         }
 #pragma GCC unroll 4
     for (int v = 0; v < nv; v++) {
-        FN(vec) dv;
-        memcpy(&dv, d + v * FN(LANES), sizeof dv);
+        FN(vec) dv = {0};
+        if (add) memcpy(&dv, d + v * FN(LANES), sizeof dv);
         dv += a[v] + b[v];
         memcpy(d + v * FN(LANES), &dv, sizeof dv);
     }
 }
 
-/* d[0, nv*LANES) = (first ? 0 : d) + sum_{e in [e0, e1)} g[e] * w[o[e] * C + 0, nv*LANES) */
-static inline __attribute__((always_inline)) void FN(sparse_entry_sum)(const R *w, int64_t C, const int32_t *o,
-                                                                      const R *g, int32_t e0, int32_t e1, bool first,
-                                                                      R *d, const int nv) {
-    FN(vec) a[4] = {0}, b[4] = {0};
-    if (!first)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) memcpy(&a[v], d + v * FN(LANES), sizeof a[v]);
-    int32_t e = e0;
-    for (; e + 2 <= e1; e += 2) {
-        const R *wa = w + (int64_t)o[e] * C, *wb = w + (int64_t)o[e + 1] * C;
-        const R ga = g[e], gb = g[e + 1];
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) {
-            FN(vec) xa, xb;
-            memcpy(&xa, wa + v * FN(LANES), sizeof xa);
-            a[v] += ga * xa;
-            memcpy(&xb, wb + v * FN(LANES), sizeof xb);
-            b[v] += gb * xb;
-        }
-    }
-    if (e < e1)
-#pragma GCC unroll 4
-        for (int v = 0; v < nv; v++) {
-            FN(vec) xa;
-            memcpy(&xa, w + (int64_t)o[e] * C + v * FN(LANES), sizeof xa);
-            a[v] += g[e] * xa;
-        }
-#pragma GCC unroll 4
-    for (int v = 0; v < nv; v++) {
-        a[v] += b[v];
-        memcpy(d + v * FN(LANES), &a[v], sizeof a[v]);
-    }
+/* sparse_sum with nv as a constant of each call, so that its accumulators are registers. */
+static inline __attribute__((always_inline)) void FN(sparse_block)(const R *src, int64_t stride, const int32_t *idx,
+                                                                   const R *coef, int64_t n, bool add, R *d, int nv) {
+    if (nv == 4)
+        FN(sparse_sum)(src, stride, idx, coef, n, add, d, 4);
+    else if (nv == 2)
+        FN(sparse_sum)(src, stride, idx, coef, n, add, d, 2);
+    else
+        FN(sparse_sum)(src, stride, idx, coef, n, add, d, 1);
 }
 
 /* The gradients of one sample of a pooled convolution (conv_sparse_backward). Only a window's argmax
@@ -275,7 +254,7 @@ static inline __attribute__((always_inline)) void FN(sparse_entry_sum)(const R *
  *   dx[c, q] = sum_t sum over the (o, j) with p_j = inv[t][q] of g_j W[o, c, t],
  * a quarter of the dense GEMMs' terms at most. The input (zero-padded) and its gradient are
  * transposed to [positions][C] so that a term is a contiguous run of channels, a block of up to
- * four vectors (sparse_gather_sum, sparse_entry_sum; C is a multiple of 16, so the blocks tile it),
+ * four vectors (sparse_sum; C is a multiple of 16, so the blocks tile it),
  * and every sum runs in registers: dW over o's windows, dx over the non-zero gradients at an output
  * position, which are first grouped by position (ent_*, start). dw is the slot's partial sum,
  * [O][taps][C] (un-permuted when the slots are added up); dx is overwritten. */
@@ -300,23 +279,19 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
             for (int64_t ih = 0; ih < g->in_h; ih++)
                 for (int64_t iw = 0; iw < g->in_w; iw++)
                     xt[((ih + PH) * Wp + iw + PW) * C + c] = xb[c * HW + ih * g->in_w + iw];
-        int64_t row[256];
+        int32_t row[256]; /* the windows' argmax positions in the padded input */
         for (int64_t o = 0; o < O; o++)
             for (int64_t j0 = 0; j0 < P; j0 += 256) {
                 const int64_t n = P - j0 < 256 ? P - j0 : 256;
                 const R *go = grads + o * P + j0;
                 const int32_t *io = ib + o * P + j0;
-                for (int64_t j = 0; j < n; j++) row[j] = (int64_t)s->base[io[j]] * C;
+                for (int64_t j = 0; j < n; j++) row[j] = s->base[io[j]];
                 for (int64_t t = 0; t < T; t++) {
                     const int64_t ki = t / g->kernel[1], kj = t % g->kernel[1];
                     const int64_t tap = (ki * g->dilation[0] * Wp + kj * g->dilation[1]) * C;
                     R *d = dw + (o * T + t) * C;
-                    for (int64_t c0 = 0; c0 < C; c0 += step) {
-                        const R *base = xt + tap + c0;
-                        if (nv == 4) FN(sparse_gather_sum)(base, row, go, n, d + c0, 4);
-                        else if (nv == 2) FN(sparse_gather_sum)(base, row, go, n, d + c0, 2);
-                        else FN(sparse_gather_sum)(base, row, go, n, d + c0, 1);
-                    }
+                    for (int64_t c0 = 0; c0 < C; c0 += step)
+                        FN(sparse_block)(xt + tap + c0, C, row, go, n, true, d + c0, nv);
                 }
             }
     }
@@ -342,12 +317,8 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
         for (int64_t q = 0; q < HW; q++) {
             const int32_t p = inv[q];
             const int32_t e0 = p > 0 ? start[p - 1] : 0, e1 = p >= 0 ? start[p] : 0;
-            for (int64_t c0 = 0; c0 < C; c0 += step) {
-                R *d = dxt + q * C + c0;
-                if (nv == 4) FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 4);
-                else if (nv == 2) FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 2);
-                else FN(sparse_entry_sum)(wtt + c0, C, ent_o, ent_g, e0, e1, t == 0, d, 1);
-            }
+            for (int64_t c0 = 0; c0 < C; c0 += step)
+                FN(sparse_block)(wtt + c0, C, ent_o + e0, ent_g + e0, e1 - e0, t > 0, dxt + q * C + c0, nv);
         }
     }
     for (int64_t c = 0; c < C; c++)

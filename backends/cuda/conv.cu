@@ -94,89 +94,73 @@ cudnnDataType_t dnn_type(ct_dtype dt) {
     ct_abort_at(__FILE__, __LINE__, "conv2d (cuda): unsupported dtype %s", ct_dtype_name(dt));
 }
 
-/* The three algorithm choices: the first heuristic candidate that works, is deterministic and keeps to the math mode;
- * else a fallback that is deterministic and supports every geometry and dtype. */
-void choose_fwd(cudnnHandle_t h, conv_plan *p, cudnnMathType_t want) {
-    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+/* The three algorithm choices (forward, backward data, backward filter) are one: the first candidate of
+ * cuDNN's ranking that works, is deterministic and keeps to the math mode; else `fallback`, which is
+ * deterministic and supports every geometry and dtype. rank(count, &n, perf) is the direction's heuristic,
+ * size(algo, &bytes) its workspace query (named by size_name when it fails); the choice goes to *algo, *math
+ * and *ws. */
+template <int COUNT, typename Perf, typename Algo, typename Rank, typename Size>
+void choose_algo(cudnnConvolutionDescriptor_t conv, cudnnMathType_t want, Rank rank, Size size, const char *size_name,
+                 Algo fallback, Algo *algo, cudnnMathType_t *math, size_t *ws) {
+    Perf perf[COUNT];
     int n = 0;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    if (cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &n,
-                                               perf) != CUDNN_STATUS_SUCCESS)
-        n = 0; /* no ranking for this geometry: the fallback below */
+    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, want));
+    if (rank(COUNT, &n, perf) != CUDNN_STATUS_SUCCESS) n = 0; /* no ranking for this geometry: the fallback */
     for (int i = 0; i < n; i++) {
         if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
             !math_ok(perf[i].mathType, want))
             continue;
         size_t bytes = 0;
-        CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
-        if (cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, perf[i].algo, &bytes) !=
-            CUDNN_STATUS_SUCCESS)
-            continue;
-        p->fwd = perf[i].algo;
-        p->fwd_math = perf[i].mathType;
-        p->fwd_ws = bytes;
+        CT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, perf[i].mathType));
+        if (size(perf[i].algo, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+        *algo = perf[i].algo;
+        *math = perf[i].mathType;
+        *ws = bytes;
         return;
     }
-    p->fwd = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
-    p->fwd_math = want;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    CT_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, p->fwd, &p->fwd_ws));
+    *algo = fallback;
+    *math = want;
+    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(conv, want));
+    ct_cudnn_check_at(size(fallback, ws), size_name, __FILE__, __LINE__);
+}
+
+void choose_fwd(cudnnHandle_t h, conv_plan *p, cudnnMathType_t want) {
+    choose_algo<CUDNN_CONVOLUTION_FWD_ALGO_COUNT, cudnnConvolutionFwdAlgoPerf_t>(
+        p->conv, want,
+        [&](int count, int *n, cudnnConvolutionFwdAlgoPerf_t *perf) {
+            return cudnnGetConvolutionForwardAlgorithm_v7(h, p->x, p->w, p->conv, p->y, count, n, perf);
+        },
+        [&](cudnnConvolutionFwdAlgo_t algo, size_t *bytes) {
+            return cudnnGetConvolutionForwardWorkspaceSize(h, p->x, p->w, p->conv, p->y, algo, bytes);
+        },
+        "cudnnGetConvolutionForwardWorkspaceSize", CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &p->fwd, &p->fwd_math,
+        &p->fwd_ws);
 }
 
 void choose_bwd_data(cudnnHandle_t h, conv_plan *p, cudnnMathType_t want) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int n = 0;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    if (cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                    &n, perf) != CUDNN_STATUS_SUCCESS)
-        n = 0; /* no ranking for this geometry: the fallback below */
-    for (int i = 0; i < n; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !math_ok(perf[i].mathType, want))
-            continue;
-        size_t bytes = 0;
-        CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
-        if (cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x, perf[i].algo, &bytes) !=
-            CUDNN_STATUS_SUCCESS)
-            continue;
-        p->bwd_data = perf[i].algo;
-        p->data_math = perf[i].mathType;
-        p->data_ws = bytes;
-        return;
-    }
-    p->bwd_data = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
-    p->data_math = want;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    CT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x, p->bwd_data, &p->data_ws));
+    choose_algo<CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, cudnnConvolutionBwdDataAlgoPerf_t>(
+        p->conv, want,
+        [&](int count, int *n, cudnnConvolutionBwdDataAlgoPerf_t *perf) {
+            return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, p->w, p->y, p->conv, p->x, count, n, perf);
+        },
+        [&](cudnnConvolutionBwdDataAlgo_t algo, size_t *bytes) {
+            return cudnnGetConvolutionBackwardDataWorkspaceSize(h, p->w, p->y, p->conv, p->x, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardDataWorkspaceSize", CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, &p->bwd_data, &p->data_math,
+        &p->data_ws);
 }
 
 void choose_bwd_filter(cudnnHandle_t h, conv_plan *p, cudnnMathType_t want) {
-    cudnnConvolutionBwdFilterAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    int n = 0;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    if (cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, p->x, p->y, p->conv, p->w, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &n, perf) != CUDNN_STATUS_SUCCESS)
-        n = 0; /* no ranking for this geometry: the fallback below */
-    for (int i = 0; i < n; i++) {
-        if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].determinism != CUDNN_DETERMINISTIC ||
-            !math_ok(perf[i].mathType, want))
-            continue;
-        size_t bytes = 0;
-        CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, perf[i].mathType));
-        if (cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w, perf[i].algo, &bytes) !=
-            CUDNN_STATUS_SUCCESS)
-            continue;
-        p->bwd_filter = perf[i].algo;
-        p->filter_math = perf[i].mathType;
-        p->filter_ws = bytes;
-        return;
-    }
-    p->bwd_filter = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
-    p->filter_math = want;
-    CT_CUDNN_CHECK(cudnnSetConvolutionMathType(p->conv, want));
-    CT_CUDNN_CHECK(
-        cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w, p->bwd_filter, &p->filter_ws));
+    choose_algo<CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, cudnnConvolutionBwdFilterAlgoPerf_t>(
+        p->conv, want,
+        [&](int count, int *n, cudnnConvolutionBwdFilterAlgoPerf_t *perf) {
+            return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, p->x, p->y, p->conv, p->w, count, n, perf);
+        },
+        [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t *bytes) {
+            return cudnnGetConvolutionBackwardFilterWorkspaceSize(h, p->x, p->y, p->conv, p->w, algo, bytes);
+        },
+        "cudnnGetConvolutionBackwardFilterWorkspaceSize", CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, &p->bwd_filter,
+        &p->filter_math, &p->filter_ws);
 }
 
 /* The cached plan for this call, made (descriptors set, algorithms chosen) on a miss. */

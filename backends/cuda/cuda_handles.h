@@ -31,4 +31,15 @@ static inline unsigned ct_cuda_blocks(long long n) {
 /* Checks the launch that just happened (a bad configuration fails here, not later). */
 #define CT_CUDA_LAUNCHED() CT_CUDA_CHECK(cudaGetLastError())
 
+/* fn<float> or fn<double> by the dtype of tensor t (another dtype is a caller's bug: abort). */
+#define CT_CUDA_REAL_DISPATCH(t, fn, ...)                                                                              \
+    do {                                                                                                               \
+        if ((t)->dtype == CT_F32)                                                                                      \
+            fn<float>(__VA_ARGS__);                                                                                    \
+        else if ((t)->dtype == CT_F64)                                                                                 \
+            fn<double>(__VA_ARGS__);                                                                                   \
+        else                                                                                                           \
+            ct_abort_at(__FILE__, __LINE__, "%s (cuda): unsupported dtype %s", #fn, ct_dtype_name((t)->dtype));        \
+    } while (0)
+
 #endif

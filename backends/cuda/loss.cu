@@ -302,6 +302,52 @@ header read_header(const header *dev, int device) {
     return h;
 }
 
+/* Calls launch(R(), T()) with the logits' real type and the targets' integer type: the one place
+ * where a cross-entropy op picks among its kernels' four instantiations. */
+template <typename F> void xent_types(const ct_tensor *logits, const ct_tensor *target, F launch) {
+    bool t64 = target->dtype == CT_I64;
+    if (logits->dtype == CT_F32) {
+        if (t64)
+            launch(float(), int64_t());
+        else
+            launch(float(), int32_t());
+    } else if (t64) {
+        launch(double(), int64_t());
+    } else {
+        launch(double(), int32_t());
+    }
+}
+
+/* The workspace of a cross-entropy that sums its rows (the forward, the fused classifier):
+ * header | loss[rows] | cnt[rows] | partials, with the header's bad row set to NO_ROW. */
+struct xent_sums {
+    header *h;
+    double *loss, *cnt, *part;
+};
+
+xent_sums xent_sums_begin(int64_t rows, cudaStream_t st) {
+    size_t bytes = sizeof(header) + (2 * (size_t)rows + SUM_BLOCKS) * sizeof(double);
+    xent_sums w;
+    w.h = (header *)ct_cuda_workspace(bytes);
+    w.loss = (double *)(w.h + 1);
+    w.cnt = w.loss + rows;
+    w.part = w.cnt + rows;
+    CT_CUDA_CHECK(cudaMemsetAsync(&w.h->bad, 0xFF, sizeof w.h->bad, st));
+    return w;
+}
+
+/* After the rows' kernel: sums their losses and counts and reads the header back. The first invalid
+ * row, else -1 with *sum and *count set. */
+int64_t xent_sums_end(const xent_sums &w, int64_t rows, int device, cudaStream_t st, double *sum, double *count) {
+    device_sum(rows, array_value{w.loss}, w.part, &w.h->sum, st);
+    device_sum(rows, array_value{w.cnt}, w.part, &w.h->count, st);
+    header back = read_header(w.h, device);
+    if (back.bad != NO_ROW) return (int64_t)back.bad;
+    *sum = back.sum;
+    *count = back.count;
+    return -1;
+}
+
 /* --- elementwise losses -------------------------------------------------------------------------- */
 
 /* The elementwise loss of element i, in double (formulas of loss_tmpl.h). */
@@ -391,27 +437,11 @@ extern "C" int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, con
         return -1;
     }
     cudaStream_t st = ct_cuda_stream_t();
-    /* header | loss[rows] | cnt[rows] | partials */
-    size_t bytes = sizeof(header) + (2 * (size_t)rows + SUM_BLOCKS) * sizeof(double);
-    header *h = (header *)ct_cuda_workspace(bytes);
-    double *loss = (double *)(h + 1), *cnt = loss + rows, *part = cnt + rows;
-    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
-    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
-    if (f32 && t64)
-        xent_fwd_launch<float, int64_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
-    else if (f32)
-        xent_fwd_launch<float, int32_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
-    else if (t64)
-        xent_fwd_launch<double, int64_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
-    else
-        xent_fwd_launch<double, int32_t>(logits, target, o, rows, c, loss, cnt, &h->bad, st);
-    device_sum(rows, array_value{loss}, part, &h->sum, st);
-    device_sum(rows, array_value{cnt}, part, &h->count, st);
-    header back = read_header(h, logits->device.index);
-    if (back.bad != NO_ROW) return (int64_t)back.bad;
-    *sum = back.sum;
-    *count = back.count;
-    return -1;
+    xent_sums w = xent_sums_begin(rows, st);
+    xent_types(logits, target, [&](auto r, auto t) {
+        xent_fwd_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, w.loss, w.cnt, &w.h->bad, st);
+    });
+    return xent_sums_end(w, rows, logits->device.index, st, sum, count);
 }
 
 extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target,
@@ -424,15 +454,9 @@ extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, co
     cudaStream_t st = ct_cuda_stream_t();
     header *h = (header *)ct_cuda_workspace(sizeof(header));
     CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
-    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
-    if (f32 && t64)
-        xent_bwd_launch<float, int64_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
-    else if (f32)
-        xent_bwd_launch<float, int32_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
-    else if (t64)
-        xent_bwd_launch<double, int64_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
-    else
-        xent_bwd_launch<double, int32_t>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    xent_types(logits, target, [&](auto r, auto t) {
+        xent_bwd_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, scale, dlogits, &h->bad, st);
+    });
     header back = read_header(h, logits->device.index);
     return back.bad == NO_ROW ? -1 : (int64_t)back.bad;
 }
@@ -450,27 +474,12 @@ extern "C" int64_t ct_cuda_op_fused_classifier(const ct_tensor *logits, const ct
         return -1;
     }
     cudaStream_t st = ct_cuda_stream_t();
-    /* header | loss[rows] | cnt[rows] | partials, as the forward */
-    size_t bytes = sizeof(header) + (2 * (size_t)rows + SUM_BLOCKS) * sizeof(double);
-    header *h = (header *)ct_cuda_workspace(bytes);
-    double *loss = (double *)(h + 1), *cnt = loss + rows, *part = cnt + rows;
-    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
-    bool f32 = logits->dtype == CT_F32, t64 = target->dtype == CT_I64;
-    if (f32 && t64)
-        xent_fused_launch<float, int64_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
-    else if (f32)
-        xent_fused_launch<float, int32_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
-    else if (t64)
-        xent_fused_launch<double, int64_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
-    else
-        xent_fused_launch<double, int32_t>(logits, target, o, rows, c, scale, dlogits, loss, cnt, &h->bad, st);
-    device_sum(rows, array_value{loss}, part, &h->sum, st);
-    device_sum(rows, array_value{cnt}, part, &h->count, st);
-    header back = read_header(h, logits->device.index);
-    if (back.bad != NO_ROW) return (int64_t)back.bad;
-    *sum = back.sum;
-    *count = back.count;
-    return -1;
+    xent_sums w = xent_sums_begin(rows, st);
+    xent_types(logits, target, [&](auto r, auto t) {
+        xent_fused_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, scale, dlogits, w.loss, w.cnt,
+                                                    &w.h->bad, st);
+    });
+    return xent_sums_end(w, rows, logits->device.index, st, sum, count);
 }
 
 extern "C" double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o,

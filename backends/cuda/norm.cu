@@ -272,17 +272,6 @@ void check_stats(const ct_tensor *mean, const ct_tensor *rstd, int64_t n) {
     CT_ASSERT(ct_tensor_numel(mean) >= n && ct_tensor_numel(rstd) >= n);
 }
 
-/* fn<float> or fn<double> by the dtype of tensor t. */
-#define REAL_DISPATCH(t, fn, ...)                                                                                      \
-    do {                                                                                                               \
-        if ((t)->dtype == CT_F32)                                                                                      \
-            fn<float>(__VA_ARGS__);                                                                                    \
-        else if ((t)->dtype == CT_F64)                                                                                 \
-            fn<double>(__VA_ARGS__);                                                                                   \
-        else                                                                                                           \
-            ct_abort_at(__FILE__, __LINE__, "%s (cuda): unsupported dtype %s", #fn, ct_dtype_name((t)->dtype));        \
-    } while (0)
-
 }  // namespace
 
 extern "C" void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
@@ -300,8 +289,8 @@ extern "C" void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor
     check_opt(bias, x->dtype, c);
     const int64_t inner = total / (n * c);
     CT_ASSERT(!training || n * inner > 1);
-    REAL_DISPATCH(x, bn_fwd, x, weight, bias, running_mean, running_var, training, momentum, eps, y, save_mean,
-                  save_rstd, n, c, inner);
+    CT_CUDA_REAL_DISPATCH(x, bn_fwd, x, weight, bias, running_mean, running_var, training, momentum, eps, y, save_mean,
+                          save_rstd, n, c, inner);
 }
 
 extern "C" void ct_cuda_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
@@ -318,7 +307,7 @@ extern "C" void ct_cuda_op_batchnorm_backward(const ct_tensor *x, const ct_tenso
     check_opt(dweight, x->dtype, c);
     check_opt(dbias, x->dtype, c);
     const int64_t inner = total / (n * c);
-    REAL_DISPATCH(x, bn_bwd, x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias, n, c, inner);
+    CT_CUDA_REAL_DISPATCH(x, bn_bwd, x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias, n, c, inner);
 }
 
 extern "C" void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
@@ -332,7 +321,7 @@ extern "C" void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor
     check_opt(weight, x->dtype, f);
     check_opt(bias, x->dtype, f);
     if (rows == 0) return;
-    REAL_DISPATCH(x, ln_fwd, x, weight, bias, eps, y, save_mean, save_rstd, rows, f);
+    CT_CUDA_REAL_DISPATCH(x, ln_fwd, x, weight, bias, eps, y, save_mean, save_rstd, rows, f);
 }
 
 extern "C" void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
@@ -349,5 +338,5 @@ extern "C" void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tenso
     check_opt(dweight, x->dtype, f);
     check_opt(dbias, x->dtype, f);
     if (rows == 0) return;
-    REAL_DISPATCH(x, ln_bwd, x, dy, weight, save_mean, save_rstd, dx, dweight, dbias, rows, f);
+    CT_CUDA_REAL_DISPATCH(x, ln_bwd, x, dy, weight, save_mean, save_rstd, dx, dweight, dbias, rows, f);
 }

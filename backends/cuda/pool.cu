@@ -207,17 +207,6 @@ template <typename T> void avgpool_bwd(const pool_dims &d, const ct_tensor *dy, 
     CT_CUDA_LAUNCHED();
 }
 
-/* fn<float> or fn<double> by the dtype of tensor t. */
-#define REAL_DISPATCH(t, fn, ...)                                                                                      \
-    do {                                                                                                               \
-        if ((t)->dtype == CT_F32)                                                                                      \
-            fn<float>(__VA_ARGS__);                                                                                    \
-        else if ((t)->dtype == CT_F64)                                                                                 \
-            fn<double>(__VA_ARGS__);                                                                                   \
-        else                                                                                                           \
-            ct_abort_at(__FILE__, __LINE__, "%s (cuda): unsupported dtype %s", #fn, ct_dtype_name((t)->dtype));        \
-    } while (0)
-
 }  // namespace
 
 extern "C" void ct_cuda_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y,
@@ -225,7 +214,7 @@ extern "C" void ct_cuda_op_maxpool2d_forward(const ct_pool2d_geom *g, const ct_t
     const int64_t planes = check_pool(g, x, y);
     check_indices(g, indices, y);
     const int64_t n = planes * g->out_h * g->out_w;
-    if (n > 0) REAL_DISPATCH(x, maxpool_fwd, dims_of(g), x, y, indices, n);
+    if (n > 0) CT_CUDA_REAL_DISPATCH(x, maxpool_fwd, dims_of(g), x, y, indices, n);
 }
 
 extern "C" void ct_cuda_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,
@@ -233,17 +222,17 @@ extern "C" void ct_cuda_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_
     const int64_t planes = check_pool(g, dx, dy);
     check_indices(g, indices, dy);
     const int64_t n = planes * g->in_h * g->in_w;
-    if (n > 0) REAL_DISPATCH(dx, maxpool_bwd, dims_of(g), dy, indices, dx, n);
+    if (n > 0) CT_CUDA_REAL_DISPATCH(dx, maxpool_bwd, dims_of(g), dy, indices, dx, n);
 }
 
 extern "C" void ct_cuda_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y) {
     const int64_t planes = check_pool(g, x, y);
     const int64_t n = planes * g->out_h * g->out_w;
-    if (n > 0) REAL_DISPATCH(x, avgpool_fwd, dims_of(g), x, y, n);
+    if (n > 0) CT_CUDA_REAL_DISPATCH(x, avgpool_fwd, dims_of(g), x, y, n);
 }
 
 extern "C" void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx) {
     const int64_t planes = check_pool(g, dx, dy);
     const int64_t n = planes * g->in_h * g->in_w;
-    if (n > 0) REAL_DISPATCH(dx, avgpool_bwd, dims_of(g), dy, dx, n);
+    if (n > 0) CT_CUDA_REAL_DISPATCH(dx, avgpool_bwd, dims_of(g), dy, dx, n);
 }

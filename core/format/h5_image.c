@@ -1,15 +1,10 @@
-/* HDF5 files in memory, written with write() (see h5_image.h). */
+/* HDF5 files built in memory (see h5_image.h). */
 #include "core/format/h5_image.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "core/format/h5io.h"
-#include "core/io_fault.h"
 
 ct_status ct_h5_image_create(size_t size_hint, hid_t *out) {
     *out = -1;
@@ -61,17 +56,5 @@ ct_status ct_h5_image_finish(hid_t f, void **image, size_t *size) {
     fix_superblock_checksum(buf, (size_t)n);
     *image = buf;
     *size = (size_t)n;
-    return CT_OK;
-}
-
-ct_status ct_write_bytes(const char *path, const void *data, size_t size) {
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return ct_error(CT_ERR_IO, "cannot create '%s': %s", path, strerror(errno));
-    int err = ct_io_write_all(fd, data, size); /* write(), or a test's fault */
-    if (close(fd) != 0 && !err) err = errno;
-    if (err) {
-        unlink(path);
-        return ct_error(CT_ERR_IO, "cannot write '%s': %s", path, strerror(err));
-    }
     return CT_OK;
 }

@@ -21,11 +21,7 @@ ct_status ct_h5_image_create(size_t size_hint, hid_t *out);
 /* Under ct_h5_lock: flushes f, copies its bytes into *image (malloc'd; the caller frees it) and
  * closes f, also on failure. */
 ct_status ct_h5_image_finish(hid_t f, void **image, size_t *size);
-/* Without the lock: writes size bytes to path (created or truncated); CT_ERR_IO with errno's text
- * ("cannot write 'PATH': No space left on device"). A partly written file is removed. Not synced and
- * not atomic: for files inside a directory that is synced and committed as a whole (a checkpoint's
- * <dir>.tmp); a file replaced on its own (model.h5 in output_dir) goes through ct_write_file_atomic
- * (core/fs.h). The bytes go through ct_io_write (core/io_fault.h), where tests inject write failures. */
-ct_status ct_write_bytes(const char *path, const void *data, size_t size);
+/* The image is written without the lock by core/fs.h: ct_write_file_atomic for a file replaced on
+ * its own (model.h5 in output_dir), ct_write_file inside a checkpoint's <dir>.tmp. */
 
 #endif

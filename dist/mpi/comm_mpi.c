@@ -352,12 +352,7 @@ static ct_status mpi_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tens
     if (s != CT_OK) return s; /* info and counts stay with MPI */
 
     int64_t total = 0;
-    for (int q = 0; s == CT_OK && q < world; q++) {
-        if (info[2 * q + 1] != info[2 * root + 1])
-            s = ct_error(CT_ERR_DTYPE, "rank %d sends %s but the root (rank %d) %s", q,
-                         ct_dtype_name((ct_dtype)info[2 * q + 1]), root, ct_dtype_name((ct_dtype)info[2 * root + 1]));
-        total += info[2 * q];
-    }
+    s = ct_comm_gather_v_total(info, world, root, &total);
     if (s == CT_OK) s = need_int_count(total, "gather_v");
     if (s == CT_OK && is_root) {
         for (int q = 0, off = 0; q < world; q++) {

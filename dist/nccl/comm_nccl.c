@@ -2,7 +2,7 @@
  * Built into the CUDA backend's module (backends/cuda/CMakeLists.txt), reached through
  * ct_comm_nccl_create (dist/nccl/nccl_entry.c).
  *
- * Bootstrap and CPU tensors go through an MPI communicator of its own (dist/comm_mpi.c): rank 0's
+ * Bootstrap and CPU tensors go through an MPI communicator of its own (dist/mpi/comm_mpi.c): rank 0's
  * ncclUniqueId is broadcast over it, every rank's setup outcome is agreed over it before anyone
  * enters ncclCommInitRank (so no rank waits there for one that already gave up), gather_v's counts
  * travel over it, and every collective on CPU tensors (metric states, config hashes) is simply MPI's.
@@ -27,7 +27,8 @@
  * refuses further work ("unusable"), as comm_mpi.c does, and destroy gives the NCCL stream a few
  * seconds to finish, then aborts the NCCL communicator instead of waiting for it.
  *
- * Compiled only in builds with both CUDA and MPI; comm_nccl_off.c beside it stands in otherwise.
+ * Compiled into the CUDA module only in builds with both CUDA and MPI; nccl_entry.c says which part a
+ * build lacks otherwise.
  * Why one long file: the collectives, the event polling, the watchdog thread and the teardown all
  * follow one set of rules about what is still in flight on the GPU, which splitting would scatter. */
 #include "dist/comm.h"
@@ -438,12 +439,7 @@ static ct_status nccl_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_ten
         return s; /* info may still be written by the given-up exchange: leave it */
     }
     int64_t total = 0;
-    for (int q = 0; s == CT_OK && q < world; q++) {
-        if (info[2 * q + 1] != info[2 * root + 1])
-            s = ct_error(CT_ERR_DTYPE, "rank %d sends %s but the root (rank %d) %s", q,
-                         ct_dtype_name((ct_dtype)info[2 * q + 1]), root, ct_dtype_name((ct_dtype)info[2 * root + 1]));
-        total += info[2 * q];
-    }
+    s = ct_comm_gather_v_total(info, world, root, &total);
     if (s != CT_OK || total == 0) {
         free(info);
         return s;

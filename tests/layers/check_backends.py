@@ -10,17 +10,18 @@ tensor's device in one place (core/ops/), through one const table per device kin
 The files checked are those of the library's areas (CT_AREAS of CMakeLists.txt, the backends, the CLI);
 tests and benchmarks may ask for CUDA themselves. Prints every violation as file:line and exits 1 if any.
 
-With --nm NM LIBRARY (the static library of any build) it checks instead that the library defines
-and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL: those live in the CUDA module (libctrainer_cuda.so),
-loaded only when a GPU is used. The one allowed name is ct_comm_nccl_create, the public NCCL entry
-point, which finds the communicator in the module (dist/nccl/nccl_entry.c).
+With --nm NM LIBRARY... (the static and shared libraries of any build) it checks instead that each
+library defines and needs no symbol of CUDA, cuBLAS, cuDNN or NCCL (a shared library's dynamic symbols
+are what its users link against): those live in the CUDA module (libctrainer_cuda.so), loaded only
+when a GPU is used. The one allowed name is ct_comm_nccl_create, the public NCCL entry point, which
+finds the communicator in the module (dist/nccl/nccl_entry.c).
 
 With --module NM MODULE PROGRAM... it checks that every ct_ function the CUDA module leaves undefined
 (to bind to the library already in the process) is defined and exported by each PROGRAM (the ctrainer
 program, linked with the static library) and shared library: otherwise loading the module fails there.
 
 Usage: check_backends.py [SOURCE_ROOT]
-       check_backends.py --nm NM LIBRARY
+       check_backends.py --nm NM LIBRARY...
        check_backends.py --module NM MODULE PROGRAM..."""
 import os
 import re
@@ -32,7 +33,11 @@ ALLOWED_SYMBOLS = {"ct_comm_nccl_create"}
 
 
 def check_symbols(nm, lib):
-    out = subprocess.run([nm, "-A", "-g", lib], check=True, capture_output=True, text=True).stdout
+    """The number of CUDA symbols in lib, each printed (external ones: a static library's own local
+    names, such as the CUDA loader's, are not what it defines or needs)."""
+    shared = re.search(r"\.so(\.|$)", os.path.basename(lib))
+    out = subprocess.run([nm, "-A", "-g"] + (["-D"] if shared else []) + [lib], check=True, capture_output=True,
+                         text=True).stdout
     bad, seen = [], 0
     for line in out.splitlines():
         fields = line.split()
@@ -47,7 +52,7 @@ def check_symbols(nm, lib):
     if seen < 100:
         sys.exit(f"check_backends: only {seen} symbols in {lib}: not the library?")
     print(f"check_backends: {seen} symbols in {os.path.basename(lib)}, {len(bad)} of CUDA, cuBLAS, cuDNN or NCCL")
-    sys.exit(1 if bad else 0)
+    return len(bad)
 
 
 def check_module(nm, module, hosts):
@@ -70,8 +75,8 @@ def check_module(nm, module, hosts):
     sys.exit(1 if bad else 0)
 
 
-if len(sys.argv) == 4 and sys.argv[1] == "--nm":
-    check_symbols(sys.argv[2], sys.argv[3])
+if len(sys.argv) >= 4 and sys.argv[1] == "--nm":
+    sys.exit(1 if sum(check_symbols(sys.argv[2], lib) for lib in sys.argv[3:]) else 0)
 if len(sys.argv) >= 5 and sys.argv[1] == "--module":
     check_module(sys.argv[2], sys.argv[3], sys.argv[4:])
 

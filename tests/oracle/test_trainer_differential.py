@@ -21,7 +21,11 @@ Hugging Face"), the affected comparison is left out by the difference's name, an
 Needs transformers and accelerate (scripts/oracle-requirements.txt); exits 77 (skipped) without
 them. torch 1.13 lacks a few names transformers 4.51 imports (DTensor, torch.compiler, the float8
 dtypes), defaults DataLoader's prefetch_factor differently and cannot read its own optimizer files
-with weights_only; they are stood in for at import time, none of them a decision of the Trainer."""
+with weights_only; they are stood in for at import time, none of them a decision of the Trainer.
+
+Why one file of over 600 lines: the fixed cases, the random sample and the comparison of every
+decision all work on one record of a run (ctrainer's and Hugging Face's), which splitting would only
+pass between modules."""
 import json
 import math
 import os

@@ -8,13 +8,17 @@
  *   test_args --dump-defaults   prints the defaults as JSON
  *   test_args --validate        reads one JSON object of arguments per line from stdin and prints, per
  *                               line, {"ok": true, "args": resolved} or {"ok": false, "error": message}
- *   test_args --markdown        prints docs/config.md's text (regenerate the file with it). */
+ *   test_args --markdown        prints docs/config.md's text (regenerate the file with it).
+ *
+ * Why one file of over 600 lines: it is the test of one table (config/args.c) and the program
+ * tests/oracle/test_training_args.py drives; every section walks the same schema rows. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config/args.h"
+#include "config/args_impl.h"
 #include "core/rng.h"
 #include "testlib.h"
 
@@ -856,6 +860,16 @@ static void test_hf_parity_args(void) {
               "mixed-precision backend, the device's own tensor cores (no apex, no cpu_amp)), got \"apex\"; leave it "
               "out or at \"auto\"");
     CHECK_OK(ct_training_args_set(&a, "half_precision_backend", "\"auto\""));
+    /* A refused name is never one the schema takes (the refusal would never be reached, and
+     * docs/config.md would list the argument twice); no_cuda names its replacement. */
+    int n_refused;
+    const ct_refused_arg *refused = ct_refused_args(&n_refused);
+    CHECK(n_refused > 40, "%d refused arguments", n_refused);
+    for (int i = 0; i < n_refused; i++)
+        CHECK(!ct_training_args_find(refused[i].name), "'%s' is both in the schema and refused", refused[i].name);
+    CHECK_MSG(ct_training_args_set(&a, "no_cuda", "true"),
+              "no_cuda: Hugging Face's argument is not supported by ctrainer (deprecated by Hugging Face itself: use "
+              "use_cpu (or device \"cpu\")), got true; leave it out or at false");
     /* mixed precision: HF's arguments; which one the device runs is the Trainer's to check */
     CHECK_OK(ct_training_args_set(&a, "fp16", "true"));
     CHECK(ct_training_args_math_mode(&a) == CT_MATH_FP16, "fp16 true: fp16 GEMMs");

@@ -16,7 +16,10 @@
  *  - a stop (SIGTERM) while an evaluation runs and another waits: the checkpoint records both (the
  *    earlier step's weights in a file of their own), and the run resumed from it logs the
  *    uninterrupted run's evaluations and training entries; a resumed run without eval_async says it
- *    does not redo them. */
+ *    does not redo them.
+ *
+ * Why one file of over 600 lines: every check compares an asynchronous run with the synchronous
+ * run of the same arguments, through one run helper. */
 #include <math.h>
 #include <signal.h>
 #include <stdatomic.h>

@@ -18,7 +18,10 @@
  *    training with an error naming the checkpoint directory, and nothing is committed.
  *  - The writer never reads live weights: with save_steps 1, each checkpoint's model.h5 equals the
  *    weights a callback copied at that step's on_step_end, although the callback held the writer
- *    back (through the HDF5 lock it needs) until the next optimizer step had changed the weights. */
+ *    back (through the HDF5 lock it needs) until the next optimizer step had changed the weights.
+ *
+ * Why one file of over 600 lines: every check compares a run with save_async against the
+ * synchronous one, through one run helper and the file comparison written here. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <hdf5.h>
@@ -47,10 +50,6 @@ static bool h5_deterministic; /* two writes of the same tensors give the same by
 
 /* --- runs ----------------------------------------------------------------------------------------- */
 
-static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
-}
-
 static ct_status make_model(ct_model *m, int64_t hidden) {
     ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {hidden, hidden}, .dropout = 0.1, .max_batch = 16, .seed = 11};
     return ct_fixture_mlp_build(&o, m);
@@ -58,9 +57,7 @@ static ct_status make_model(ct_model *m, int64_t hidden) {
 
 /* 100 samples, batch 10: 10 batches per epoch. */
 static void base_args(ct_training_args *a, const char *name) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", root, name);
-    a->disable_tqdm = true;
+    ct_fixture_args(a, root, name);
     a->per_device_train_batch_size = 10;
     a->per_device_eval_batch_size = 16;
     a->num_train_epochs = 2;
@@ -161,13 +158,7 @@ static const ct_callback_ops recorder_ops = {.size = sizeof(ct_callback_ops),
                                              .on_optimizer_step = record_optimizer_step,
                                              .destroy = recorder_destroy};
 
-typedef struct outcome {
-    ct_status status;
-    char message[2048];
-    int64_t step;
-    json_t *log;       /* log_history without timings */
-    ct_tensor weights; /* the final flat parameters */
-} outcome;
+typedef ct_fixture_run outcome;
 
 static bool timing_key(const char *k) { return strstr(k, "_runtime") || strstr(k, "_per_second"); }
 
@@ -192,8 +183,8 @@ static json_t *normalized(const json_t *v) {
 }
 
 static outcome run(const ct_training_args *a, const char *resume, ct_callback *cb, int64_t hidden, bool with_eval) {
-    outcome o = {0};
-    ct_dataset *train = make_data(100, 1), *eval = make_data(30, 2);
+    outcome o;
+    ct_dataset *train = ct_fixture_small_data(100, 1), *eval = ct_fixture_small_data(30, 2);
     ct_model m;
     if (make_model(&m, hidden) != CT_OK) abort();
     ct_callback_list cbs = {0};
@@ -204,39 +195,23 @@ static outcome run(const ct_training_args *a, const char *resume, ct_callback *c
         setup.eval_datasets[0] = eval;
     }
     ct_trainer t;
-    o.status = ct_trainer_init(&t, NULL, a, &setup);
-    ct_callback_list_free(&cbs);
-    if (o.status == CT_OK) {
-        ct_train_output out;
-        o.status = ct_trainer_train(&t, resume, &out);
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
-        if (o.status == CT_OK) ct_train_output_free(&out);
-        o.step = t.state.global_step;
+    if (ct_fixture_train(&t, NULL, a, &setup, resume, &o)) {
+        json_decref(o.log); /* compared without save_async too, and without timings at any depth */
         o.log = normalized(t.state.log_history);
-        if (ct_tensor_alloc(&o.weights, CT_F32, CT_CPU, 1, m.params.values.shape) != CT_OK) abort();
-        memcpy(o.weights.data, m.params.values.data, ct_tensor_nbytes(&o.weights));
         ct_trainer_free(&t);
-    } else {
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
     }
+    ct_callback_list_free(&cbs);
     ct_model_free(&m);
     ct_dataset_free(train);
     ct_dataset_free(eval);
     return o;
 }
 
-static void outcome_free(outcome *o) {
-    json_decref(o->log);
-    ct_tensor_free(&o->weights);
-}
-
 static void same_training(const char *label, const outcome *want, const outcome *got) {
     CHECK(got->status == CT_OK, "%s: the run failed: %s", label, got->message);
     if (got->status != CT_OK || want->status != CT_OK) return;
     CHECK(json_equal(want->log, got->log), "%s: the log histories differ", label);
-    CHECK(ct_tensor_nbytes(&want->weights) == ct_tensor_nbytes(&got->weights) &&
-              memcmp(want->weights.data, got->weights.data, ct_tensor_nbytes(&want->weights)) == 0,
-          "%s: the final weights are not bit-identical", label);
+    CHECK(ct_fixture_same_bits(&want->weights, &got->weights), "%s: the final weights are not bit-identical", label);
 }
 
 /* --- comparing checkpoint directories ------------------------------------------------------------- */
@@ -504,8 +479,8 @@ static void same_files(const char *name, configure_fn configure, bool with_eval)
     same_training(name, &s, &as);
     same_checkpoints(name, sync_dir, a.output_dir, with_eval);
     no_leftovers(name, a.output_dir);
-    outcome_free(&s);
-    outcome_free(&as);
+    ct_fixture_run_free(&s);
+    ct_fixture_run_free(&as);
     ct_training_args_free(&a);
 }
 
@@ -525,7 +500,7 @@ static void crash_and_resume(const char *name, bool async, int64_t at, const out
     *got = run(&a, "latest", NULL, 8, false);
     same_training(name, want, got);
     no_leftovers(name, a.output_dir);
-    outcome_free(&first);
+    ct_fixture_run_free(&first);
     ct_training_args_free(&a);
 }
 
@@ -543,8 +518,8 @@ static void test_resume(void) {
         crash_and_resume(ns, false, at, &want, &s);
         crash_and_resume(na, true, at, &want, &as);
         same_training("resumed async vs resumed sync", &s, &as);
-        outcome_free(&s);
-        outcome_free(&as);
+        ct_fixture_run_free(&s);
+        ct_fixture_run_free(&as);
     }
     /* SIGTERM at a save step (its save in flight when the stop is honoured) and one step later (the
      * stop's own save waits for the one in flight) */
@@ -558,7 +533,7 @@ static void test_resume(void) {
         outcome first = run(&b, NULL, new_crasher(at, SIGTERM), 8, false);
         CHECK(first.status == CT_ERR_INTERRUPTED, "%s: returned %s: %s", name, ct_status_str(first.status),
               first.message);
-        CHECK(first.step == at, "%s: stopped at step %lld", name, (long long)first.step);
+        CHECK(first.global_step == at, "%s: stopped at step %lld", name, (long long)first.global_step);
         for (int64_t k = 6; k <= at; k++) {
             snprintf(dir, sizeof dir, "%s/checkpoint-%lld", b.output_dir, (long long)k);
             CHECK_OK(ct_checkpoint_verify(dir));
@@ -566,11 +541,11 @@ static void test_resume(void) {
         no_leftovers(name, b.output_dir);
         outcome second = run(&b, "latest", NULL, 8, false);
         same_training(name, &want, &second);
-        outcome_free(&first);
-        outcome_free(&second);
+        ct_fixture_run_free(&first);
+        ct_fixture_run_free(&second);
         ct_training_args_free(&b);
     }
-    outcome_free(&want);
+    ct_fixture_run_free(&want);
     ct_training_args_free(&a);
 }
 
@@ -587,8 +562,8 @@ static void test_errors(void) {
     outcome o = run(&a, NULL, NULL, 8, false);
     snprintf(dir, sizeof dir, "%s/checkpoint-3", a.output_dir);
     CHECK_ERR(o.status == CT_OK ? CT_OK : ct_error(o.status, "%s", o.message), CT_ERR_IO, dir, "Not a directory");
-    CHECK(o.step == 3, "blocked output_dir: training went on to step %lld", (long long)o.step);
-    outcome_free(&o);
+    CHECK(o.global_step == 3, "blocked output_dir: training went on to step %lld", (long long)o.global_step);
+    ct_fixture_run_free(&o);
     ct_training_args_free(&a);
 
     /* a write that fails in the writer thread: files may not grow beyond 64 KiB (model.h5 is larger),
@@ -610,14 +585,14 @@ static void test_errors(void) {
     snprintf(dir, sizeof dir, "%s/checkpoint-2", a.output_dir);
     CHECK_ERR(o.status == CT_OK ? CT_OK : ct_error(o.status, "%s", o.message), CT_ERR_IO, "asynchronous save of",
               dir, "model.h5");
-    CHECK(o.step < 20, "a failing background save did not stop training (step %lld)", (long long)o.step);
+    CHECK(o.global_step < 20, "a failing background save did not stop training (step %lld)", (long long)o.global_step);
     struct stat st;
     CHECK(stat(dir, &st) != 0, "%s was committed after its write failed", dir);
     char latest[600];
     CHECK(ct_checkpoint_find_latest(a.output_dir, latest, sizeof latest) != CT_OK, "a checkpoint was found: %s",
           latest);
-    printf("  background failure surfaced at step %lld: %s\n", (long long)o.step, o.message);
-    outcome_free(&o);
+    printf("  background failure surfaced at step %lld: %s\n", (long long)o.global_step, o.message);
+    ct_fixture_run_free(&o);
     ct_training_args_free(&a);
 }
 
@@ -665,7 +640,7 @@ static void test_snapshot_isolation(void) {
     ct_model_free(&m);
     for (int i = 0; i < 64; i++) ct_tensor_free(&r->w[i]);
     free(r);
-    outcome_free(&o);
+    ct_fixture_run_free(&o);
     ct_training_args_free(&a);
 }
 

@@ -6,7 +6,10 @@
  * skipping invalid checkpoints with warnings; resolve.
  *
  * `test_checkpoint_io --write DIR` instead writes checkpoints and the inputs that produced them for
- * tests/oracle/test_checkpoint_h5.py, which reads them with h5py and recomputes them with PyTorch. */
+ * tests/oracle/test_checkpoint_h5.py, which reads them with h5py and recomputes them with PyTorch.
+ *
+ * Why one file of over 600 lines: it tests one header (checkpoint/checkpoint_io.h), and the
+ * --write mode its oracle reads uses the same writers of optimizers and damaged files. */
 #define _GNU_SOURCE /* nftw */
 #include <errno.h>
 #include <fcntl.h>

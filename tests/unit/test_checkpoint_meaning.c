@@ -19,9 +19,7 @@ static char dir[600];
 /* 100 samples, batch 10, accumulation 2: 5 optimizer steps (10 batches) per epoch; a checkpoint at
  * step 3, and a resume that trains to step 4. */
 static void run_args(ct_training_args *a, const char *root) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/run", root);
-    a->disable_tqdm = true;
+    ct_fixture_args(a, root, "run");
     a->per_device_train_batch_size = 10;
     a->gradient_accumulation_steps = 2;
     a->max_steps = 4;
@@ -31,7 +29,7 @@ static void run_args(ct_training_args *a, const char *root) {
 }
 
 static ct_status train(const ct_training_args *a, const char *resume) {
-    ct_dataset *data = ct_fixture_dataset(&(ct_fixture_data){.n = 100, .dim = 6, .classes = 3, .seed = 1});
+    ct_dataset *data = ct_fixture_small_data(100, 1);
     ct_model m;
     ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {8}, .max_batch = 10, .seed = 5};
     ct_status s = ct_fixture_mlp_build(&o, &m);

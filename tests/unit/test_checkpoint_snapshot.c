@@ -23,7 +23,10 @@
  *     warning);
  *   - the clean-up of a dead run's leftovers deletes checkpoint-<step>.tmp and .deleting, puts a
  *     .old back when its checkpoint is missing, deletes this host's orphaned atomic temporaries, and
- *     leaves everything else (links, other names, live or foreign temporaries, checkpoints). */
+ *     leaves everything else (links, other names, live or foreign temporaries, checkpoints).
+ *
+ * Why one file of over 600 lines: every check saves or resumes the same hand-built pieces a
+ * snapshot points at. */
 #define _GNU_SOURCE /* nftw */
 #include <dirent.h>
 #include <ftw.h>

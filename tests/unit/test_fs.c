@@ -3,7 +3,9 @@
  * file as it was and no temporary behind; discard leaves nothing; a library writing the temporary by
  * name (close_fd) is committed; a stale temporary of this host and pid is replaced; errors name the
  * file and errno's text. ct_remove_tree removes nested directories, removes a symbolic link without
- * following it (what it points at survives), and accepts a missing path. */
+ * following it (what it points at survives), and accepts a missing path. ct_write_file (the plain
+ * write inside a directory committed whole) writes the whole content, and a failed write removes the
+ * file it was writing. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -116,6 +118,25 @@ static void failed_write_keeps_old(void) {
     snprintf(missing, sizeof missing, "%s/no/such/dir/c.txt", dir);
     CHECK_ERR(ct_write_file_atomic(missing, "x", 1), CT_ERR_IO, "cannot write", "no/such/dir/c.txt'",
               "cannot create", "no/such/dir/c.txt.tmp-", strerror(ENOENT));
+}
+
+static void plain_write(void) {
+    char path[512], buf[4096];
+    snprintf(path, sizeof path, "%s/plain.txt", dir);
+    CHECK_OK(ct_write_file(path, "some text", 9));
+    CHECK(slurp(path, buf, sizeof buf) == 9 && strcmp(buf, "some text") == 0, "content: %s", buf);
+    CHECK_OK(ct_write_file(path, "new", 3));
+    CHECK(slurp(path, buf, sizeof buf) == 3 && strcmp(buf, "new") == 0, "truncated and rewritten: %s", buf);
+    CHECK(count_named(dir, "plain.txt") == 1, "no temporary beside the file");
+    char big[3000];
+    memset(big, 'x', sizeof big);
+    ct_io_fault_arm(100, 1, ENOSPC); /* the disk fills up after 100 bytes */
+    CHECK_ERR(ct_write_file(path, big, sizeof big), CT_ERR_IO, "cannot write", "plain.txt'", strerror(ENOSPC));
+    ct_io_fault_disarm();
+    CHECK(access(path, F_OK) != 0, "the half-written file is still there");
+    char missing[512];
+    snprintf(missing, sizeof missing, "%s/no/such/dir/p.txt", dir);
+    CHECK_ERR(ct_write_file(missing, "x", 1), CT_ERR_IO, "cannot create", "no/such/dir/p.txt'", strerror(ENOENT));
 }
 
 static void discard_leaves_nothing(void) {
@@ -335,6 +356,7 @@ int main(void) {
     }
     commit_replaces();
     failed_write_keeps_old();
+    plain_write();
     discard_leaves_nothing();
     stream_and_close_fd();
     stale_temp_replaced();

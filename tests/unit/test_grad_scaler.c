@@ -91,11 +91,12 @@ static void test_rule(void) {
 
 /* 80 samples, batch 10, accumulation 2: 4 optimizer steps per epoch. */
 static void run_args(ct_training_args *a, const char *name) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s-%s", tmp_root, name, dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda");
+    const char *device = dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda";
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s-%s", name, device);
+    ct_fixture_args(a, tmp_root, dir);
     ct_fixture_remove(a->output_dir);
-    snprintf(a->device, sizeof a->device, "%s", dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda");
-    a->disable_tqdm = true;
+    snprintf(a->device, sizeof a->device, "%s", device);
     a->per_device_train_batch_size = 10;
     a->gradient_accumulation_steps = 2;
     a->max_steps = MAX_STEPS;
@@ -175,32 +176,14 @@ static const ct_callback_ops watcher_ops = {.size = sizeof(ct_callback_ops), .na
                                             .destroy = w_destroy};
 
 typedef struct outcome {
-    ct_status status;
-    char message[2048];
-    json_t *log, *metrics;
-    ct_tensor weights;
-    ct_train_progress progress;
-    watcher w;
+    ct_fixture_run run;
+    watcher w; /* its records (without its tensor) */
 } outcome;
-
-static json_t *without_timings(const json_t *hist) {
-    json_t *out = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(hist, i, e) {
-        json_t *c = json_object();
-        const char *k;
-        json_t *v;
-        json_object_foreach(e, k, v) if (!strstr(k, "runtime") && !strstr(k, "per_second")) json_object_set(c, k, v);
-        json_array_append_new(out, c);
-    }
-    return out;
-}
 
 static outcome run(const ct_training_args *a, const ct_grad_scaler_opts *scaler, const char *resume, uint64_t steps,
                    bool nan_loss, int crash_at) {
     outcome o = {0};
-    ct_dataset *train = ct_fixture_dataset(&(ct_fixture_data){.n = 80, .dim = 6, .classes = 3, .seed = 1});
+    ct_dataset *train = ct_fixture_small_data(80, 1);
     ct_model m;
     ct_fixture_mlp mo = {.dim = 6, .classes = 3, .hidden = {8}, .max_batch = 16, .seed = 5, .device = dev};
     if (ct_fixture_mlp_build(&mo, &m) != CT_OK) abort();
@@ -211,43 +194,21 @@ static outcome run(const ct_training_args *a, const ct_grad_scaler_opts *scaler,
     ct_callback_list_add(&cbs, &w->base);
     ct_trainer_setup setup = {.model = &m, .train_dataset = train, .callbacks = &cbs, .grad_scaler = scaler};
     poison_trainer pt = {.steps = steps, .nan_loss = nan_loss};
-    o.status = ct_trainer_init(&pt.base, &poison_ops, a, &setup);
-    ct_callback_list_free(&cbs);
-    if (o.status == CT_OK) {
-        ct_train_output out;
-        o.status = ct_trainer_train(&pt.base, resume, &out);
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
-        if (o.status == CT_OK) {
-            o.metrics = json_deep_copy(out.metrics);
-            ct_train_output_free(&out);
-        }
-        o.log = without_timings(pt.base.state.log_history);
-        o.progress = pt.base.priv->progress;
-        host_copy(&o.weights, &m.params.values);
+    if (ct_fixture_train(&pt.base, &poison_ops, a, &setup, resume, &o.run)) {
         ct_callback *cb = ct_trainer_pop_callback(&pt.base, "watcher");
         watcher *got = ct_container_of(cb, watcher, base);
         o.w = *got;
         o.w.before = (ct_tensor){0};
         ct_callback_free(cb);
         ct_trainer_free(&pt.base);
-    } else {
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
     }
+    ct_callback_list_free(&cbs);
     ct_model_free(&m);
     ct_dataset_free(train);
     return o;
 }
 
-static void outcome_free(outcome *o) {
-    json_decref(o->log);
-    json_decref(o->metrics);
-    ct_tensor_free(&o->weights);
-}
-
-static bool same_weights(const outcome *a, const outcome *b) {
-    return a->weights.data && b->weights.data && ct_tensor_nbytes(&a->weights) == ct_tensor_nbytes(&b->weights) &&
-           memcmp(a->weights.data, b->weights.data, ct_tensor_nbytes(&a->weights)) == 0;
-}
+static void outcome_free(outcome *o) { ct_fixture_run_free(&o->run); }
 
 static const char *dev_name(void) { return dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda (checked)"; }
 
@@ -260,15 +221,15 @@ static void test_exact_without_overflow(void) {
     ct_grad_scaler_opts o = ct_grad_scaler_default_opts();
     o.growth_interval = 5; /* the scale grows twice within the run */
     outcome scaled = run(&a, &o, NULL, 0, false, 0);
-    CHECK(plain.status == CT_OK && scaled.status == CT_OK, "%s: runs: %s / %s", dev_name(), plain.message,
-          scaled.message);
-    CHECK(same_weights(&plain, &scaled), "%s: with the scaler the weights differ from the run without", dev_name());
-    CHECK(json_equal(plain.log, scaled.log), "%s: with the scaler the log differs", dev_name());
-    CHECK(scaled.progress.has_scaler && scaled.progress.scaler.scale == 65536 * 4 &&
-              scaled.progress.scaler.growth_tracker == 2 && scaled.progress.scaler_skipped == 0,
-          "%s: the scale grew twice in 12 clean steps: %g, tracker %lld", dev_name(), scaled.progress.scaler.scale,
-          (long long)scaled.progress.scaler.growth_tracker);
-    CHECK(!plain.progress.has_scaler && ct_trainer_loss_scale(&(ct_trainer){0}) == 1.0, "no scaler: scale 1");
+    CHECK(plain.run.status == CT_OK && scaled.run.status == CT_OK, "%s: runs: %s / %s", dev_name(), plain.run.message,
+          scaled.run.message);
+    CHECK(ct_fixture_same_bits(&plain.run.weights, &scaled.run.weights), "%s: with the scaler the weights differ from the run without", dev_name());
+    CHECK(json_equal(plain.run.log, scaled.run.log), "%s: with the scaler the log differs", dev_name());
+    CHECK(scaled.run.progress.has_scaler && scaled.run.progress.scaler.scale == 65536 * 4 &&
+              scaled.run.progress.scaler.growth_tracker == 2 && scaled.run.progress.scaler_skipped == 0,
+          "%s: the scale grew twice in 12 clean steps: %g, tracker %lld", dev_name(), scaled.run.progress.scaler.scale,
+          (long long)scaled.run.progress.scaler.growth_tracker);
+    CHECK(!plain.run.progress.has_scaler && ct_trainer_loss_scale(&(ct_trainer){0}) == 1.0, "no scaler: scale 1");
     outcome_free(&plain);
     outcome_free(&scaled);
 }
@@ -280,7 +241,7 @@ static void test_injected_overflow(void) {
     CHECK(a.nan_inf_policy == CT_NAN_INF_ERROR, "nan_inf_policy error by default");
     uint64_t poisoned = 1u << 3 | 1u << 4 | 1u << 9;
     outcome r = run(&a, &(ct_grad_scaler_opts){65536, 2, 0.5, 4}, NULL, poisoned, false, 0);
-    CHECK(r.status == CT_OK, "%s: overflows are no nan_inf error: %s", dev_name(), r.message);
+    CHECK(r.run.status == CT_OK, "%s: overflows are no nan_inf error: %s", dev_name(), r.run.message);
     /* the rule by hand: clean steps 0-2 (tracker 3), backoff at 3 and 4, 5-8 grow once at 8, 9 backs
      * off, 10-11 count 2 */
     double want_scale[MAX_STEPS] = {65536, 65536, 65536, 32768, 16384, 16384, 16384, 16384, 32768, 16384, 16384, 16384};
@@ -298,9 +259,9 @@ static void test_injected_overflow(void) {
         CHECK(r.w.scale[g] == want_scale[g], "%s: the scale after step %d is %g, expected %g", dev_name(), g,
               r.w.scale[g], want_scale[g]);
     }
-    CHECK(r.progress.scaler_skipped == 3 && r.progress.nan_inf_skipped == 0, "%s: 3 skipped by the scaler, got %lld",
-          dev_name(), (long long)r.progress.scaler_skipped);
-    CHECK(!json_object_get(r.metrics, "nan_inf_skipped"), "%s: scaler skips are not nan_inf_skipped", dev_name());
+    CHECK(r.run.progress.scaler_skipped == 3 && r.run.progress.nan_inf_skipped == 0, "%s: 3 skipped by the scaler, got %lld",
+          dev_name(), (long long)r.run.progress.scaler_skipped);
+    CHECK(!json_object_get(r.run.metrics, "nan_inf_skipped"), "%s: scaler skips are not nan_inf_skipped", dev_name());
     outcome_free(&r);
 }
 
@@ -309,11 +270,11 @@ static void test_real_overflow(void) {
     ct_training_args a;
     run_args(&a, "real");
     outcome r = run(&a, &(ct_grad_scaler_opts){0x1p127, 2, 0.5, 2000}, NULL, 0, false, 0);
-    CHECK(r.status == CT_OK, "%s: %s", dev_name(), r.message);
-    int64_t k = r.progress.scaler_skipped;
+    CHECK(r.run.status == CT_OK, "%s: %s", dev_name(), r.run.message);
+    int64_t k = r.run.progress.scaler_skipped;
     CHECK(k >= 1 && k < MAX_STEPS, "%s: %lld steps skipped", dev_name(), (long long)k);
-    CHECK(r.progress.scaler.scale == ldexp(1, 127 - (int)k), "%s: the scale is 2^127 halved %lld times: %g",
-          dev_name(), (long long)k, r.progress.scaler.scale);
+    CHECK(r.run.progress.scaler.scale == ldexp(1, 127 - (int)k), "%s: the scale is 2^127 halved %lld times: %g",
+          dev_name(), (long long)k, r.run.progress.scaler.scale);
     /* a step whose scale backed off is one that kept the weights; the first surely overflows */
     CHECK(!r.w.changed[0] && r.w.scale[0] == 0x1p126, "%s: 2^127 overflows at once", dev_name());
     for (int g = 0; g < MAX_STEPS; g++) {
@@ -322,8 +283,8 @@ static void test_real_overflow(void) {
               r.w.changed[g] ? "changed" : "kept", r.w.scale[g]);
     }
     bool finite = true;
-    const float *w = r.weights.data;
-    for (int64_t i = 0; i < ct_tensor_numel(&r.weights); i++) finite &= isfinite(w[i]) != 0;
+    const float *w = r.run.weights.data;
+    for (int64_t i = 0; i < ct_tensor_numel(&r.run.weights); i++) finite &= isfinite(w[i]) != 0;
     CHECK(finite, "%s: the weights are finite", dev_name());
     outcome_free(&r);
 }
@@ -333,8 +294,8 @@ static void test_nan_loss(void) {
     ct_training_args a;
     run_args(&a, "nanloss");
     outcome r = run(&a, &(ct_grad_scaler_opts){65536, 2, 0.5, 2000}, NULL, 1u << 2, true, 0);
-    CHECK(r.status == CT_ERR_NUMERIC && strstr(r.message, "the loss is nan"), "%s: a NaN loss: %s", dev_name(),
-          r.message);
+    CHECK(r.run.status == CT_ERR_NUMERIC && strstr(r.run.message, "the loss is nan"), "%s: a NaN loss: %s", dev_name(),
+          r.run.message);
     outcome_free(&r);
 }
 
@@ -360,20 +321,20 @@ static void test_resume(void) {
     a.save_strategy = CT_INTERVAL_STEPS;
     a.save_steps = 4;
     outcome crashed = run(&a, &o, NULL, poisoned, false, 7);
-    CHECK(crashed.status == CT_ERR_IO, "%s: the simulated crash: %s", dev_name(), crashed.message);
+    CHECK(crashed.run.status == CT_ERR_IO, "%s: the simulated crash: %s", dev_name(), crashed.run.message);
     char ckpt[4400], file[4500];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoint-4", a.output_dir);
     outcome resumed = run(&a, &o, ckpt, poisoned, false, 0);
-    CHECK(resumed.status == CT_OK, "%s: resume: %s", dev_name(), resumed.message);
-    CHECK(same_weights(&whole, &resumed), "%s: the resumed run's weights differ", dev_name());
-    CHECK(json_equal(whole.log, resumed.log), "%s: the resumed run's log differs", dev_name());
-    CHECK(resumed.progress.scaler.scale == whole.progress.scaler.scale &&
-              resumed.progress.scaler.growth_tracker == whole.progress.scaler.growth_tracker &&
-              resumed.progress.scaler_skipped == 2 && whole.progress.scaler_skipped == 2,
+    CHECK(resumed.run.status == CT_OK, "%s: resume: %s", dev_name(), resumed.run.message);
+    CHECK(ct_fixture_same_bits(&whole.run.weights, &resumed.run.weights), "%s: the resumed run's weights differ", dev_name());
+    CHECK(json_equal(whole.run.log, resumed.run.log), "%s: the resumed run's log differs", dev_name());
+    CHECK(resumed.run.progress.scaler.scale == whole.run.progress.scaler.scale &&
+              resumed.run.progress.scaler.growth_tracker == whole.run.progress.scaler.growth_tracker &&
+              resumed.run.progress.scaler_skipped == 2 && whole.run.progress.scaler_skipped == 2,
           "%s: the scaler state after resuming: %g/%lld/%lld, uninterrupted %g/%lld/%lld", dev_name(),
-          resumed.progress.scaler.scale, (long long)resumed.progress.scaler.growth_tracker,
-          (long long)resumed.progress.scaler_skipped, whole.progress.scaler.scale,
-          (long long)whole.progress.scaler.growth_tracker, (long long)whole.progress.scaler_skipped);
+          resumed.run.progress.scaler.scale, (long long)resumed.run.progress.scaler.growth_tracker,
+          (long long)resumed.run.progress.scaler_skipped, whole.run.progress.scaler.scale,
+          (long long)whole.run.progress.scaler.growth_tracker, (long long)whole.run.progress.scaler_skipped);
     /* damaged states, each in a re-signed copy of the file */
     snprintf(file, sizeof file, "%s/rng_state_0.json", ckpt);
     json_t *orig = json_load_file(file, 0, NULL);
@@ -393,10 +354,10 @@ static void test_resume(void) {
         CHECK_OK(ct_json_write_file(orig, file));
         set_scaler_key(ckpt, file, cases[i].key, cases[i].value);
         outcome bad = run(&a, &o, ckpt, poisoned, false, 0);
-        CHECK(bad.status == CT_ERR_FORMAT && strstr(bad.message, cases[i].want) &&
-                  strstr(bad.message, i == 3 ? "checkpoint-4/optimizer.h5" : "checkpoint-4/rng_state_0.json"),
+        CHECK(bad.run.status == CT_ERR_FORMAT && strstr(bad.run.message, cases[i].want) &&
+                  strstr(bad.run.message, i == 3 ? "checkpoint-4/optimizer.h5" : "checkpoint-4/rng_state_0.json"),
               "%s: grad_scaler.%s damaged is refused naming it (%s): %s: %s", dev_name(), cases[i].key, cases[i].want,
-              ct_status_str(bad.status), bad.message);
+              ct_status_str(bad.run.status), bad.run.message);
         outcome_free(&bad);
     }
     CHECK_OK(ct_json_write_file(orig, file));
@@ -417,17 +378,17 @@ static void test_precision_refused(void) {
         outcome r = run(&a, NULL, NULL, 0, false, 0);
         char want[64];
         snprintf(want, sizeof want, "training_args.%s: ", names[i]);
-        CHECK(r.status == CT_ERR_CONFIG && strstr(r.message, want) && strstr(r.message, "computes in float32 only") &&
-                  strstr(r.message, dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda"),
-              "%s: %s true is refused naming the device: %s: %s", dev_name(), names[i], ct_status_str(r.status),
-              r.message);
+        CHECK(r.run.status == CT_ERR_CONFIG && strstr(r.run.message, want) && strstr(r.run.message, "computes in float32 only") &&
+                  strstr(r.run.message, dev.kind == CT_DEVICE_CPU ? "cpu" : "cuda"),
+              "%s: %s true is refused naming the device: %s: %s", dev_name(), names[i], ct_status_str(r.run.status),
+              r.run.message);
         outcome_free(&r);
     }
     ct_training_args a;
     run_args(&a, "tf32false");
     CHECK_OK(ct_training_args_set(&a, "tf32", "false"));
     outcome r = run(&a, NULL, NULL, 0, false, 0);
-    CHECK(r.status == CT_OK, "%s: tf32 false asks for float32: %s", dev_name(), r.message);
+    CHECK(r.run.status == CT_OK, "%s: tf32 false asks for float32: %s", dev_name(), r.run.message);
     outcome_free(&r);
 }
 
@@ -463,8 +424,8 @@ static void test_device_memory(void) {
     a.logging_steps = 100;
     a.eval_strategy = CT_INTERVAL_STEPS;
     a.eval_steps = 250;
-    ct_dataset *train = ct_fixture_dataset(&(ct_fixture_data){.n = 80, .dim = 6, .classes = 3, .seed = 1});
-    ct_dataset *eval = ct_fixture_dataset(&(ct_fixture_data){.n = 30, .dim = 6, .classes = 3, .seed = 2});
+    ct_dataset *train = ct_fixture_small_data(80, 1);
+    ct_dataset *eval = ct_fixture_small_data(30, 2);
     ct_model m;
     ct_fixture_mlp mo = {.dim = 6, .classes = 3, .hidden = {8}, .max_batch = 16, .seed = 5, .device = dev};
     if (ct_fixture_mlp_build(&mo, &m) != CT_OK) abort();

@@ -8,7 +8,10 @@
  *  - files written here with every supported element type, rank, layout and num_classes source;
  *  - bad input: missing file, not HDF5, truncated and corrupt files, missing datasets, wrong ranks
  *    and types, mismatched lengths, labels out of range, ragged and non-numeric CSV, each with a
- *    message naming the file and what was expected; failed conversions leave no file behind. */
+ *    message naming the file and what was expected; failed conversions leave no file behind.
+ *
+ * Why one file of over 600 lines: the reader and the converters are checked against each other
+ * (what a conversion writes, the dataset reads back) with the same file writers and helpers. */
 #include <dirent.h>
 #include <float.h>
 #include <hdf5.h>

@@ -16,7 +16,11 @@
  *    direction, files in each trial's directory, setup->make_model as the hook, up-front errors;
  *  - run configs: unknown keys of every section refused before any trial with the reader's message,
  *    values left to the trials; the best config with relative dataset paths made absolute.
- * Fresh seed each run (CT_TEST_SEED to repeat). */
+ * Fresh seed each run (CT_TEST_SEED to repeat).
+ *
+ * Why one file of over 600 lines: the spaces, the samplers and the driver of one area (search/)
+ * share the statistical tests (Kolmogorov-Smirnov, chi-square) and the scripted trial written
+ * here. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -201,7 +201,8 @@ static void test_timeout(void) {
     scripted s = make(1, 2, 1, 0);
     s.reduce_ret = CT_ERR_STATE;
     job j = {0};
-    CHECK_ERR(run(&s, false, &j), CT_ERR_STATE, "building datasets: all_reduce (rank 1/2): no answer");
+    CHECK_ERR(run(&s, false, &j), CT_ERR_STATE,
+              "building datasets: the main processes' outcome (all_reduce, rank 1/2): no answer");
     CHECK(j.calls == 0, "fn ran after the wait failed");
     /* A failing main whose barrier then fails reports its own failure. */
     s = make(0, 2, 0, 0);
@@ -213,7 +214,8 @@ static void test_timeout(void) {
     s = make(0, 2, 0, 0);
     s.reduce_ret = CT_ERR_STATE;
     j = (job){0};
-    CHECK_ERR(run(&s, false, &j), CT_ERR_STATE, "building datasets: all_reduce (rank 0/2)");
+    CHECK_ERR(run(&s, false, &j), CT_ERR_STATE,
+              "building datasets: the main processes' outcome (all_reduce, rank 0/2)");
     CHECK(j.calls == 1, "fn ran %d times", j.calls);
 }
 

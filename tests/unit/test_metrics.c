@@ -16,7 +16,10 @@
  * scikit-learn: IN.h5 holds attribute "spec" (JSON: "metrics", "prefix", "batch_size", "ranks") and
  * datasets outputs [N, C], labels [N], optional mask [N] u8 and losses [N] f64 (a batch's loss is
  * the sum over its real rows, its count their number). Batches are dealt round-robin to `ranks`
- * metric sets, which are then merged; the computed JSON object is printed on stdout. */
+ * metric sets, which are then merged; the computed JSON object is printed on stdout.
+ *
+ * Why one file of over 600 lines: the metric core and the basic metrics are checked through the
+ * same references written here, which the --compute mode for scikit-learn uses too. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -22,7 +22,11 @@
  * outputs [N, C] (f32 or f64 as spec "dtype"), labels [N] int64, optional mask [N] u8 and optional
  * sample_loss / sample_weight [N] f64. Batches are dealt round-robin to `ranks` metric sets, which
  * are merged; the printed JSON object holds the values and uncertainty keys, and with
- * dump_bootstrap "__bootstrap__": {metric name: [values]} (ct_confusion_bootstrap_values). */
+ * dump_bootstrap "__bootstrap__": {metric name: [values]} (ct_confusion_bootstrap_values).
+ *
+ * Why one file of over 600 lines: it tests one source file (eval/metrics_confusion.c and the
+ * uncertainty code under it), and the references written here serve both its checks and the
+ * --compute mode its oracle drives. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>

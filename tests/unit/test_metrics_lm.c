@@ -17,7 +17,10 @@
  * "spec" (JSON: "metrics" (specs for ct_lm_metric_from_json), "prefix", "batch_size", "ranks",
  * "dtype" ("f32"/"f64"), "label_dtype" ("i64"/"i32"), optional "uncertainty": {"resamples",
  * "confidence", "seed"}) and datasets outputs [N, T, V], labels [N, T] and optional mask [N] u8.
- * Batches are dealt round-robin to `ranks` states, merged, and the JSON object printed. */
+ * Batches are dealt round-robin to `ranks` states, merged, and the JSON object printed.
+ *
+ * Why one file of over 600 lines: it tests one source file (eval/metrics_lm.c), and the reference
+ * written here serves both its checks and the --compute mode its oracle drives. */
 #include <float.h>
 #include <omp.h>
 #include <stdlib.h>

@@ -15,7 +15,10 @@
  * "prefix", "batch_size", "ranks", "dtype", "label_dtype", optional "uncertainty": {"resamples",
  * "confidence", "seed"}) and datasets outputs ([N] or [N, C]), labels [N] and optional mask [N] u8.
  * Batches are dealt round-robin to `ranks` states that are merged in rank order; the values (and
- * the uncertainty keys) are printed as one JSON object. */
+ * the uncertainty keys) are printed as one JSON object.
+ *
+ * Why one file of over 600 lines: it tests one source file (eval/metrics_ranking.c), and the
+ * references written here serve both its checks and the --compute mode its oracle drives. */
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>

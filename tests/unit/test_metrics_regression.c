@@ -16,7 +16,10 @@
  * "batch_size", "ranks", "dtype"/"label_dtype" ("f32"/"f64"), optional "uncertainty":
  * {"resamples", "confidence", "seed"}) and datasets outputs, labels ([N] or [N, k]) and optional
  * mask [N] u8. Batches are dealt round-robin to `ranks` states, merged, and the values (and
- * uncertainty keys) printed as one JSON object. */
+ * uncertainty keys) printed as one JSON object.
+ *
+ * Why one file of over 600 lines: it tests one source file (eval/metrics_regression.c), and the
+ * reference written here serves both its checks and the --compute mode its oracle drives. */
 #include <float.h>
 #include <omp.h>
 #include <stdlib.h>

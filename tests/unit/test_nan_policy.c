@@ -41,20 +41,12 @@ static ct_rng rng;
 typedef enum poison { P_NONE, P_LOSS_NAN, P_GRAD_INF, P_LOSS_INF, P_EMPTY } poison;
 static const char *const poison_names[] = {"none", "NaN loss", "inf gradient", "inf loss", "empty step"};
 
-static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
-}
-
-static ct_status make_model(ct_model *m) {
-    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {8}, .dropout = 0.1, .max_batch = 16, .seed = 5};
-    return ct_fixture_mlp_build(&o, m);
-}
+/* 6 -> 8 -> 3 with dropout, for batches up to 16. */
+static const ct_fixture_mlp model_opts = {.dim = 6, .classes = 3, .hidden = {8}, .dropout = 0.1, .max_batch = 16, .seed = 5};
 
 /* 80 samples, batch 10, accumulation 2: 4 optimizer steps per epoch; 12 steps in all. */
 static void run_args(ct_training_args *a, const char *name) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", tmp_root, name);
-    a->disable_tqdm = true;
+    ct_fixture_args(a, tmp_root, name);
     a->per_device_train_batch_size = 10;
     a->gradient_accumulation_steps = 2;
     a->max_steps = MAX_STEPS;
@@ -159,42 +151,16 @@ static const ct_callback_ops watcher_ops = {.size = sizeof(ct_callback_ops),
 /* --- one run -------------------------------------------------------------------------------------- */
 
 typedef struct outcome {
-    ct_status status;
-    char message[2048];
-    json_t *log;       /* log_history without timings */
-    json_t *metrics;   /* the train metrics (CT_OK only) */
-    ct_tensor weights; /* the final (or failing) flat parameters */
-    ct_tensor before;  /* the weights at the begin of the last step begun */
-    int64_t global_step, nan_inf_skipped, optim_steps;
-    watcher w;
+    ct_fixture_run run;
+    ct_tensor before; /* the weights at the begin of the last step begun */
+    watcher w;        /* its records (without its tensor) */
 } outcome;
-
-static bool timing_key(const char *k) { return strstr(k, "runtime") || strstr(k, "per_second"); }
-
-static json_t *without_timings(const json_t *hist) {
-    json_t *out = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(hist, i, e) {
-        json_t *c = json_object();
-        const char *k;
-        json_t *v;
-        json_object_foreach(e, k, v) if (!timing_key(k)) json_object_set(c, k, v);
-        json_array_append_new(out, c);
-    }
-    return out;
-}
-
-static void copy_tensor(ct_tensor *dst, const ct_tensor *src) {
-    if (ct_tensor_alloc(dst, src->dtype, CT_CPU, src->ndim, src->shape) != CT_OK) abort();
-    memcpy(dst->data, src->data, ct_tensor_nbytes(src));
-}
 
 static outcome *run(const ct_training_args *a, const char *resume, poison mode, uint64_t steps, int crash_at) {
     outcome *o = calloc(1, sizeof *o);
-    ct_dataset *train = make_data(80, 1);
+    ct_dataset *train = ct_fixture_small_data(80, 1);
     ct_model m;
-    if (make_model(&m) != CT_OK) abort();
+    if (ct_fixture_mlp_build(&model_opts, &m) != CT_OK) abort();
     /* the trainer owns the watcher; its records are copied out before the trainer goes */
     watcher *w = calloc(1, sizeof *w);
     w->base.ops = &watcher_ops;
@@ -203,67 +169,30 @@ static outcome *run(const ct_training_args *a, const char *resume, poison mode, 
     ct_callback_list_add(&cbs, &w->base);
     ct_trainer_setup setup = {.model = &m, .train_dataset = train, .callbacks = &cbs};
     nan_trainer nt = {.mode = mode, .steps = steps, .seen_step = -1};
-    o->status = ct_trainer_init(&nt.base, &nan_ops, a, &setup);
-    ct_callback_list_free(&cbs);
-    if (o->status == CT_OK) {
-        ct_train_output out;
-        o->status = ct_trainer_train(&nt.base, resume, &out);
-        snprintf(o->message, sizeof o->message, "%s", ct_last_error());
-        if (o->status == CT_OK) {
-            o->metrics = json_deep_copy(out.metrics);
-            ct_train_output_free(&out);
-        }
-        o->log = without_timings(nt.base.state.log_history);
-        o->global_step = nt.base.state.global_step;
-        o->nan_inf_skipped = nt.base.priv->progress.nan_inf_skipped;
-        o->optim_steps = nt.base.optimizer ? nt.base.optimizer->step : -1;
-        copy_tensor(&o->weights, &m.params.values);
+    if (ct_fixture_train(&nt.base, &nan_ops, a, &setup, resume, &o->run)) {
         ct_callback *cb = ct_trainer_pop_callback(&nt.base, "watcher");
         if (cb) {
             watcher *got = ct_container_of(cb, watcher, base);
             o->w = *got;
             o->w.before = (ct_tensor){0};
-            if (got->before.data) copy_tensor(&o->before, &got->before);
+            if (got->before.data) {
+                if (ct_tensor_alloc(&o->before, got->before.dtype, CT_CPU, got->before.ndim, got->before.shape) != CT_OK) abort();
+                memcpy(o->before.data, got->before.data, ct_tensor_nbytes(&got->before));
+            }
             ct_callback_free(cb);
         }
         ct_trainer_free(&nt.base);
-    } else {
-        snprintf(o->message, sizeof o->message, "%s", ct_last_error());
     }
+    ct_callback_list_free(&cbs);
     ct_model_free(&m);
     ct_dataset_free(train);
     return o;
 }
 
 static void outcome_free(outcome *o) {
-    json_decref(o->log);
-    json_decref(o->metrics);
-    ct_tensor_free(&o->weights);
+    ct_fixture_run_free(&o->run);
     ct_tensor_free(&o->before);
     free(o);
-}
-
-static bool same_weights(const ct_tensor *a, const ct_tensor *b) {
-    return a->data && b->data && ct_tensor_nbytes(a) == ct_tensor_nbytes(b) &&
-           memcmp(a->data, b->data, ct_tensor_nbytes(a)) == 0;
-}
-
-static bool same_log(const char *label, const json_t *want, const json_t *got) {
-    if (json_array_size(want) != json_array_size(got)) {
-        CHECK(false, "%s: %zu log entries, expected %zu", label, json_array_size(got), json_array_size(want));
-        return false;
-    }
-    for (size_t i = 0; i < json_array_size(want); i++)
-        if (!json_equal(json_array_get(want, i), json_array_get(got, i))) {
-            char *ws = json_dumps(json_array_get(want, i), JSON_SORT_KEYS);
-            char *gs = json_dumps(json_array_get(got, i), JSON_SORT_KEYS);
-            CHECK(false, "%s: log entry %zu differs:\n  got  %s\n  want %s", label, i, gs, ws);
-            free(ws);
-            free(gs);
-            return false;
-        }
-    CHECK(true, "%s", label);
-    return true;
 }
 
 /* A random setting: clipping on or off, plain or ZeRO-1 (one process), and a poison that is an
@@ -295,13 +224,13 @@ static void test_error(int round) {
     snprintf(step, sizeof step, "optimizer step %d (epoch %d):", p + 1, p / 4);
     const char *quantity = mode == P_GRAD_INF ? "the gradient norm is" : "the loss is";
     const char *value = mode == P_LOSS_INF ? "is inf" : mode == P_LOSS_NAN ? "is nan" : "the gradient norm is";
-    CHECK(o->status == CT_ERR_NUMERIC, "%s: %s: %s", label, ct_status_str(o->status), o->message);
-    CHECK(strstr(o->message, step) && strstr(o->message, quantity) && strstr(o->message, value) &&
-              strstr(o->message, "nan_inf_policy 'error'"),
-          "%s: message '%s' lacks '%s', '%s' or the policy", label, o->message, step, quantity);
-    CHECK(o->global_step == p, "%s: stopped at global_step %lld, the poisoned step is %d", label,
-          (long long)o->global_step, p);
-    CHECK(same_weights(&o->weights, &o->before), "%s: the failing step changed the weights", label);
+    CHECK(o->run.status == CT_ERR_NUMERIC, "%s: %s: %s", label, ct_status_str(o->run.status), o->run.message);
+    CHECK(strstr(o->run.message, step) && strstr(o->run.message, quantity) && strstr(o->run.message, value) &&
+              strstr(o->run.message, "nan_inf_policy 'error'"),
+          "%s: message '%s' lacks '%s', '%s' or the policy", label, o->run.message, step, quantity);
+    CHECK(o->run.global_step == p, "%s: stopped at global_step %lld, the poisoned step is %d", label,
+          (long long)o->run.global_step, p);
+    CHECK(ct_fixture_same_bits(&o->run.weights, &o->before), "%s: the failing step changed the weights", label);
     char dir[1200];
     snprintf(dir, sizeof dir, "%s/checkpoint-%d", a.output_dir, p);
     CHECK(access(dir, F_OK) != 0, "%s: 'error' wrote %s", label, dir);
@@ -316,9 +245,9 @@ static void test_empty_step(void) {
     ct_fixture_remove(a.output_dir);
     a.save_strategy = CT_INTERVAL_NO;
     outcome *o = run(&a, NULL, P_EMPTY, 1ull << 3 | 1ull << 8, 0);
-    CHECK(o->status == CT_OK, "empty steps: %s", o->message);
-    CHECK(o->global_step == MAX_STEPS && o->nan_inf_skipped == 0, "empty steps: step %lld, skipped %lld",
-          (long long)o->global_step, (long long)o->nan_inf_skipped);
+    CHECK(o->run.status == CT_OK, "empty steps: %s", o->run.message);
+    CHECK(o->run.global_step == MAX_STEPS && o->run.progress.nan_inf_skipped == 0, "empty steps: step %lld, skipped %lld",
+          (long long)o->run.global_step, (long long)o->run.progress.nan_inf_skipped);
     outcome_free(o);
     ct_training_args_free(&a);
 }
@@ -345,11 +274,11 @@ static void test_skip(int round) {
         }
     }
     outcome *o = run(&a, NULL, mode, steps, 0);
-    CHECK(o->status == CT_OK, "%s: %s", label, o->message);
-    CHECK(o->global_step == MAX_STEPS, "%s: ended at step %lld", label, (long long)o->global_step);
-    CHECK(o->nan_inf_skipped == k, "%s: %lld skipped, %d poisoned", label, (long long)o->nan_inf_skipped, k);
-    CHECK(o->optim_steps == MAX_STEPS - k, "%s: the optimizer took %lld steps, expected %d", label,
-          (long long)o->optim_steps, MAX_STEPS - k);
+    CHECK(o->run.status == CT_OK, "%s: %s", label, o->run.message);
+    CHECK(o->run.global_step == MAX_STEPS, "%s: ended at step %lld", label, (long long)o->run.global_step);
+    CHECK(o->run.progress.nan_inf_skipped == k, "%s: %lld skipped, %d poisoned", label, (long long)o->run.progress.nan_inf_skipped, k);
+    CHECK(o->run.optimizer_steps == MAX_STEPS - k, "%s: the optimizer took %lld steps, expected %d", label,
+          (long long)o->run.optimizer_steps, MAX_STEPS - k);
     int64_t taken = 0;
     for (int g = 0; g < MAX_STEPS; g++) {
         bool skipped = steps >> g & 1;
@@ -370,7 +299,7 @@ static void test_skip(int round) {
     size_t i;
     json_t *e;
     int64_t last_count = 0;
-    json_array_foreach(o->log, i, e) {
+    json_array_foreach(o->run.log, i, e) {
         json_t *loss = json_object_get(e, "loss");
         if (!loss) continue;
         CHECK(isfinite(json_number_value(loss)), "%s: log entry %zu has loss %g", label, i, json_number_value(loss));
@@ -384,7 +313,7 @@ static void test_skip(int round) {
         last_count = json_integer_value(c);
     }
     CHECK(last_count == k, "%s: the last log counts %lld skipped steps", label, (long long)last_count);
-    CHECK(json_integer_value(json_object_get(o->metrics, "nan_inf_skipped")) == k,
+    CHECK(json_integer_value(json_object_get(o->run.metrics, "nan_inf_skipped")) == k,
           "%s: the train metrics lack nan_inf_skipped = %d", label, k);
     /* A crash after a skip and a resume: the count comes back from the checkpoint and the run ends as
      * the uninterrupted one, bit for bit. */
@@ -399,13 +328,13 @@ static void test_skip(int round) {
         snprintf(name2, sizeof name2, "skip_%d_crash", round);
         snprintf(a.output_dir, sizeof a.output_dir, "%s/%s", tmp_root, name2);
         outcome *c1 = run(&a, NULL, mode, steps, crash);
-        CHECK(c1->status == CT_ERR_IO, "%s: %s", resumed_label, c1->message);
+        CHECK(c1->run.status == CT_ERR_IO, "%s: %s", resumed_label, c1->run.message);
         outcome *c2 = run(&a, "latest", mode, steps, 0);
-        CHECK(c2->status == CT_OK, "%s: %s", resumed_label, c2->message);
-        CHECK(c2->nan_inf_skipped == k, "%s: %lld skipped after the resume", resumed_label,
-              (long long)c2->nan_inf_skipped);
-        CHECK(same_weights(&c2->weights, &o->weights), "%s: final weights differ", resumed_label);
-        same_log(resumed_label, o->log, c2->log);
+        CHECK(c2->run.status == CT_OK, "%s: %s", resumed_label, c2->run.message);
+        CHECK(c2->run.progress.nan_inf_skipped == k, "%s: %lld skipped after the resume", resumed_label,
+              (long long)c2->run.progress.nan_inf_skipped);
+        CHECK(ct_fixture_same_bits(&c2->run.weights, &o->run.weights), "%s: final weights differ", resumed_label);
+        ct_fixture_check_same_log(resumed_label, o->run.log, c2->run.log);
         outcome_free(c1);
         outcome_free(c2);
     }
@@ -433,32 +362,32 @@ static void test_stop(int round, int p, bool save_async, const outcome *clean) {
     char dir[1200], step[64];
     snprintf(dir, sizeof dir, "%s/checkpoint-%d", a.output_dir, p);
     snprintf(step, sizeof step, "optimizer step %d (epoch %d):", p + 1, p / 4);
-    CHECK(o->status == CT_ERR_NUMERIC, "%s: %s: %s", label, ct_status_str(o->status), o->message);
-    CHECK(strstr(o->message, step) && strstr(o->message, "nan_inf_policy 'stop'") && strstr(o->message, dir) &&
-              strstr(o->message, "resume_from_checkpoint"),
-          "%s: message '%s' lacks the step, the policy or %s", label, o->message, dir);
-    CHECK(same_weights(&o->weights, &o->before), "%s: the failing step changed the weights", label);
+    CHECK(o->run.status == CT_ERR_NUMERIC, "%s: %s: %s", label, ct_status_str(o->run.status), o->run.message);
+    CHECK(strstr(o->run.message, step) && strstr(o->run.message, "nan_inf_policy 'stop'") && strstr(o->run.message, dir) &&
+              strstr(o->run.message, "resume_from_checkpoint"),
+          "%s: message '%s' lacks the step, the policy or %s", label, o->run.message, dir);
+    CHECK(ct_fixture_same_bits(&o->run.weights, &o->before), "%s: the failing step changed the weights", label);
     ct_status v = ct_checkpoint_verify(dir);
     CHECK(v == CT_OK, "%s: %s does not verify: %s", label, dir, ct_last_error());
     if (v == CT_OK) {
         ct_model m;
         char file[1300];
         snprintf(file, sizeof file, "%s/model.h5", dir);
-        CT_ASSERT(make_model(&m) == CT_OK);
+        CT_ASSERT(ct_fixture_mlp_build(&model_opts, &m) == CT_OK);
         CHECK_OK(ct_model_load_h5(&m, file));
-        CHECK(same_weights(&m.params.values, &o->weights), "%s: %s does not hold the weights the run stopped with",
+        CHECK(ct_fixture_same_bits(&m.params.values, &o->run.weights), "%s: %s does not hold the weights the run stopped with",
               label, dir);
         ct_model_free(&m);
     }
     /* the poison is gone (the data was fixed): the resumed run is the run that never met it */
     outcome *r = run(&a, "latest", P_NONE, 0, 0);
-    CHECK(r->status == CT_OK, "%s: resume: %s", label, r->message);
-    CHECK(r->global_step == MAX_STEPS, "%s: the resumed run ended at %lld", label, (long long)r->global_step);
+    CHECK(r->run.status == CT_OK, "%s: resume: %s", label, r->run.message);
+    CHECK(r->run.global_step == MAX_STEPS, "%s: the resumed run ended at %lld", label, (long long)r->run.global_step);
     if (comparable) {
-        CHECK(same_weights(&r->weights, &clean->weights), "%s: resumed weights differ from the clean run's", label);
+        CHECK(ct_fixture_same_bits(&r->run.weights, &clean->run.weights), "%s: resumed weights differ from the clean run's", label);
         char l2[300];
         snprintf(l2, sizeof l2, "%s: the resumed log is the clean run's", label);
-        same_log(l2, clean->log, r->log);
+        ct_fixture_check_same_log(l2, clean->run.log, r->run.log);
     }
     outcome_free(o);
     outcome_free(r);
@@ -482,7 +411,7 @@ int main(void) {
     for (int i = 0; i < 4; i++) test_skip(i);
     run_args(&a, "clean");
     outcome *clean = run(&a, NULL, P_NONE, 0, 0);
-    CHECK(clean->status == CT_OK && clean->global_step == MAX_STEPS, "the clean run: %s", clean->message);
+    CHECK(clean->run.status == CT_OK && clean->run.global_step == MAX_STEPS, "the clean run: %s", clean->run.message);
     ct_training_args_free(&a);
     test_stop(0, 0, false, clean); /* the very first step: checkpoint-0 */
     for (int i = 1; i < 5; i++) {

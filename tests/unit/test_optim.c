@@ -2,7 +2,10 @@
  * a checkpoint-style state round trip (10 steps, save through HDF5, load into a fresh optimizer,
  * 10 more == 20 uninterrupted steps, bit for bit), results independent of the thread count, the
  * parameter groups, padding and buffers never touched, first steps computed by hand, a subclass
- * through the vtable, configuration errors, and clipping (norm, scaling, overflow, inf/NaN). */
+ * through the vtable, configuration errors, and clipping (norm, scaling, overflow, inf/NaN).
+ *
+ * Why one file of over 600 lines: the optimizers and clipping share the parameter stores, the
+ * steps computed by hand and the round trip written here. */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>

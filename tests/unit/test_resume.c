@@ -21,20 +21,9 @@
 
 static const char *tmp_root; /* the fixture's temporary root */
 
-static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
-}
-
-static ct_status make_model(ct_model *m, int64_t hidden) {
-    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {hidden}, .dropout = 0.2, .max_batch = 16, .seed = 5};
-    return ct_fixture_mlp_build(&o, m);
-}
-
 /* 100 samples, batch 10, accumulation 2: 5 optimizer steps per epoch, 3 epochs = 15 steps. */
 static void run_args(ct_training_args *a, const char *name) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", tmp_root, name);
-    a->disable_tqdm = true;
+    ct_fixture_args(a, tmp_root, name);
     a->per_device_train_batch_size = 10;
     a->per_device_eval_batch_size = 16;
     a->gradient_accumulation_steps = 2;
@@ -85,81 +74,34 @@ static const ct_callback_ops crasher_ops = {.size = sizeof(ct_callback_ops),
                                             .on_epoch_begin = c_epoch_begin,
                                             .on_epoch_end = c_epoch_end};
 
-typedef struct outcome {
-    ct_status status;
-    json_t *log;       /* log_history without timings */
-    ct_tensor weights; /* copy of the final flat parameters */
-} outcome;
-
-static bool timing_key(const char *k) { return strstr(k, "runtime") || strstr(k, "per_second"); }
-
-static json_t *without_timings(const json_t *hist) {
-    json_t *out = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(hist, i, e) {
-        json_t *c = json_object();
-        const char *k;
-        json_t *v;
-        json_object_foreach(e, k, v) if (!timing_key(k)) json_object_set(c, k, v);
-        json_array_append_new(out, c);
-    }
-    return out;
-}
-
 /* One ct_trainer_train call on fresh objects; crash (optional) is handed to the trainer. */
-static outcome run(const ct_training_args *a, const char *resume, crasher *crash, int64_t hidden) {
-    outcome o = {0};
-    ct_dataset *train = make_data(100, 1), *eval = make_data(30, 2);
+static ct_fixture_run run(const ct_training_args *a, const char *resume, crasher *crash, int64_t hidden) {
+    ct_fixture_run o;
+    ct_dataset *train = ct_fixture_small_data(100, 1), *eval = ct_fixture_small_data(30, 2);
     ct_model m;
-    if (make_model(&m, hidden) != CT_OK) abort();
+    ct_fixture_mlp mo = {.dim = 6, .classes = 3, .hidden = {hidden}, .dropout = 0.2, .max_batch = 16, .seed = 5};
+    if (ct_fixture_mlp_build(&mo, &m) != CT_OK) abort();
     ct_callback_list cbs = {0};
     if (crash) ct_callback_list_add(&cbs, &crash->base);
     ct_trainer_setup setup = {.model = &m, .train_dataset = train, .n_eval = 1, .callbacks = &cbs};
     setup.eval_datasets[0] = eval;
     ct_trainer t;
-    o.status = ct_trainer_init(&t, NULL, a, &setup);
+    if (ct_fixture_train(&t, NULL, a, &setup, resume, &o)) ct_trainer_free(&t);
     ct_callback_list_free(&cbs);
-    if (o.status == CT_OK) {
-        ct_train_output out;
-        o.status = ct_trainer_train(&t, resume, &out);
-        if (o.status == CT_OK) ct_train_output_free(&out);
-        o.log = without_timings(t.state.log_history);
-        ct_tensor_alloc(&o.weights, CT_F32, CT_CPU, 1, m.params.values.shape);
-        memcpy(o.weights.data, m.params.values.data, ct_tensor_nbytes(&o.weights));
-        ct_trainer_free(&t);
-    }
     ct_model_free(&m);
     ct_dataset_free(train);
     ct_dataset_free(eval);
     return o;
 }
 
-static void outcome_free(outcome *o) {
-    json_decref(o->log);
-    ct_tensor_free(&o->weights);
-}
-
-static void compare(const char *label, const outcome *want, const outcome *got) {
-    CHECK(got->status == CT_OK, "%s: the resumed run failed: %s", label, ct_last_error());
+static void compare(const char *label, const ct_fixture_run *want, const ct_fixture_run *got) {
+    CHECK(got->status == CT_OK, "%s: the resumed run failed: %s", label, got->message);
     if (got->status != CT_OK) return;
-    CHECK(json_array_size(got->log) == json_array_size(want->log), "%s: %zu log entries, uninterrupted %zu", label,
-          json_array_size(got->log), json_array_size(want->log));
-    for (size_t i = 0; i < json_array_size(want->log); i++) {
-        json_t *w = json_array_get(want->log, i), *g = json_array_get(got->log, i);
-        if (!json_equal(w, g)) {
-            char *ws = json_dumps(w, JSON_SORT_KEYS), *gs = json_dumps(g, JSON_SORT_KEYS);
-            CHECK(false, "%s: log entry %zu differs:\n  resumed       %s\n  uninterrupted %s", label, i, gs, ws);
-            free(ws);
-            free(gs);
-            break;
-        }
-    }
-    CHECK(memcmp(want->weights.data, got->weights.data, ct_tensor_nbytes(&want->weights)) == 0,
-          "%s: final weights are not bit-identical", label);
+    ct_fixture_check_same_log(label, want->log, got->log);
+    CHECK(ct_fixture_same_bits(&want->weights, &got->weights), "%s: final weights are not bit-identical", label);
 }
 
-static void interrupted(const char *name, const outcome *want, ct_event event, int64_t step, int sig) {
+static void interrupted(const char *name, const ct_fixture_run *want, ct_event event, int64_t step, int sig) {
     ct_training_args a;
     run_args(&a, name);
     ct_fixture_remove(a.output_dir);
@@ -168,79 +110,79 @@ static void interrupted(const char *name, const outcome *want, ct_event event, i
     c->event = event;
     c->step = step;
     c->signal = sig;
-    outcome first = run(&a, NULL, c, 8);
+    ct_fixture_run first = run(&a, NULL, c, 8);
     ct_status expected = sig ? CT_ERR_INTERRUPTED : CT_ERR_IO;
     CHECK(first.status == expected, "%s: the interrupted run returned %s: %s", name, ct_status_str(first.status),
           ct_last_error());
     if (sig) CHECK(ct_trainer_stop_signal() == sig, "%s: stop signal %d", name, ct_trainer_stop_signal());
-    outcome second = run(&a, "latest", NULL, 8);
+    ct_fixture_run second = run(&a, "latest", NULL, 8);
     compare(name, want, &second);
-    outcome_free(&first);
-    outcome_free(&second);
+    ct_fixture_run_free(&first);
+    ct_fixture_run_free(&second);
     ct_training_args_free(&a);
 }
 
-static void test_errors(const outcome *want) {
+static void test_errors(const ct_fixture_run *want) {
     (void)want;
     ct_training_args a;
     run_args(&a, "errors");
     ct_fixture_remove(a.output_dir);
-    outcome none = run(&a, "latest", NULL, 8);
+    ct_fixture_run none = run(&a, "latest", NULL, 8);
     CHECK_ERR(none.status, CT_ERR_IO, "no checkpoint in");
-    outcome_free(&none);
+    ct_fixture_run_free(&none);
     a.max_steps = 3;
-    outcome first = run(&a, NULL, NULL, 8);
+    ct_fixture_run first = run(&a, NULL, NULL, 8);
     CHECK_OK(first.status);
-    outcome_free(&first);
-    outcome other_model = run(&a, "latest", NULL, 12);
+    ct_fixture_run_free(&first);
+    ct_fixture_run other_model = run(&a, "latest", NULL, 12);
     CHECK_ERR(other_model.status, CT_ERR_SHAPE, "resume from", "checkpoint-3", "1.weight", "[8, 6]", "expected [12, 6]");
-    outcome_free(&other_model);
+    ct_fixture_run_free(&other_model);
     snprintf(a.optim, sizeof a.optim, "sgd");
-    outcome other_optim = run(&a, "latest", NULL, 8);
+    ct_fixture_run other_optim = run(&a, "latest", NULL, 8);
     CHECK(other_optim.status != CT_OK && strstr(ct_last_error(), "sgd") && strstr(ct_last_error(), "adam"),
           "resuming AdamW state into SGD: %s", ct_last_error());
-    outcome_free(&other_optim);
+    ct_fixture_run_free(&other_optim);
     snprintf(a.optim, sizeof a.optim, "adamw_torch");
     a.per_device_train_batch_size = 5; /* the saved position counts batches of 10 */
-    outcome other_batch = run(&a, "latest", NULL, 8);
+    ct_fixture_run other_batch = run(&a, "latest", NULL, 8);
     CHECK_ERR(other_batch.status, CT_ERR_CONFIG, "global batch of 10 samples", "this run has 5");
-    outcome_free(&other_batch);
+    ct_fixture_run_free(&other_batch);
     a.per_device_train_batch_size = 10;
     a.gradient_accumulation_steps = 3;
-    outcome other_ga = run(&a, "latest", NULL, 8);
+    ct_fixture_run other_ga = run(&a, "latest", NULL, 8);
     CHECK_ERR(other_ga.status, CT_ERR_CONFIG, "gradient_accumulation_steps 2, this run has 3");
-    outcome_free(&other_ga);
+    ct_fixture_run_free(&other_ga);
     a.gradient_accumulation_steps = 2;
     char dir[600];
     snprintf(dir, sizeof dir, "%s/checkpoint-3", a.output_dir);
-    outcome named = run(&a, dir, NULL, 8); /* a directory by name works too */
+    ct_fixture_run named = run(&a, dir, NULL, 8); /* a directory by name works too */
     CHECK_OK(named.status);
-    outcome_free(&named);
+    ct_fixture_run_free(&named);
     ct_training_args_free(&a);
     /* an allowed change: more epochs. The run continues from its last checkpoint to the new end. */
     run_args(&a, "more_epochs");
     ct_fixture_remove(a.output_dir);
     a.num_train_epochs = 2;
-    outcome two = run(&a, NULL, NULL, 8);
+    ct_fixture_run two = run(&a, NULL, NULL, 8);
     CHECK_OK(two.status);
     a.num_train_epochs = 3;
-    outcome three = run(&a, "latest", NULL, 8);
+    ct_fixture_run three = run(&a, "latest", NULL, 8);
     CHECK_OK(three.status);
     json_t *last = json_array_get(three.log, json_array_size(three.log) - 1);
     CHECK(json_integer_value(json_object_get(last, "step")) == 15, "more epochs: the run ended at step %lld",
           (long long)json_integer_value(json_object_get(last, "step")));
-    outcome_free(&two);
-    outcome_free(&three);
+    ct_fixture_run_free(&two);
+    ct_fixture_run_free(&three);
     ct_training_args_free(&a);
     run_args(&a, "only_model");
     ct_fixture_remove(a.output_dir);
     a.max_steps = 3;
     a.save_only_model = true;
-    outcome only = run(&a, NULL, NULL, 8);
-    outcome_free(&only);
-    outcome again = run(&a, "latest", NULL, 8);
+    ct_fixture_run only = run(&a, NULL, NULL, 8);
+    ct_fixture_run_free(&only);
+    ct_fixture_run again = run(&a, "latest", NULL, 8);
     CHECK_ERR(again.status, CT_ERR_STATE, "save_only_model");
-    outcome_free(&again);
+    ct_fixture_run_free(&again);
     ct_training_args_free(&a);
 }
 
@@ -249,7 +191,7 @@ int main(void) {
     if (!(tmp_root = ct_fixture_tmp_root("ct_test_resume"))) return 1;
     ct_training_args a;
     run_args(&a, "uninterrupted");
-    outcome want = run(&a, NULL, NULL, 8);
+    ct_fixture_run want = run(&a, NULL, NULL, 8);
     CHECK_OK(want.status);
     CHECK(json_array_size(want.log) > 10, "only %zu log entries", json_array_size(want.log));
     ct_training_args_free(&a);
@@ -264,7 +206,7 @@ int main(void) {
     interrupted("SIGTERM at the end of an epoch", &want, CT_ON_EPOCH_END, 1, SIGTERM);
     interrupted("SIGINT inside an accumulation cycle", &want, CT_ON_SUBSTEP_END, 4, SIGINT);
     test_errors(&want);
-    outcome_free(&want);
+    ct_fixture_run_free(&want);
     ct_fixture_cleanup();
     return ct_test_finish();
 }

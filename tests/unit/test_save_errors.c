@@ -49,20 +49,9 @@ static ct_rng rng;
 
 #define MAX_STEPS 12
 
-static ct_dataset *make_data(int64_t n, uint64_t seed) {
-    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
-}
-
-static ct_status make_model(ct_model *m) {
-    ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {16}, .max_batch = 16, .seed = 5};
-    return ct_fixture_mlp_build(&o, m);
-}
-
 /* 80 samples, batch 10, accumulation 2: 4 steps per epoch; checkpoints at steps 4, 8 and 12. */
 static void run_args(ct_training_args *a, const char *root, const char *name) {
-    ct_training_args_default(a);
-    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", root, name);
-    a->disable_tqdm = true;
+    ct_fixture_args(a, root, name);
     a->log_level = CT_LOG_ERROR; /* the warnings of "continue" are expected here */
     a->per_device_train_batch_size = 10;
     a->gradient_accumulation_steps = 2;
@@ -118,37 +107,19 @@ static const ct_callback_ops faulter_ops = {
 /* --- one run -------------------------------------------------------------------------------------- */
 
 typedef struct outcome {
-    ct_status status;
-    char message[4096];
-    json_t *log;
-    ct_tensor weights;
-    int64_t global_step;
-    int saves;
-    char best[1024];
+    ct_fixture_run run;
+    int saves; /* on_save calls the faulter saw */
 } outcome;
-
-static json_t *without_timings(const json_t *hist) {
-    json_t *out = json_array();
-    size_t i;
-    json_t *e;
-    json_array_foreach(hist, i, e) {
-        json_t *c = json_object();
-        const char *k;
-        json_t *v;
-        json_object_foreach(e, k, v) if (!strstr(k, "runtime") && !strstr(k, "per_second")) json_object_set(c, k, v);
-        json_array_append_new(out, c);
-    }
-    return out;
-}
 
 /* The trainer's hooks for the next runs (NULL: the defaults). */
 static const ct_trainer_ops *run_ops;
 
 static outcome run(const ct_training_args *a, const char *resume, const faulter *plan) {
     outcome o = {0};
-    ct_dataset *train = make_data(80, 1), *eval = make_data(30, 2);
+    ct_dataset *train = ct_fixture_small_data(80, 1), *eval = ct_fixture_small_data(30, 2);
     ct_model m;
-    if (make_model(&m) != CT_OK) abort();
+    ct_fixture_mlp mo = {.dim = 6, .classes = 3, .hidden = {16}, .max_batch = 16, .seed = 5};
+    if (ct_fixture_mlp_build(&mo, &m) != CT_OK) abort();
     faulter *f = calloc(1, sizeof *f);
     if (plan) *f = *plan;
     f->base.ops = &faulter_ops;
@@ -160,27 +131,15 @@ static outcome run(const ct_training_args *a, const char *resume, const faulter 
         setup.eval_datasets[0] = eval;
     }
     ct_trainer t;
-    o.status = ct_trainer_init(&t, run_ops, a, &setup);
-    ct_callback_list_free(&cbs);
-    if (o.status == CT_OK) {
-        ct_train_output out;
-        o.status = ct_trainer_train(&t, resume, &out);
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
-        if (o.status == CT_OK) ct_train_output_free(&out);
-        o.log = without_timings(t.state.log_history);
-        o.global_step = t.state.global_step;
-        snprintf(o.best, sizeof o.best, "%s", t.state.best_model_checkpoint);
-        if (ct_tensor_alloc(&o.weights, CT_F32, CT_CPU, 1, m.params.values.shape) != CT_OK) abort();
-        memcpy(o.weights.data, m.params.values.data, ct_tensor_nbytes(&o.weights));
+    if (ct_fixture_train(&t, run_ops, a, &setup, resume, &o.run)) {
         ct_callback *cb = ct_trainer_pop_callback(&t, "faulter");
         if (cb) {
             o.saves = ct_container_of(cb, faulter, base)->saves;
             ct_callback_free(cb);
         }
         ct_trainer_free(&t);
-    } else {
-        snprintf(o.message, sizeof o.message, "%s", ct_last_error());
     }
+    ct_callback_list_free(&cbs);
     ct_io_fault_disarm(); /* whatever the run left armed */
     ct_model_free(&m);
     ct_dataset_free(train);
@@ -188,25 +147,7 @@ static outcome run(const ct_training_args *a, const char *resume, const faulter 
     return o;
 }
 
-static void outcome_free(outcome *o) {
-    json_decref(o->log);
-    ct_tensor_free(&o->weights);
-}
-
-static bool same_weights(const outcome *a, const outcome *b) {
-    return a->weights.data && b->weights.data && ct_tensor_nbytes(&a->weights) == ct_tensor_nbytes(&b->weights) &&
-           memcmp(a->weights.data, b->weights.data, ct_tensor_nbytes(&a->weights)) == 0;
-}
-
-static void same_log(const char *label, const json_t *want, const json_t *got) {
-    bool same = json_array_size(want) == json_array_size(got);
-    for (size_t i = 0; same && i < json_array_size(want); i++)
-        same = json_equal(json_array_get(want, i), json_array_get(got, i));
-    char *w = same ? NULL : json_dumps(want, JSON_SORT_KEYS), *g = same ? NULL : json_dumps(got, JSON_SORT_KEYS);
-    CHECK(same, "%s: the log differs:\n  got  %s\n  want %s", label, g, w);
-    free(w);
-    free(g);
-}
+static void outcome_free(outcome *o) { ct_fixture_run_free(&o->run); }
 
 /* Nothing of a failed save in output_dir: no checkpoint-<step>, no .tmp directory, no .part file, no
  * temporary of an atomic file write (core/fs.h: "<file>.tmp-<host>-<pid>"). */
@@ -293,20 +234,20 @@ static void check_stop(const char *label, const ct_training_args *a, const outco
     char dir[1300], prev[1300];
     snprintf(dir, sizeof dir, "%s/checkpoint-%lld", a->output_dir, (long long)step);
     snprintf(prev, sizeof prev, "%s/checkpoint-%lld", a->output_dir, (long long)step - 4);
-    CHECK(o->status == CT_ERR_IO, "%s: %s: %s", label, ct_status_str(o->status), o->message);
-    CHECK(strstr(o->message, errtext) && strstr(o->message, file) && strstr(o->message, dir) &&
-              strstr(o->message, "on_save_error 'stop'") && strstr(o->message, prev),
+    CHECK(o->run.status == CT_ERR_IO, "%s: %s: %s", label, ct_status_str(o->run.status), o->run.message);
+    CHECK(strstr(o->run.message, errtext) && strstr(o->run.message, file) && strstr(o->run.message, dir) &&
+              strstr(o->run.message, "on_save_error 'stop'") && strstr(o->run.message, prev),
           "%s: the message lacks '%s', '%s', %s, the policy or the newest checkpoint %s: %s", label, errtext, file,
-          dir, prev, o->message);
+          dir, prev, o->run.message);
     no_trace(label, a->output_dir, step);
     CHECK(ct_checkpoint_verify(prev) == CT_OK, "%s: %s does not verify: %s", label, prev, ct_last_error());
     /* the space is back: the run resumes from the checkpoint before and ends as the clean run */
     outcome r = run(a, "latest", NULL);
     char l2[400];
     snprintf(l2, sizeof l2, "%s, resumed", label);
-    CHECK(r.status == CT_OK, "%s: %s", l2, r.message);
-    CHECK(same_weights(&r, clean), "%s: the weights differ from the clean run's", l2);
-    same_log(l2, clean->log, r.log);
+    CHECK(r.run.status == CT_OK, "%s: %s", l2, r.run.message);
+    CHECK(ct_fixture_same_bits(&r.run.weights, &clean->run.weights), "%s: the weights differ from the clean run's", l2);
+    ct_fixture_check_same_log(l2, clean->run.log, r.run.log);
     outcome_free(&r);
 }
 
@@ -327,8 +268,8 @@ static void test_full_disk(const char *name, bool save_async, bool go_on, int64_
     if (!go_on) {
         check_stop(label, &a, &o, clean, 8, file, "No space left on device");
     } else {
-        CHECK(o.status == CT_OK, "%s: %s", label, o.message);
-        CHECK(o.global_step == MAX_STEPS, "%s: ended at step %lld", label, (long long)o.global_step);
+        CHECK(o.run.status == CT_OK, "%s: %s", label, o.run.message);
+        CHECK(o.run.global_step == MAX_STEPS, "%s: ended at step %lld", label, (long long)o.run.global_step);
         no_trace(label, a.output_dir, 8);
         for (int s = 4; s <= 12; s += 8) {
             char dir[1300];
@@ -336,7 +277,7 @@ static void test_full_disk(const char *name, bool save_async, bool go_on, int64_
             CHECK(ct_checkpoint_verify(dir) == CT_OK, "%s: %s: %s", label, dir, ct_last_error());
         }
         if (!save_async) CHECK(o.saves == 2, "%s: on_save fired %d times (3 saves, one failed)", label, o.saves);
-        CHECK(same_weights(&o, clean), "%s: the weights differ from the clean run's", label);
+        CHECK(ct_fixture_same_bits(&o.run.weights, &clean->run.weights), "%s: the weights differ from the clean run's", label);
     }
     outcome_free(&o);
     ct_training_args_free(&a);
@@ -369,11 +310,11 @@ static void test_best_lost(void) {
     faulter plan = {.arm_step = 8, .after_bytes = 100, .failures = -1, .err = ENOSPC};
     outcome o = run(&a, NULL, &plan);
     run_ops = NULL;
-    CHECK(o.status == CT_OK, "best lost: %s", o.message);
+    CHECK(o.run.status == CT_OK, "best lost: %s", o.run.message);
     char four[1300];
     snprintf(four, sizeof four, "%s/checkpoint-4", a.output_dir);
-    CHECK(strcmp(o.best, four) == 0 && access(four, F_OK) == 0,
-          "best lost: best_model_checkpoint is '%s', the only checkpoint is %s", o.best, four);
+    CHECK(strcmp(o.run.best_model_checkpoint, four) == 0 && access(four, F_OK) == 0,
+          "best lost: best_model_checkpoint is '%s', the only checkpoint is %s", o.run.best_model_checkpoint, four);
     outcome_free(&o);
     ct_training_args_free(&a);
 }
@@ -389,13 +330,13 @@ static void test_real_failures(const outcome *clean, const layout *l) {
     snprintf(root, sizeof root, "%s/a_file", tmp_root);
     run_args(&a, root, "out");
     outcome o = run(&a, NULL, NULL);
-    CHECK(o.status == CT_ERR_IO && strstr(o.message, "Not a directory") && strstr(o.message, "a_file/out") &&
-              strstr(o.message, "on_save_error 'stop'") && strstr(o.message, "the newest: none"),
-          "output_dir under a file: %s: %s", ct_status_str(o.status), o.message);
+    CHECK(o.run.status == CT_ERR_IO && strstr(o.run.message, "Not a directory") && strstr(o.run.message, "a_file/out") &&
+              strstr(o.run.message, "on_save_error 'stop'") && strstr(o.run.message, "the newest: none"),
+          "output_dir under a file: %s: %s", ct_status_str(o.run.status), o.run.message);
     outcome_free(&o);
     a.on_save_error = CT_SAVE_ERROR_CONTINUE;
     o = run(&a, NULL, NULL);
-    CHECK(o.status == CT_OK && same_weights(&o, clean), "output_dir under a file, continue: %s", o.message);
+    CHECK(o.run.status == CT_OK && ct_fixture_same_bits(&o.run.weights, &clean->run.weights), "output_dir under a file, continue: %s", o.run.message);
     outcome_free(&o);
     ct_training_args_free(&a);
     /* RLIMIT_FSIZE: no file may grow past half of model.h5 (EFBIG, "File too large"; SIGXFSZ ignored) */
@@ -414,7 +355,7 @@ static void test_real_failures(const outcome *clean, const layout *l) {
     a.save_steps = 4;
     a.max_steps = 8;
     outcome first = run(&a, NULL, NULL); /* checkpoints 4 and 8, whole */
-    CHECK(first.status == CT_OK, "fsize, the first part: %s", first.message);
+    CHECK(first.run.status == CT_OK, "fsize, the first part: %s", first.run.message);
     outcome_free(&first);
     a.max_steps = MAX_STEPS;
     CT_ASSERT(setrlimit(RLIMIT_FSIZE, &lim) == 0);
@@ -424,9 +365,9 @@ static void test_real_failures(const outcome *clean, const layout *l) {
     char dir[1300], eight[1300];
     snprintf(dir, sizeof dir, "%s/checkpoint-12", a.output_dir);
     snprintf(eight, sizeof eight, "%s/checkpoint-8", a.output_dir);
-    CHECK(o.status == CT_ERR_IO && strstr(o.message, "File too large") && strstr(o.message, "model.h5") &&
-              strstr(o.message, dir) && strstr(o.message, eight),
-          "file size limit: %s: %s", ct_status_str(o.status), o.message);
+    CHECK(o.run.status == CT_ERR_IO && strstr(o.run.message, "File too large") && strstr(o.run.message, "model.h5") &&
+              strstr(o.run.message, dir) && strstr(o.run.message, eight),
+          "file size limit: %s: %s", ct_status_str(o.run.status), o.run.message);
     no_trace("file size limit", a.output_dir, 12);
     CHECK(ct_checkpoint_verify(eight) == CT_OK, "file size limit: %s: %s", eight, ct_last_error());
     outcome_free(&o);
@@ -479,7 +420,7 @@ static int tmpfs_child(void) {
     run_args(&a, tmp_root, "tmpfs_clean");
     a.save_total_limit = 1;
     outcome clean = run(&a, NULL, NULL);
-    CHECK(clean.status == CT_OK, "tmpfs, the clean run: %s", clean.message);
+    CHECK(clean.run.status == CT_OK, "tmpfs, the clean run: %s", clean.run.message);
     char ck[1300];
     snprintf(ck, sizeof ck, "%s/checkpoint-12", a.output_dir);
     layout l;
@@ -506,17 +447,17 @@ static int tmpfs_child(void) {
     char eight[1300], four[1300];
     snprintf(eight, sizeof eight, "%s/checkpoint-8", a.output_dir);
     snprintf(four, sizeof four, "%s/checkpoint-4", a.output_dir);
-    CHECK(o.status == CT_ERR_IO && strstr(o.message, "No space left on device") && strstr(o.message, eight) &&
-              strstr(o.message, four) && strstr(o.message, "on_save_error 'stop'"),
-          "tmpfs, stop: %s: %s", ct_status_str(o.status), o.message);
+    CHECK(o.run.status == CT_ERR_IO && strstr(o.run.message, "No space left on device") && strstr(o.run.message, eight) &&
+              strstr(o.run.message, four) && strstr(o.run.message, "on_save_error 'stop'"),
+          "tmpfs, stop: %s: %s", ct_status_str(o.run.status), o.run.message);
     no_trace("tmpfs, stop", a.output_dir, 8);
     CHECK(ct_checkpoint_verify(four) == CT_OK, "tmpfs, stop: %s: %s", four, ct_last_error());
     outcome_free(&o);
     /* space back: the run resumes from checkpoint-4 and ends as the clean run */
     remount_big();
     o = run(&a, "latest", NULL);
-    CHECK(o.status == CT_OK && same_weights(&o, &clean), "tmpfs, resumed with space: %s", o.message);
-    same_log("tmpfs, resumed with space", clean.log, o.log);
+    CHECK(o.run.status == CT_OK && ct_fixture_same_bits(&o.run.weights, &clean.run.weights), "tmpfs, resumed with space: %s", o.run.message);
+    ct_fixture_check_same_log("tmpfs, resumed with space", clean.run.log, o.run.log);
     outcome_free(&o);
     ct_training_args_free(&a);
     ct_fixture_remove(a.output_dir);
@@ -532,7 +473,7 @@ static int tmpfs_child(void) {
     char twelve[1300];
     snprintf(twelve, sizeof twelve, "%s/checkpoint-12", a.output_dir);
     snprintf(four, sizeof four, "%s/checkpoint-4", a.output_dir);
-    CHECK(o.status == CT_OK && same_weights(&o, &clean), "tmpfs, continue: %s", o.message);
+    CHECK(o.run.status == CT_OK && ct_fixture_same_bits(&o.run.weights, &clean.run.weights), "tmpfs, continue: %s", o.run.message);
     CHECK(o.saves == 2, "tmpfs, continue: on_save fired %d times (3 saves, one failed)", o.saves);
     no_trace("tmpfs, continue", a.output_dir, 8);
     CHECK(ct_checkpoint_verify(twelve) == CT_OK && access(four, F_OK) != 0,
@@ -579,7 +520,7 @@ int main(void) {
     /* the clean run: its checkpoint-8 says where each file's bytes lie */
     run_args(&a, tmp_root, "clean");
     outcome clean = run(&a, NULL, NULL);
-    CHECK(clean.status == CT_OK && clean.global_step == MAX_STEPS, "the clean run: %s", clean.message);
+    CHECK(clean.run.status == CT_OK && clean.run.global_step == MAX_STEPS, "the clean run: %s", clean.run.message);
     char ck[1300];
     snprintf(ck, sizeof ck, "%s/checkpoint-8", a.output_dir);
     layout l;

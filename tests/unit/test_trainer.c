@@ -9,7 +9,10 @@
  *  - the output_dir lock: a second trainer is refused while the first is alive, then resumes after
  *    cleaning what a dead run left;
  *  - a subclass overriding a hook and calling the default ("super");
- *  - the files written to output_dir. */
+ *  - the files written to output_dir.
+ *
+ * Why one file of over 600 lines: every check is a run of the same Trainer on the same small data
+ * and model, through one run helper and recording callback. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

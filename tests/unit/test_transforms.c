@@ -4,7 +4,10 @@
  * offsets uniform over [0, 2p]^2; flips that are the identity, a mirror, or a mirror about half the
  * time; augmentation that depends only on (seed, epoch, index, transform position), whatever batch
  * or thread fetched the sample; JSON construction and its path-naming errors; and errors of the
- * wrapped dataset and of transforms propagating with their context. */
+ * wrapped dataset and of transforms propagating with their context.
+ *
+ * Why one file of over 600 lines: the transforms and the dataset that applies them share the grid
+ * source dataset and the independent Philox recomputation written here. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

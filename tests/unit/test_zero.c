@@ -9,7 +9,10 @@
  * elements (many chunks per step) to the default. Checkpoints: saved by W ranks, loaded by a plain
  * optimizer and by another world size, and the other way round, the continued run matching the
  * uninterrupted one. Errors: non-finite gradients (every rank fails, nothing changes), bad
- * arguments, a shard of another world, an optimizer.h5 of another optimizer (every rank fails). */
+ * arguments, a shard of another world, an optimizer.h5 of another optimizer (every rank fails).
+ *
+ * Why one file of over 600 lines: every check runs over the communicator of threads written here
+ * and compares with the same plain-DDP reference. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +46,8 @@ typedef struct fake_world {
     uint64_t generation;
     const void *in[MAX_WORLD];
     int64_t n[MAX_WORLD];
+    int unlabelled;            /* collectives made without ct_comm_set_label (none may be) */
+    char first_unlabelled[32]; /* ...and the first one's name */
 } fake_world;
 
 static void world_init(fake_world *w, int world) {
@@ -85,7 +90,16 @@ typedef struct fake_comm {
     fake_world *w;
 } fake_comm;
 
-static fake_world *world_of(ct_comm *c) { return ((fake_comm *)c)->w; }
+/* Every collective of the library says what it is for (its timeout names it): counts those without. */
+static fake_world *world_of_call(ct_comm *c, const char *collective) {
+    fake_world *w = ((fake_comm *)c)->w;
+    if (!c->label[0]) {
+        pthread_mutex_lock(&w->mu);
+        if (!w->unlabelled++) snprintf(w->first_unlabelled, sizeof w->first_unlabelled, "%s", collective);
+        pthread_mutex_unlock(&w->mu);
+    }
+    return w;
+}
 
 /* dst[i] = op over ranks q = 0..W-1 of src_q[off + i], in rank order, in the element type. */
 #define REDUCE(T)                                                                                                    \
@@ -109,7 +123,7 @@ static void reduce_into(fake_world *w, ct_dtype dt, int64_t off, int64_t n, void
 }
 
 static ct_status fake_all_reduce(ct_comm *c, ct_tensor *t, ct_reduce op) {
-    fake_world *w = world_of(c);
+    fake_world *w = world_of_call(c, "all_reduce");
     size_t bytes = ct_tensor_nbytes(t);
     void *tmp = malloc(bytes ? bytes : 1);
     w->in[c->rank] = t->data;
@@ -129,7 +143,7 @@ static ct_status fake_all_reduce_start(ct_comm *c, ct_tensor *t, ct_reduce op, c
 static ct_status fake_wait(ct_comm *c, ct_comm_request *req) { return CT_OK; }
 
 static ct_status fake_broadcast(ct_comm *c, ct_tensor *t, int root) {
-    fake_world *w = world_of(c);
+    fake_world *w = world_of_call(c, "broadcast");
     w->in[c->rank] = t->data;
     world_wait(w, c->rank);
     if (c->rank != root) memcpy(t->data, w->in[root], ct_tensor_nbytes(t));
@@ -138,7 +152,7 @@ static ct_status fake_broadcast(ct_comm *c, ct_tensor *t, int root) {
 }
 
 static ct_status fake_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out) {
-    fake_world *w = world_of(c);
+    fake_world *w = world_of_call(c, "all_gather");
     size_t bytes = ct_tensor_nbytes(in);
     w->in[c->rank] = in->data;
     world_wait(w, c->rank);
@@ -153,7 +167,7 @@ static ct_status fake_all_gather(ct_comm *c, const ct_tensor *in, ct_tensor *out
 }
 
 static ct_status fake_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_tensor *out) {
-    fake_world *w = world_of(c);
+    fake_world *w = world_of_call(c, "gather_v");
     w->in[c->rank] = in->data;
     w->n[c->rank] = ct_tensor_numel(in);
     world_wait(w, c->rank);
@@ -173,7 +187,7 @@ static ct_status fake_gather_v(ct_comm *c, const ct_tensor *in, int root, ct_ten
 }
 
 static ct_status fake_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor *out, ct_reduce op) {
-    fake_world *w = world_of(c);
+    fake_world *w = world_of_call(c, "reduce_scatter");
     int64_t n = ct_tensor_numel(out);
     w->in[c->rank] = in->data;
     world_wait(w, c->rank);
@@ -183,7 +197,7 @@ static ct_status fake_reduce_scatter(ct_comm *c, const ct_tensor *in, ct_tensor 
 }
 
 static ct_status fake_barrier(ct_comm *c) {
-    world_wait(world_of(c), c->rank);
+    world_wait(world_of_call(c, "barrier"), c->rank);
     return CT_OK;
 }
 
@@ -419,6 +433,8 @@ static void job_run(job *J, rank_out *out) {
         pthread_create(&th[r], NULL, rank_main, &out[r]);
     }
     for (int r = 0; r < J->world; r++) pthread_join(th[r], NULL);
+    CHECK(J->fw.unlabelled == 0, "world %d: %d collectives without a label, the first a %s", J->world, J->fw.unlabelled,
+          J->fw.first_unlabelled);
     world_destroy(&J->fw);
 }
 

@@ -1,5 +1,5 @@
-/* The unit tests' trainer fixture (trainer_fixture.h): data sets, MLPs and the temporary root that
- * the tests which train used to define each for themselves. */
+/* The unit tests' trainer fixture (trainer_fixture.h): data sets, MLPs, the temporary root and the
+ * record of a run, which the tests that train used to define each for themselves. */
 #include "trainer_fixture.h"
 
 #include <jansson.h>
@@ -10,6 +10,8 @@
 #include "core/fs.h"
 #include "core/rng.h"
 #include "model/layers.h"
+#include "testlib.h"
+#include "trainer/trainer_impl.h" /* the progress record */
 
 ct_dataset *ct_fixture_dataset(const ct_fixture_data *d) {
     const int64_t n = d->n, dim = d->dim;
@@ -66,6 +68,10 @@ ct_dataset *ct_fixture_dataset(const ct_fixture_data *d) {
     return ds;
 }
 
+ct_dataset *ct_fixture_small_data(int64_t n, uint64_t seed) {
+    return ct_fixture_dataset(&(ct_fixture_data){.n = n, .dim = 6, .classes = 3, .seed = seed});
+}
+
 ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m) {
     json_t *hidden = json_array();
     for (int i = 0; i < 4 && o->hidden[i] > 0; i++)
@@ -80,6 +86,79 @@ ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m) {
     ct_shape in = {.ndim = 1, .dims = {o->dim}};
     ct_model_options mo = {.dtype = o->dtype, .device = o->device, .max_batch = o->max_batch, .seed = o->seed};
     return ct_model_build(m, root, &in, &mo);
+}
+
+void ct_fixture_args(ct_training_args *a, const char *root, const char *name) {
+    ct_training_args_default(a);
+    snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", root, name);
+    a->disable_tqdm = true;
+}
+
+bool ct_fixture_train(ct_trainer *t, const ct_trainer_ops *ops, const ct_training_args *a,
+                      const ct_trainer_setup *setup, const char *resume, ct_fixture_run *r) {
+    *r = (ct_fixture_run){.optimizer_steps = -1};
+    r->status = ct_trainer_init(t, ops, a, setup);
+    if (r->status != CT_OK) {
+        snprintf(r->message, sizeof r->message, "%s", ct_last_error());
+        return false;
+    }
+    ct_train_output out;
+    r->status = ct_trainer_train(t, resume, &out);
+    snprintf(r->message, sizeof r->message, "%s", ct_last_error());
+    if (r->status == CT_OK) {
+        r->metrics = json_deep_copy(out.metrics);
+        ct_train_output_free(&out);
+    }
+    r->log = ct_fixture_without_timings(t->state.log_history);
+    r->global_step = t->state.global_step;
+    if (t->optimizer) r->optimizer_steps = t->optimizer->step;
+    r->progress = t->priv->progress;
+    snprintf(r->best_model_checkpoint, sizeof r->best_model_checkpoint, "%s", t->state.best_model_checkpoint);
+    const ct_tensor *w = &t->model->params.values;
+    if (ct_tensor_alloc(&r->weights, w->dtype, CT_CPU, w->ndim, w->shape) != CT_OK ||
+        ct_tensor_copy_to(&r->weights, w) != CT_OK)
+        abort();
+    return true;
+}
+
+void ct_fixture_run_free(ct_fixture_run *r) {
+    json_decref(r->log);
+    json_decref(r->metrics);
+    ct_tensor_free(&r->weights);
+    *r = (ct_fixture_run){0};
+}
+
+json_t *ct_fixture_without_timings(const json_t *log_history) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *e;
+    json_array_foreach(log_history, i, e) {
+        json_t *c = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(e, k, v) if (!strstr(k, "runtime") && !strstr(k, "per_second")) json_object_set(c, k, v);
+        json_array_append_new(out, c);
+    }
+    return out;
+}
+
+bool ct_fixture_same_bits(const ct_tensor *a, const ct_tensor *b) {
+    return a->data && b->data && ct_tensor_nbytes(a) == ct_tensor_nbytes(b) &&
+           memcmp(a->data, b->data, ct_tensor_nbytes(a)) == 0;
+}
+
+bool ct_fixture_check_same_log(const char *label, const json_t *want, const json_t *got) {
+    size_t n = json_array_size(want), i = 0;
+    CHECK(json_array_size(got) == n, "%s: %zu log entries, expected %zu", label, json_array_size(got), n);
+    if (json_array_size(got) != n) return false;
+    while (i < n && json_equal(json_array_get(want, i), json_array_get(got, i))) i++;
+    if (i == n) return true;
+    char *ws = json_dumps(json_array_get(want, i), JSON_SORT_KEYS);
+    char *gs = json_dumps(json_array_get(got, i), JSON_SORT_KEYS);
+    CHECK(false, "%s: log entry %zu differs:\n  got  %s\n  want %s", label, i, gs, ws);
+    free(ws);
+    free(gs);
+    return false;
 }
 
 static char tmp_root[256];
