@@ -271,7 +271,8 @@ ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override
 ct_trainer_setup ct_run_setup(ct_run *r) {
     ct_trainer_setup s = {.model = &r->model, .loss = r->loss, .train_dataset = r->train, .n_eval = r->n_eval,
                           .metrics = ct_run_config_section(&r->config, "metrics"), .config = r->config.root,
-                          .callbacks = &r->callbacks, .make_model = make_replica, .make_model_ctx = r};
+                          .callbacks = &r->callbacks, .make_model = make_replica, .make_model_ctx = r,
+                          .test_dataset = r->test};
     for (int i = 0; i < r->n_eval; i++) {
         s.eval_datasets[i] = r->eval[i];
         s.eval_names[i] = r->eval_names[i];
