@@ -12,7 +12,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_cpu_isa_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
-       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
+       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
@@ -195,6 +195,19 @@ tokens_beyond_model_vocab)
   run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16}'
   expect 1 "ctrainer train: train_dataset: tok.bin: label 300 of sample 11 \\(element 13, the token at position 190\\) is not a class of the model's 257 outputs" \
          "$ctrainer" train run.json && untrained out ;;
+dataset_cache_full)
+  # The disk is full when the cache is written (the fault hook fails that one write, as a full disk
+  # would): a warning, the IDX files read instead, the very losses of a run without the cache, and
+  # nothing of the cache left, not even the directory made for it.
+  idx_images 200 4 4 3200 >img.idx
+  idx_labels 200 >lab.idx
+  run_config plain.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx"}'
+  run_config cached.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx", "cache": "cache/c.h5"}'
+  "$ctrainer" train plain.json --output_dir plain --logging_steps 1 >plain.log 2>&1 || { echo "the run without cache failed"; exit 1; }
+  CT_IO_FAULT=0:1:ENOSPC expect 0 "warning: data.train.cache: the cache cache/c.h5 cannot be written \\(cache/c.h5: cannot build the cache: cannot write 'cache/c.h5': No space left on device\\); reading img.idx and lab.idx instead" \
+         "$ctrainer" train cached.json --output_dir cached --logging_steps 1 | tee cached.log || exit 1
+  [ ! -e cache ] || { echo "the cache's directory or files are left"; exit 1; }
+  grep "'loss'" plain.log >a && grep "'loss'" cached.log >b && [ -s a ] && cmp -s a b || { echo "the losses differ from the run without cache"; diff a b; exit 1; } ;;
 tokens_odd_size)
   tokens tok.bin 200 -1 0
   printf 'x' >>tok.bin
