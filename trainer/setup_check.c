@@ -110,8 +110,19 @@ ct_status ct_trainer_check_dataset(ct_trainer *t, ct_dataset *ds, const char *ro
     return check_dataset(t, ds, role);
 }
 
+/* A metric that cannot mean anything for the model's classes (the last dimension of its outputs). */
+static ct_status check_metrics(const ct_trainer *t) {
+    const ct_shape *out = &t->model->out_shape;
+    for (int i = 0; out->ndim >= 1 && i < t->metrics.n; i++) {
+        ct_status s = ct_metric_check_classes(t->metrics.items[i], out->dims[out->ndim - 1]);
+        if (s != CT_OK) return ct_error_prefix(s, "metrics: ");
+    }
+    return CT_OK;
+}
+
 ct_status ct_trainer_check_setup(ct_trainer *t) {
     CT_TRY(ct_module_check(t->model->root));
+    CT_TRY(check_metrics(t));
     CT_TRY(ct_loss_check(t->loss, t->train_dataset != NULL));
     /* Evaluation forwards run on per_device_eval_batch_size rows, training on the train batch: the
      * model takes the larger, grown here rather than failing at the first batch. */

@@ -304,6 +304,21 @@ static void test_trainer(void) {
         ct_dataset_free(e2);
         ct_dataset_free(te);
     }
+    /* a metric the model's classes make meaningless: top_k_accuracy with k above them */
+    {
+        ct_dataset *tr = tensors(&good, 4);
+        json_t *list = json_loads("[\"accuracy\", \"top_5_accuracy\"]", 0, NULL);
+        ct_trainer t;
+        CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m, .train_dataset = tr, .metrics = list}),
+                  CT_ERR_INVALID_ARG, "metrics: metric 'top_k_accuracy': k = 5 is more than the 4 classes");
+        ct_trainer_free(&t);
+        json_decref(list);
+        list = json_loads("[\"top_4_accuracy\"]", 0, NULL);
+        CHECK_OK(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m, .train_dataset = tr, .metrics = list}));
+        ct_trainer_free(&t);
+        json_decref(list);
+        ct_dataset_free(tr);
+    }
     /* a set init never saw: predict checks it before its first batch */
     ct_dataset *tr = tensors(&good, 4), *other = tensors(&bad, 4);
     ct_trainer t;
