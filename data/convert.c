@@ -1,7 +1,10 @@
 /* Conversion of IDX and CSV data to HDF5 (see convert.h).
  *
  * IDX files are read whole by ct_idx_read (they are what MNIST-like data ships as, and fit in
- * memory) and written with one call per dataset. CSV files are read twice: once to count the rows,
+ * memory) and written with one call per dataset, into a file built in memory and written with
+ * write() (core/format/h5_image.h): a full disk is then an error with errno's text, never libhdf5
+ * left half-closed to crash at exit, and what reaches the disk passes the fault hook of tests
+ * (core/io_fault.h). CSV files are read twice: once to count the rows,
  * so the datasets get their final shape and a chunk no larger than the data, then to parse and
  * write them block by block (chunk_rows rows at a time), so only the labels are held whole. HDF5
  * calls hold ct_h5_lock, as everywhere in ctrainer. */
@@ -17,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
 #include "core/tensor.h"
@@ -28,11 +32,13 @@
 
 /* --- the output file ---------------------------------------------------------------------------- */
 
-/* HDF5 writes the file by name: the temporary of an atomic file (core/fs.h), committed when whole. */
+/* HDF5 writes the file by name: the temporary of an atomic file (core/fs.h), committed when whole;
+ * or, in_memory, an image written to path atomically by out_commit. */
 typedef struct h5_out {
     const char *path;
     ct_atomic_file a;
     hid_t file;
+    bool in_memory;
 } h5_out;
 
 static ct_status check_options(const char *who, int64_t *chunk_rows, int *level) {
@@ -48,12 +54,20 @@ static ct_status check_options(const char *who, int64_t *chunk_rows, int *level)
     return CT_OK;
 }
 
-static ct_status out_open(h5_out *o, const char *path) {
+/* size_hint > 0: the file is built in memory (about that many bytes), written at commit. */
+static ct_status out_open(h5_out *o, const char *path, size_t size_hint) {
     o->path = path;
     o->file = -1;
+    o->in_memory = size_hint > 0;
     struct stat st;
     if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
         return ct_error(CT_ERR_IO, "%s: cannot write the output: it is a directory", path);
+    if (o->in_memory) {
+        ct_h5_lock();
+        ct_status s = ct_h5_image_create(size_hint, &o->file);
+        ct_h5_unlock();
+        return s == CT_OK ? s : ct_error_prefix(s, "%s: ", path);
+    }
     /* Creating it ourselves first gives the system's reason ("No such file or directory") when it fails. */
     ct_status s = ct_atomic_file_open(&o->a, path);
     if (s == CT_OK) s = ct_atomic_file_close_fd(&o->a);
@@ -82,11 +96,26 @@ static void out_abort(h5_out *o) {
         ct_h5_unlock();
         o->file = -1;
     }
-    ct_atomic_file_discard(&o->a);
+    if (!o->in_memory) ct_atomic_file_discard(&o->a);
+}
+
+/* The image of a file built in memory, written to its path atomically (nothing left on failure). */
+static ct_status out_commit_image(h5_out *o) {
+    void *image;
+    size_t size;
+    ct_h5_lock();
+    ct_status s = ct_h5_image_finish(o->file, &image, &size); /* closes the file */
+    ct_h5_unlock();
+    o->file = -1;
+    if (s != CT_OK) return ct_error_prefix(s, "%s: ", o->path);
+    s = ct_write_file_atomic(o->path, image, size); /* "cannot write 'PATH': <errno text>" */
+    free(image);
+    return s;
 }
 
 /* Closes the file, makes it durable and moves it to its final name. */
 static ct_status out_commit(h5_out *o) {
+    if (o->in_memory) return out_commit_image(o);
     ct_h5_lock();
     herr_t rc = H5Fclose(o->file);
     char det[256];
@@ -141,13 +170,14 @@ static ct_status write_rows(h5_out *o, hid_t ds, const char *name, hid_t mem_typ
     hid_t fspace = H5Dget_space(ds), mspace = H5Screate_simple(rank, cnt, NULL);
     herr_t rc = fspace < 0 || mspace < 0 ? -1 : H5Sselect_hyperslab(fspace, H5S_SELECT_SET, off, NULL, cnt, NULL);
     if (rc >= 0) rc = H5Dwrite(ds, mem_type, mspace, fspace, H5P_DEFAULT, buf);
+    /* the reason (errno's text for a full disk) before the next call clears HDF5's error stack */
+    char det[512] = "";
+    if (rc < 0) ct_h5_error_detail(det, sizeof det);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (rc < 0) {
-        char det[256];
+    if (rc < 0)
         return ct_error(CT_ERR_IO, "%s: cannot write rows %lld..%lld of '%s': %s", o->path, (long long)start,
-                        (long long)(start + count - 1), name, ct_h5_error_detail(det, sizeof det));
-    }
+                        (long long)(start + count - 1), name, det[0] ? det : "(libhdf5 gave no reason)");
     return CT_OK;
 }
 
@@ -207,7 +237,8 @@ static void idx_types(ct_dtype dt, hid_t *file_type, hid_t *mem_type) {
 }
 
 static ct_status idx_write(const char *images_path, const char *labels_path, const ct_tensor *img,
-                           const ct_tensor *lab, const char *out_path, int64_t chunk_rows, int level) {
+                           const ct_tensor *lab, const char *out_path, int64_t chunk_rows, int level,
+                           const char *attr, const char *attr_value) {
     char a[128], b[128];
     if (img->ndim < 2)
         return ct_error(CT_ERR_SHAPE, "%s: images have shape %s; expected rank >= 2 ([N, H, W] or [N, D])", images_path,
@@ -248,10 +279,20 @@ static ct_status idx_write(const char *images_path, const char *labels_path, con
         for (int i = 1; i < rank; i++) fdims[i] = (hsize_t)img->shape[i];
 
     h5_out o;
-    ct_status s = out_open(&o, out_path);
+    ct_status s = out_open(&o, out_path, ct_tensor_nbytes(img) + (size_t)lab->shape[0] * sizeof(int64_t) + 4096);
     if (s != CT_OK) {
         free(lv);
         return s;
+    }
+    if (attr) {
+        ct_h5_lock();
+        s = ct_h5_write_string_attr(o.file, attr, attr_value);
+        ct_h5_unlock();
+        if (s != CT_OK) {
+            free(lv);
+            out_abort(&o);
+            return ct_error_prefix(s, "%s: ", out_path);
+        }
     }
     hid_t ftype, mtype, ds;
     idx_types(img->dtype, &ftype, &mtype);
@@ -271,11 +312,18 @@ static ct_status idx_write(const char *images_path, const char *labels_path, con
 
 ct_status ct_convert_idx_to_hdf5(const char *images_path, const char *labels_path, const char *out_path,
                                  int64_t chunk_rows, int compression_level) {
+    return ct_convert_idx_to_hdf5_tagged(images_path, labels_path, out_path, chunk_rows, compression_level, NULL, NULL);
+}
+
+ct_status ct_convert_idx_to_hdf5_tagged(const char *images_path, const char *labels_path, const char *out_path,
+                                        int64_t chunk_rows, int compression_level, const char *attr,
+                                        const char *attr_value) {
     CT_TRY(check_options("convert", &chunk_rows, &compression_level));
     ct_tensor img = {0}, lab = {0};
     CT_TRY(ct_idx_read(images_path, &img));
     ct_status s = ct_idx_read(labels_path, &lab);
-    if (s == CT_OK) s = idx_write(images_path, labels_path, &img, &lab, out_path, chunk_rows, compression_level);
+    if (s == CT_OK)
+        s = idx_write(images_path, labels_path, &img, &lab, out_path, chunk_rows, compression_level, attr, attr_value);
     ct_tensor_free(&img);
     ct_tensor_free(&lab);
     return s;
@@ -519,7 +567,7 @@ static ct_status csv_convert(csv_job *j, const char *label_column, int has_heade
     j->labels = malloc((size_t)n * sizeof *j->labels);
     if (!j->block || !j->labels)
         return ct_error(CT_ERR_NOMEM, "%s: out of memory for %lld rows", r->path, (long long)n);
-    CT_TRY(out_open(&j->o, out_path));
+    CT_TRY(out_open(&j->o, out_path, 0)); /* streamed to disk: a CSV may be larger than memory */
     j->out_open = true;
     hsize_t fdims[2] = {(hsize_t)n, (hsize_t)d};
     ct_h5_lock();

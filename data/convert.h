@@ -27,6 +27,11 @@
  * 0 = none, -1 = default. Errors name the file and what was expected. */
 ct_status ct_convert_idx_to_hdf5(const char *images_path, const char *labels_path, const char *out_path,
                                  int64_t chunk_rows, int compression_level);
+/* The same with a string attribute attr = attr_value on the file's root (the dataset cache's record
+ * of its sources, data/dataset_cache.h), written with the rest in one atomic replacement of out_path. */
+ct_status ct_convert_idx_to_hdf5_tagged(const char *images_path, const char *labels_path, const char *out_path,
+                                        int64_t chunk_rows, int compression_level, const char *attr,
+                                        const char *attr_value);
 
 /* A CSV file of numbers, one sample per line, comma-separated (fields may be double-quoted; blank
  * lines are skipped). label_column is a column name from the header or a 0-based index (negative

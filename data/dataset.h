@@ -38,6 +38,15 @@ typedef struct ct_fetch_ctx {
     uint64_t epoch;
 } ct_fetch_ctx;
 
+/* What the labels of classification data must be: class ids in [0, classes) or ignore_index (a
+ * loss's "no target here"). `of` names what the classes are for messages ("the model's 10 outputs"),
+ * `loss` the loss that needs them ("cross_entropy"). */
+typedef struct ct_label_rule {
+    int64_t classes;
+    int64_t ignore_index;
+    const char *of, *loss;
+} ct_label_rule;
+
 typedef struct ct_dataset_ops {
     size_t size; /* sizeof(ct_dataset_ops) when the table was written */
     const char *name;
@@ -47,6 +56,10 @@ typedef struct ct_dataset_ops {
     ct_status (*get_batch)(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,
                            ct_tensor *features, ct_tensor *labels);
     void (*destroy)(ct_dataset *ds); /* NULL: free(ds) */
+    /* Optional: checks the labels of samples [first, first + n) against rule (see ct_label_rule),
+     * reading the labels only, each once, and comparing them with ct_labels_check_i64 / _f64, which
+     * write the message. NULL: ct_dataset_check_labels fetches the samples whole with get_batch. */
+    ct_status (*check_labels)(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule);
 } ct_dataset_ops;
 
 struct ct_dataset {
@@ -67,6 +80,25 @@ int64_t ct_dataset_length(ct_dataset *ds);
 ct_status ct_dataset_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,
                                ct_tensor *features, ct_tensor *labels);
 void ct_dataset_free(ct_dataset *ds);
+
+/* Every label of ds against rule, at the start of a run (trainer/setup_check.c): the table's
+ * check_labels, or, without it, every sample fetched in blocks. A label outside the rule, or a
+ * float label (a non-integer one by its value, else by its type), is CT_ERR_FORMAT naming the
+ * source, the sample and the value: the data is wrong, not the model. */
+ct_status ct_dataset_check_labels(ct_dataset *ds, const ct_label_rule *rule);
+/* The same for samples [first, first + n) only, without the type check: what wrappers (subset,
+ * transforms) answer their check_labels with. */
+ct_status ct_dataset_check_label_range(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule);
+/* Labels of consecutive samples against rule: count values, per_sample to a sample (its label
+ * shape's elements), the first of sample `first`. `where` follows the sample in the message (" in
+ * dataset 'labels'", or ""). The helpers check_labels members compare with. */
+ct_status ct_labels_check_i64(const int64_t *v, int64_t count, int64_t per_sample, int64_t first,
+                              const char *source, const char *where, const ct_label_rule *rule);
+ct_status ct_labels_check_f64(const double *v, int64_t count, int64_t per_sample, int64_t first,
+                              const char *source, const char *where, const ct_label_rule *rule);
+/* The index of the first of count float labels that is no class id of rule (not a whole number,
+ * or outside it), or -1. */
+int64_t ct_labels_find_bad_f64(const double *v, int64_t count, const ct_label_rule *rule);
 
 /* Allocates batch tensors [rows, shape] of the dataset's feature and label types. */
 ct_status ct_dataset_alloc_batch(const ct_dataset *ds, int64_t rows, ct_tensor *features, ct_tensor *labels);

@@ -109,56 +109,68 @@ static ct_status inspect(const char *cache, const struct stat *st, const char *r
     return s;
 }
 
-/* Adds the record to the converted file at tmp (commit makes it durable). */
-static ct_status add_record(const char *cache, const char *tmp, const char *record) {
-    ct_h5_lock();
-    ct_h5_quiet();
-    hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
-    ct_status s = f < 0 ? ct_error(CT_ERR_IO, "cannot reopen %s", tmp)
-                        : ct_h5_write_string_attr(f, CT_DATASET_CACHE_ATTR, record);
-    if (f >= 0 && H5Fclose(f) < 0 && s == CT_OK) s = ct_error(CT_ERR_IO, "cannot finish writing %s", tmp);
-    ct_h5_unlock();
-    if (s != CT_OK) return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+/* The directories of the cache's path that do not exist yet, made as output_dir is (mkdir -p);
+ * *made is the outermost of them ("" when none was missing), which unmake_dirs takes back. */
+static ct_status make_dirs(const char *cache, char *made, size_t cap) {
+    char dir[PATH_MAX + 320], up[PATH_MAX + 320];
+    ct_path_parent(cache, dir, sizeof dir);
+    made[0] = '\0';
+    struct stat st;
+    for (snprintf(up, sizeof up, "%s", dir); stat(up, &st) != 0 && errno == ENOENT;) {
+        snprintf(made, cap, "%s", up);
+        char next[sizeof up];
+        ct_path_parent(up, next, sizeof next);
+        if (strcmp(next, up) == 0) break;
+        snprintf(up, sizeof up, "%s", next);
+    }
+    ct_status s = ct_make_dirs(dir);
+    return s == CT_OK ? s : ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+}
+
+/* Removes the directories make_dirs made for the cache, innermost first, while they are empty
+ * (rmdir never removes what another process put there meanwhile). */
+static void unmake_dirs(const char *cache, const char *made) {
+    if (!made[0]) return;
+    char dir[PATH_MAX + 320];
+    ct_path_parent(cache, dir, sizeof dir);
+    for (;;) {
+        if (rmdir(dir) != 0 || strcmp(dir, made) == 0) return;
+        char up[sizeof dir];
+        ct_path_parent(dir, up, sizeof up);
+        snprintf(dir, sizeof dir, "%s", up);
+    }
+}
+
+/* Writes the cache (its sources already checked); on failure nothing of it is left: the file under
+ * its temporary name is removed, the directories made for it too. */
+static ct_status build(const char *images, const char *labels, const char *cache, const char *record,
+                       const char *what, const char *reason) {
+    ct_log_info("%s: building %s from %s and %s (%s)", what, cache, images, labels, reason);
+    fflush(stderr);
+    char made[PATH_MAX + 320];
+    ct_status s = make_dirs(cache, made, sizeof made);
+    if (s != CT_OK) {
+        unmake_dirs(cache, made); /* a part of the path made before another part failed */
+        return s;
+    }
+    /* Built in memory with its record and written under a name of this process's own (ct_atomic_file
+     * names it after the host and the pid: nodes sharing a file system may build the same cache at
+     * once, and process ids repeat across nodes), then renamed into place whole. */
+    s = ct_convert_idx_to_hdf5_tagged(images, labels, cache, 0, -1, CT_DATASET_CACHE_ATTR, record);
+    if (s != CT_OK) {
+        unmake_dirs(cache, made);
+        return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
+    }
     return CT_OK;
 }
 
-static ct_status build(const char *images, const char *labels, double scale, int64_t num_classes, const char *cache,
-                       const char *record, const char *what, const char *reason) {
-    /* The sources as the idx type checks them, so that a bad source gives the message it gives
-     * without a cache, and nothing is written for it. */
-    ct_dataset *check;
-    CT_TRY(ct_idx_dataset_create(images, labels, scale, num_classes, &check));
-    ct_dataset_free(check);
-    ct_log_info("%s: building %s from %s and %s (%s)", what, cache, images, labels, reason);
+/* When the cache cannot be written (a full disk, a quota, a read-only file system, no permission, a
+ * path that cannot be made), the run reads the IDX files themselves: the cache is an optimisation,
+ * and its samples are theirs bit for bit. Said once, with the reason (the last error). */
+static void warn_without_cache(const char *images, const char *labels, const char *cache, const char *what) {
+    ct_log_warning("%s: the cache %s cannot be written (%s); reading %s and %s instead", what, cache, ct_last_error(),
+                   images, labels);
     fflush(stderr);
-    /* Its directory is made as output_dir is (mkdir -p). */
-    char dir[PATH_MAX + 320];
-    snprintf(dir, sizeof dir, "%s", cache);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = '\0';
-        ct_status ds = ct_make_dirs(dir);
-        if (ds != CT_OK) return ct_error_prefix(ds, "%s: cannot build the cache: ", cache);
-    }
-    /* Built under a name of this process's own (ct_atomic_file names it after the host and the pid:
-     * nodes sharing a file system may build the same cache at once, and process ids repeat across
-     * nodes), then renamed into place whole. */
-    ct_atomic_file a;
-    ct_status s = ct_atomic_file_open(&a, cache);
-    if (s == CT_OK) s = ct_atomic_file_close_fd(&a); /* HDF5 writes it by name */
-    if (s != CT_OK) {
-        ct_atomic_file_discard(&a);
-        return ct_error_prefix(s, "%s: cannot build the cache: ", cache);
-    }
-    s = ct_convert_idx_to_hdf5(images, labels, a.tmp, 0, -1);
-    if (s != CT_OK) s = ct_error_prefix(s, "%s: cannot build the cache: ", cache);
-    if (s == CT_OK) s = add_record(cache, a.tmp, record);
-    if (s == CT_OK) {
-        s = ct_atomic_file_commit(&a);
-        if (s != CT_OK) s = ct_error_prefix(s, "%s: cannot build the cache: ", cache);
-    }
-    if (s != CT_OK) ct_atomic_file_discard(&a);
-    return s;
 }
 
 ct_status ct_idx_cache_open(const char *images_path, const char *labels_path, double scale, int64_t num_classes,
@@ -210,7 +222,11 @@ ct_status ct_idx_cache_open(const char *images_path, const char *labels_path, do
         } else if (stat(cache_path, &st) == 0) {
             s = inspect(cache_path, &st, record, src, src_st, &state, reason, sizeof reason, &max_classes);
         } else if (errno != ENOENT) {
-            s = ct_error(CT_ERR_IO, "%s: cannot read the cache: %s", cache_path, strerror(errno));
+            /* No file can be there (a part of the path is a file, or not searchable): nor can one be made. */
+            ct_error(CT_ERR_IO, "%s: %s", cache_path, strerror(errno));
+            warn_without_cache(images_path, labels_path, cache_path, what);
+            s = ct_idx_dataset_create(images_path, labels_path, scale, num_classes, out);
+            break;
         }
         if (s != CT_OK) break;
         if (state == CACHE_FRESH && num_classes > 0 && max_classes > num_classes) {
@@ -222,8 +238,17 @@ ct_status ct_idx_cache_open(const char *images_path, const char *labels_path, do
             break;
         }
         if (state != CACHE_FRESH) {
-            s = build(images_path, labels_path, scale, num_classes, cache_path, record, what, reason);
-            if (s != CT_OK) break;
+            /* The sources as the idx type checks them, so that a bad source gives the message it
+             * gives without a cache, and nothing is written for it. */
+            ct_dataset *sources;
+            if ((s = ct_idx_dataset_create(images_path, labels_path, scale, num_classes, &sources)) != CT_OK) break;
+            if (build(images_path, labels_path, cache_path, record, what, reason) != CT_OK) {
+                warn_without_cache(images_path, labels_path, cache_path, what);
+                *out = sources;
+                s = CT_OK;
+                break;
+            }
+            ct_dataset_free(sources);
             built_here = true;
         }
         s = ct_hdf5_dataset_create(&cfg, out);

@@ -14,12 +14,18 @@
  * them before anything is written, so a bad source gives the very message it gives without a
  * cache.
  *
- * Writing: ct_convert_idx_to_hdf5 into "<cache>.build-<host>-<pid>" (itself written under a
- * temporary name and renamed), the record added, fsync, then a rename onto the cache path. A reader
- * therefore sees the old cache or the whole new one, never a half-written file, and several processes
- * (nodes on a shared file system) building the same cache at once each write their own file; the
- * last rename wins, and they hold the same data. main_process_first (dist/comm.h) keeps the other
- * processes of a job from building it too.
+ * Writing: ct_convert_idx_to_hdf5_tagged builds the file with the record in memory and writes it
+ * under a temporary name of this host and process, fsync, then a rename onto the cache path. A
+ * reader therefore sees the old cache or the whole new one, never a half-written file, and several
+ * processes (nodes on a shared file system) building the same cache at once each write their own
+ * file; the last rename wins, and they hold the same data. main_process_first (dist/comm.h) keeps
+ * the other processes of a job from building it too.
+ *
+ * The cache is an optimisation: when it cannot be written (ENOSPC, EDQUOT, EROFS, EACCES, EFBIG, a
+ * part of its path that is a file), a warning names it and errno's text, whatever was made for it
+ * (the temporary file, directories of its path that did not exist) is removed, and the IDX files are
+ * read instead: the same samples. Only a file at the path that is not a cache, or the sources'
+ * own errors, fail the run.
  *
  * A file at the cache path that ctrainer did not write (not HDF5, or without the record) is never
  * overwritten: that is an error naming the file, which says to delete it or choose another path

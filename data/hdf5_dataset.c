@@ -85,6 +85,7 @@ typedef struct h5_dataset {
     bool int_labels;
     int64_t num_classes;
     const char *classes_from; /* for messages: where num_classes came from */
+    bool labels_scanned;      /* num_classes is max label + 1 of every label, read at open */
     row_ref *refs;            /* get_batch's sorted indices, guarded by the HDF5 lock */
     int64_t refs_cap;
 } h5_dataset;
@@ -609,6 +610,7 @@ static ct_status setup(h5_dataset *d, const ct_hdf5_dataset_config *cfg) {
             if (!found) {
                 CT_TRY(scan_num_classes(d));
                 d->classes_from = "max label + 1";
+                d->labels_scanned = true;
             }
         }
     }
@@ -677,6 +679,73 @@ static ct_status ds_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n,
     return s;
 }
 
+/* Rows [first, first + n) of the labels against rule, block by block past the cache (a pass at
+ * the start of a run must not evict the features training is about to read). Integer labels go
+ * through label_row, so a label beyond int64 or the file's own num_classes gets the message a
+ * batch would give. Float labels are refused by their type, naming the dataset (the file holds
+ * what a classifier cannot take, whatever the model), and the first value that is no class id
+ * (1.5, -1, NaN), if any, so the message says whether a cast would do. A count
+ * computed from every label at open (max label + 1) that fits the rule needs no second pass. */
+static ct_status check_label_rows(h5_dataset *d, int64_t first, int64_t n, const ct_label_rule *rule) {
+    h5_array *a = &d->lab;
+    if (d->int_labels && d->labels_scanned && d->num_classes <= rule->classes)
+        return CT_OK;
+    int64_t per = a->row_numel;
+    size_t lrow = (size_t)per * a->esize;
+    void *buf = malloc(a->block_bytes);
+    int64_t *ids = malloc((size_t)per * sizeof *ids);
+    double *vals = malloc((size_t)per * sizeof *vals);
+    char where[300];
+    snprintf(where, sizeof where, " in dataset '%s'", a->name);
+    ct_status s = buf && ids && vals ? CT_OK : ct_error(CT_ERR_NOMEM, "%s: out of memory checking the labels",
+                                                         d->base.source);
+    int64_t bad_row = -1, bad_elem = 0;
+    double bad = 0;
+    for (int64_t b = first / a->block_rows; s == CT_OK && bad_row < 0 && b * a->block_rows < first + n; b++) {
+        s = read_block(d->base.source, a, b, buf);
+        int64_t lo = b * a->block_rows > first ? b * a->block_rows : first;
+        int64_t hi = (b + 1) * a->block_rows < first + n ? (b + 1) * a->block_rows : first + n;
+        for (int64_t row = lo; s == CT_OK && row < hi; row++) {
+            const void *src = (const char *)buf + (size_t)(row - b * a->block_rows) * lrow;
+            if (d->int_labels) {
+                s = label_row(d, src, row, ids);
+                if (s == CT_OK) s = ct_labels_check_i64(ids, per, per, row, d->base.source, where, rule);
+            } else if (bad_row < 0) {
+                KIND_SWITCH(a->kind, const T *v = src; for (int64_t i = 0; i < per; i++) vals[i] = (double)v[i])
+                int64_t i = ct_labels_find_bad_f64(vals, per, rule);
+                if (i >= 0) {
+                    bad_row = row;
+                    bad_elem = i;
+                    bad = vals[i];
+                    break;
+                }
+            }
+        }
+    }
+    free(buf);
+    free(ids);
+    free(vals);
+    if (s != CT_OK || d->int_labels) return s;
+    char first_bad[160] = "; every value is a whole class id, so a cast will do";
+    if (bad_row >= 0) {
+        char elem[48] = "";
+        if (per > 1) snprintf(elem, sizeof elem, " (element %lld)", (long long)bad_elem);
+        snprintf(first_bad, sizeof first_bad, "; label %.17g of sample %lld%s is no class id at all", bad,
+                 (long long)bad_row, elem);
+    }
+    return ct_error(CT_ERR_FORMAT, "%s: dataset '%s' holds %s labels, but the %s loss expects integer class ids in "
+                    "[0, %lld), the classes of %s: store them with an integer type (u8, i32 or i64, say)%s",
+                    d->base.source, a->name, a->type_name, rule->loss, (long long)rule->classes, rule->of, first_bad);
+}
+
+static ct_status ds_check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    ct_h5_lock();
+    ct_h5_quiet();
+    ct_status s = check_label_rows((h5_dataset *)ds, first, n, rule);
+    ct_h5_unlock();
+    return s;
+}
+
 static void ds_destroy(ct_dataset *ds) {
     h5_dataset *d = (h5_dataset *)ds;
     ct_h5_lock();
@@ -694,6 +763,7 @@ static const ct_dataset_ops hdf5_ops = {
     .length = ds_length,
     .get_batch = ds_get_batch,
     .destroy = ds_destroy,
+    .check_labels = ds_check_labels,
 };
 
 ct_status ct_hdf5_dataset_create(const ct_hdf5_dataset_config *cfg, ct_dataset **out) {

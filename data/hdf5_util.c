@@ -3,6 +3,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 typedef struct detail_walk {
     char *buf;
@@ -10,13 +11,22 @@ typedef struct detail_walk {
     bool found;
 } detail_walk;
 
-/* Walking upward visits the innermost (most specific) entry first: keep that one. */
+/* Walking upward visits the innermost (most specific) entry first: keep that one. The file
+ * drivers' I/O errors ("file write failed: time = <ctime's line>, filename = ..., errno = 28,
+ * error message = 'No space left on device', buf = ..."; "unable to extend file properly, errno =
+ * 27, error message = 'File too large'") are cut to what a person needs: "file write failed: No
+ * space left on device". */
 static herr_t detail_cb(unsigned n, const H5E_error2_t *e, void *data) {
     detail_walk *w = data;
-    if (!w->found && e->desc && e->desc[0]) {
+    if (w->found || !e->desc || !e->desc[0]) return 0;
+    w->found = true;
+    const char *msg = strstr(e->desc, "error message = '");
+    const char *end = msg ? strchr(msg + 17, '\'') : NULL;
+    size_t head = strcspn(e->desc, ":,");
+    if (end)
+        snprintf(w->buf, w->cap, "%.*s: %.*s", (int)head, e->desc, (int)(end - msg - 17), msg + 17);
+    else
         snprintf(w->buf, w->cap, "%s", e->desc);
-        w->found = true;
-    }
     return 0;
 }
 

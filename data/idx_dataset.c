@@ -15,6 +15,7 @@ typedef struct idx_dataset {
     int64_t row;              /* elements per image */
     float scale;
     bool div255;              /* the default for u8 pixels: x / 255, as torchvision's ToTensor computes it */
+    char labels_path[512];    /* for messages about a label (the source is the images file) */
 } idx_dataset;
 
 static idx_dataset *self(ct_dataset *ds) { return ct_container_of(ds, idx_dataset, base); }
@@ -60,6 +61,16 @@ static ct_status get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, co
     return CT_OK;
 }
 
+/* Labels in memory (u8 or i32), one at a time: a scan of at most a few MB. */
+static ct_status check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    idx_dataset *d = self(ds);
+    for (int64_t k = first; k < first + n; k++) {
+        int64_t v = (int64_t)ct_tensor_get(&d->labels, k);
+        CT_TRY(ct_labels_check_i64(&v, 1, 1, k, d->labels_path, "", rule));
+    }
+    return CT_OK;
+}
+
 static void destroy(ct_dataset *ds) {
     idx_dataset *d = self(ds);
     ct_tensor_free(&d->images);
@@ -67,8 +78,12 @@ static void destroy(ct_dataset *ds) {
     free(d);
 }
 
-static const ct_dataset_ops idx_ops = {
-    .size = sizeof(ct_dataset_ops), .name = "idx", .length = length, .get_batch = get_batch, .destroy = destroy};
+static const ct_dataset_ops idx_ops = {.size = sizeof(ct_dataset_ops),
+                                       .name = "idx",
+                                       .length = length,
+                                       .get_batch = get_batch,
+                                       .destroy = destroy,
+                                       .check_labels = check_labels};
 
 /* Checks the files agree and every label is a class; fills the spec. */
 static ct_status validate(idx_dataset *d, const char *images_path, const char *labels_path, int64_t num_classes) {
@@ -114,6 +129,7 @@ ct_status ct_idx_dataset_create(const char *images_path, const char *labels_path
     ct_dataset_base_init(&d->base, &idx_ops);
     d->base.thread_safe = true;
     snprintf(d->base.source, sizeof d->base.source, "%s", images_path);
+    snprintf(d->labels_path, sizeof d->labels_path, "%s", labels_path);
     ct_status s = ct_idx_read(images_path, &d->images);
     if (s == CT_OK) s = ct_idx_read(labels_path, &d->labels);
     if (s == CT_OK) s = validate(d, images_path, labels_path, num_classes);

@@ -21,13 +21,22 @@ static ct_status get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, co
     return ct_dataset_get_batch(self(ds)->inner, indices, n, ctx, features, labels);
 }
 
+/* The first n of the base's labels, however many it has. */
+static ct_status check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    return ct_dataset_check_label_range(self(ds)->inner, first, n, rule);
+}
+
 static void destroy(ct_dataset *ds) {
     ct_dataset_free(self(ds)->inner);
     free(self(ds));
 }
 
-static const ct_dataset_ops subset_ops = {
-    .size = sizeof(ct_dataset_ops), .name = "subset", .length = length, .get_batch = get_batch, .destroy = destroy};
+static const ct_dataset_ops subset_ops = {.size = sizeof(ct_dataset_ops),
+                                          .name = "subset",
+                                          .length = length,
+                                          .get_batch = get_batch,
+                                          .destroy = destroy,
+                                          .check_labels = check_labels};
 
 ct_status ct_subset_dataset_create(ct_dataset *base, int64_t n, ct_dataset **out) {
     int64_t len = ct_dataset_length(base);

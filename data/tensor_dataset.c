@@ -30,6 +30,24 @@ static ct_status get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, co
     return CT_OK;
 }
 
+/* The label rows in memory, as they are: integers, or floats whose values are checked. */
+static ct_status check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    tensor_dataset *d = self(ds);
+    int64_t per = ct_tensor_row_numel(&d->labels);
+    if (d->labels.dtype == CT_I64)
+        return ct_labels_check_i64((const int64_t *)d->labels.data + first * per, n * per, per, first, ds->source,
+                                   "", rule);
+    double *row = malloc((size_t)(per > 0 ? per : 1) * sizeof *row);
+    if (!row) return ct_error(CT_ERR_NOMEM, "%s: out of memory checking the labels", ds->source);
+    ct_status s = CT_OK;
+    for (int64_t k = first; s == CT_OK && k < first + n; k++) {
+        for (int64_t j = 0; j < per; j++) row[j] = ct_tensor_get(&d->labels, k * per + j);
+        s = ct_labels_check_f64(row, per, per, k, ds->source, "", rule);
+    }
+    free(row);
+    return s;
+}
+
 static void destroy(ct_dataset *ds) {
     ct_tensor_free(&self(ds)->features);
     ct_tensor_free(&self(ds)->labels);
@@ -40,7 +58,8 @@ static const ct_dataset_ops tensor_dataset_ops = {.size = sizeof(ct_dataset_ops)
                                                   .name = "tensors",
                                                   .length = length,
                                                   .get_batch = get_batch,
-                                                  .destroy = destroy};
+                                                  .destroy = destroy,
+                                                  .check_labels = check_labels};
 
 static ct_shape sample_shape(const ct_tensor *t) {
     ct_shape s = {.ndim = t->ndim - 1};

@@ -27,6 +27,7 @@ typedef struct token_dataset {
     int64_t num_tokens;
     int64_t context, stride;
     int64_t num_samples;
+    int64_t vocab_size; /* > 0: every id of the file was found below it at open */
 } token_dataset;
 
 /* Explicit little-endian assembly: correct on any host, and a plain load on x86 and ARM. */
@@ -58,6 +59,29 @@ static ct_status token_get_batch(ct_dataset *ds, const int64_t *indices, int64_t
     return CT_OK;
 }
 
+/* The labels of windows first..first+n-1 (tokens [i*stride + 1, i*stride + context]), each token
+ * read once however the windows overlap; none when the whole file was checked against a vocabulary
+ * no larger than the rule's classes at open. */
+static ct_status token_check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    token_dataset *td = ct_container_of(ds, token_dataset, base);
+    if (td->vocab_size > 0 && td->vocab_size <= rule->classes) return CT_OK;
+    const int64_t T = td->context, S = td->stride;
+    int64_t done = 0; /* tokens below it were read with an earlier window */
+    for (int64_t i = first; i < first + n; i++) {
+        int64_t lo = i * S + 1, hi = i * S + T + 1;
+        for (int64_t p = lo > done ? lo : done; p < hi; p++) {
+            int64_t v = token_at(td, p);
+            if (v < rule->classes) continue;
+            char where[96];
+            snprintf(where, sizeof where, " (element %lld, the token at position %lld)", (long long)(p - lo),
+                     (long long)p);
+            CT_TRY(ct_labels_check_i64(&v, 1, 1, i, ds->source, where, rule));
+        }
+        done = hi;
+    }
+    return CT_OK;
+}
+
 static void token_destroy(ct_dataset *ds) {
     token_dataset *td = ct_container_of(ds, token_dataset, base);
     if (td->map) munmap((void *)td->map, td->map_bytes);
@@ -70,6 +94,7 @@ static const ct_dataset_ops token_ops = {
     .length = token_length,
     .get_batch = token_get_batch,
     .destroy = token_destroy,
+    .check_labels = token_check_labels,
 };
 
 /* The position of the first id >= vocab, or -1. The width is a constant in each call so the loop
@@ -155,6 +180,7 @@ ct_status ct_token_dataset_create(const ct_token_dataset_config *cfg, ct_dataset
     td->context = cfg->context;
     td->stride = cfg->stride ? cfg->stride : cfg->context;
     td->num_samples = (num_tokens - td->context - 1) / td->stride + 1;
+    td->vocab_size = cfg->vocab_size;
 
     if (cfg->vocab_size > 0) {
         /* One sequential pass: let the kernel read far ahead, then go back to normal read-ahead for

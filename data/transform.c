@@ -182,6 +182,11 @@ static ct_status transformed_get_batch(ct_dataset *ds, const int64_t *indices, i
     return CT_OK;
 }
 
+/* Transforms change features only: the labels are the base's. */
+static ct_status transformed_check_labels(ct_dataset *ds, int64_t first, int64_t n, const ct_label_rule *rule) {
+    return ct_dataset_check_label_range(ct_container_of(ds, transformed_t, base)->inner, first, n, rule);
+}
+
 static void transformed_destroy(ct_dataset *ds) {
     transformed_t *td = ct_container_of(ds, transformed_t, base);
     for (int i = 0; i < td->n; i++) ct_transform_free(td->transforms[i]);
@@ -196,6 +201,7 @@ static const ct_dataset_ops transformed_ops = {
     .length = transformed_length,
     .get_batch = transformed_get_batch,
     .destroy = transformed_destroy,
+    .check_labels = transformed_check_labels,
 };
 
 static bool same_shape(const ct_shape *a, const ct_shape *b) {

@@ -193,6 +193,11 @@ static inline int64_t ct_metric_label(const ct_tensor *labels, int64_t i) {
 ct_status ct_loss_metric_create(ct_metric **out);
 ct_status ct_accuracy_metric_create(ct_metric **out);
 ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out);
+/* Whether m can mean something for a model that scores `classes` classes: a top_k_accuracy with k
+ * above them counts every sample (scikit-learn returns 1.0) and is CT_ERR_INVALID_ARG naming k and
+ * the classes; every other metric passes. ct_trainer_init checks its metrics with it (the run
+ * config's, where their line is known, when the run is built). */
+ct_status ct_metric_check_classes(const ct_metric *m, int64_t classes);
 /* A metric from its JSON spec: a name ("accuracy") or an object ({"type": "top_k_accuracy", "k": 5}). */
 ct_status ct_metric_from_json(const json_t *spec, const char *path, ct_metric **out);
 

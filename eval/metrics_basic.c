@@ -222,6 +222,14 @@ static const ct_metric_ops top_k_ops = {.size = sizeof(ct_metric_ops),
                                         .same_config = top_k_same_config,
                                         .uncertainty = top_k_uncertainty};
 
+ct_status ct_metric_check_classes(const ct_metric *m, int64_t classes) {
+    if (m->ops != &top_k_ops || top_k_of(m) <= classes) return CT_OK;
+    return ct_error(CT_ERR_INVALID_ARG, "metric 'top_k_accuracy': k = %lld is more than the %lld classes the model "
+                    "scores, so every sample would count as a hit (top_%lld_accuracy 1.0 whatever the model); use "
+                    "k <= %lld",
+                    (long long)top_k_of(m), (long long)classes, (long long)top_k_of(m), (long long)classes);
+}
+
 ct_status ct_top_k_accuracy_metric_create(int64_t k, ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;

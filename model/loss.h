@@ -110,6 +110,9 @@ typedef struct ct_cross_entropy_opts {
 /* No weights, no smoothing, ignore_index -100: PyTorch's defaults. */
 ct_cross_entropy_opts ct_cross_entropy_defaults(void);
 ct_status ct_cross_entropy_loss_create(const ct_cross_entropy_opts *o, ct_loss **out);
+/* Whether l is the built-in cross_entropy, whose targets are class ids of the outputs' last
+ * dimension, and then its ignore_index: what ct_trainer_init checks every dataset's labels against. */
+bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index);
 ct_status ct_mse_loss_create(ct_loss **out);
 ct_status ct_l1_loss_create(ct_loss **out);
 /* delta > 0 (PyTorch's HuberLoss; default 1). */

@@ -98,6 +98,12 @@ static void destroy(ct_loss *l) {
 static const ct_loss_ops xent_ops = {sizeof(ct_loss_ops), "cross_entropy", forward, backward, destroy,
                                      forward_backward};
 
+bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index) {
+    if (!l || l->ops != &xent_ops) return false;
+    *ignore_index = ((const xent_loss *)l)->opts.ignore_index; /* base is the first member */
+    return true;
+}
+
 ct_cross_entropy_opts ct_cross_entropy_defaults(void) {
     return (ct_cross_entropy_opts){.weight = NULL, .n_weight = 0, .label_smoothing = 0.0, .ignore_index = -100};
 }

@@ -379,6 +379,7 @@ ct_status ct_trainer_call_compute_metrics(ct_trainer *t, const ct_prediction_out
 /* One pass over r->ds: metrics (with speed metrics) into a new object *metrics. */
 static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix, json_t **metrics) {
     *metrics = NULL;
+    CT_TRY(ct_trainer_check_dataset(t, r->ds, r->test ? "test_dataset" : "eval_dataset"));
     ct_loader *loader;
     CT_TRY(r->test ? ct_trainer_get_test_dataloader(t, r->ds, &loader) : ct_trainer_get_eval_dataloader(t, r->ds, &loader));
     /* compute_metrics sees every output: keep them even when the caller does not want them. */

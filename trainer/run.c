@@ -152,6 +152,27 @@ static ct_status make_replica(void *ctx, int64_t max_batch, ct_device dev, ct_mo
     return model_from_config(ctx, max_batch, dev, out);
 }
 
+/* The metrics list against the model's classes (the last dimension of its outputs), here where
+ * the config's line is known: a top_k_accuracy with k above them is a value that cannot work. */
+static ct_status check_metric_classes(ct_run *r) {
+    const json_t *list = ct_run_config_section(&r->config, "metrics");
+    const ct_shape *out = &r->model.out_shape;
+    for (size_t i = 0; json_is_array(list) && out->ndim >= 1 && i < json_array_size(list); i++) {
+        const json_t *spec = json_array_get(list, i);
+        char path[64];
+        snprintf(path, sizeof path, "metrics[%zu]", i);
+        ct_metric *m;
+        CT_TRY(ct_run_config_annotate(&r->config, ct_metric_from_json(spec, path, &m)));
+        ct_status s = ct_metric_check_classes(m, out->dims[out->ndim - 1]);
+        ct_metric_free(m);
+        /* {"type": "top_k_accuracy", "k": 7} points at its k, "top_7_accuracy" at itself */
+        if (s != CT_OK)
+            return ct_run_config_annotate(&r->config, ct_error_prefix(CT_ERR_CONFIG, "%s%s: ", path,
+                                                                      json_is_object(spec) ? ".k" : ""));
+    }
+    return CT_OK;
+}
+
 static ct_status build_rest(ct_run *r) {
     const json_t *loss = ct_run_config_section(&r->config, "loss");
     bool given = r->loss != NULL; /* the program's (ct_run_pieces) */
@@ -175,6 +196,7 @@ static ct_status build_rest(ct_run *r) {
     ct_status s = ct_metric_set_from_json(ct_run_config_section(&r->config, "metrics"), "metrics", &check);
     ct_metric_set_free(&check);
     CT_TRY(ct_run_config_annotate(&r->config, s));
+    CT_TRY(check_metric_classes(r));
     const json_t *cbs = ct_run_config_section(&r->config, "callbacks");
     if (cbs && !json_is_array(cbs))
         return ct_run_config_annotate(&r->config, ct_error(CT_ERR_CONFIG, "callbacks: expected a list of callbacks"));
@@ -271,7 +293,8 @@ ct_status ct_run_prepare(ct_run *r, ct_run_config *config, const ct_arg_override
 ct_trainer_setup ct_run_setup(ct_run *r) {
     ct_trainer_setup s = {.model = &r->model, .loss = r->loss, .train_dataset = r->train, .n_eval = r->n_eval,
                           .metrics = ct_run_config_section(&r->config, "metrics"), .config = r->config.root,
-                          .callbacks = &r->callbacks, .make_model = make_replica, .make_model_ctx = r};
+                          .callbacks = &r->callbacks, .make_model = make_replica, .make_model_ctx = r,
+                          .test_dataset = r->test};
     for (int i = 0; i < r->n_eval; i++) {
         s.eval_datasets[i] = r->eval[i];
         s.eval_names[i] = r->eval_names[i];

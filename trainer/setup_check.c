@@ -1,9 +1,12 @@
 /* What ct_trainer_init checks before any step runs, so that a mistake in the pieces an application
  * hands over surfaces at init with the piece's name instead of at the first batch: every table
  * (core/vtable.h), the model's batch size (grown to what the arguments ask for), each dataset's
- * samples against the model's input, and the loss against a sample's labels. Only host memory is
+ * samples against the model's input, every label of each dataset against the classes of the
+ * model's outputs (for cross-entropy: a bad label in an evaluation set would otherwise end the run
+ * after all of its training), and the loss against a sample's labels. Only host memory is
  * touched: the loss is tried on a host copy of one sample's label and zero outputs, never on the
  * model's device. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core/vtable.h"
@@ -67,17 +70,59 @@ static ct_status check_labels(ct_trainer *t, ct_dataset *ds, const char *role) {
     return s;
 }
 
+/* Every label is a class id of the model's outputs (their last dimension) or the loss's
+ * ignore_index: one pass over the labels (the dataset's own check_labels), or none where the
+ * dataset counted its classes from every label at open. A bad one is the data's error (exit 1). */
+static ct_status check_label_values(ct_trainer *t, ct_dataset *ds, const char *role) {
+    const ct_shape *out = &t->model->out_shape;
+    int64_t ignore;
+    if (out->ndim < 1 || !ct_loss_class_targets(t->loss, &ignore)) return CT_OK;
+    char of[96];
+    snprintf(of, sizeof of, "the model's %lld outputs", (long long)out->dims[out->ndim - 1]);
+    ct_label_rule rule = {.classes = out->dims[out->ndim - 1], .ignore_index = ignore, .of = of,
+                          .loss = ct_loss_name(t->loss)};
+    ct_status s = ct_dataset_check_labels(ds, &rule);
+    return s == CT_OK ? s : ct_error_prefix(s, "%s: ", role);
+}
+
 static ct_status check_dataset(ct_trainer *t, ct_dataset *ds, const char *role) {
     CT_TRY(ct_dataset_check(ds));
     CT_TRY(check_features(t->model, ds, role));
-    CT_TRY(check_classes(t, ds, role));
     /* An overridden compute_loss decides itself what it compares the outputs with. */
-    if (CT_TRAINER_HOOK(t, compute_loss) || ct_dataset_length(ds) == 0) return CT_OK;
+    bool own_loss = CT_TRAINER_HOOK(t, compute_loss) != NULL;
+    if (!own_loss) CT_TRY(check_label_values(t, ds, role));
+    CT_TRY(check_classes(t, ds, role));
+    if (own_loss || ct_dataset_length(ds) == 0) return CT_OK;
     return check_labels(t, ds, role);
+}
+
+/* "eval_dataset 'val'" */
+static const char *eval_role(const ct_trainer *t, int i, char *buf, size_t cap) {
+    snprintf(buf, cap, "eval_dataset%s%s%s", t->eval_names[i][0] ? " '" : "", t->eval_names[i],
+             t->eval_names[i][0] ? "'" : "");
+    return buf;
+}
+
+ct_status ct_trainer_check_dataset(ct_trainer *t, ct_dataset *ds, const char *role) {
+    if (ds == t->train_dataset || ds == t->priv->test_dataset) return CT_OK;
+    for (int i = 0; i < t->n_eval; i++)
+        if (ds == t->eval_datasets[i]) return CT_OK;
+    return check_dataset(t, ds, role);
+}
+
+/* A metric that cannot mean anything for the model's classes (the last dimension of its outputs). */
+static ct_status check_metrics(const ct_trainer *t) {
+    const ct_shape *out = &t->model->out_shape;
+    for (int i = 0; out->ndim >= 1 && i < t->metrics.n; i++) {
+        ct_status s = ct_metric_check_classes(t->metrics.items[i], out->dims[out->ndim - 1]);
+        if (s != CT_OK) return ct_error_prefix(s, "metrics: ");
+    }
+    return CT_OK;
 }
 
 ct_status ct_trainer_check_setup(ct_trainer *t) {
     CT_TRY(ct_module_check(t->model->root));
+    CT_TRY(check_metrics(t));
     CT_TRY(ct_loss_check(t->loss, t->train_dataset != NULL));
     /* Evaluation forwards run on per_device_eval_batch_size rows, training on the train batch: the
      * model takes the larger, grown here rather than failing at the first batch. */
@@ -85,6 +130,9 @@ ct_status ct_trainer_check_setup(ct_trainer *t) {
     if (t->train_dataset && t->args.per_device_train_batch_size > need) need = t->args.per_device_train_batch_size;
     if (t->model->opts.max_batch < need) CT_TRY(ct_model_set_max_batch(t->model, need));
     if (t->train_dataset) CT_TRY(check_dataset(t, t->train_dataset, "train_dataset"));
-    for (int i = 0; i < t->n_eval; i++) CT_TRY(check_dataset(t, t->eval_datasets[i], "eval_dataset"));
+    char role[96];
+    for (int i = 0; i < t->n_eval; i++)
+        CT_TRY(check_dataset(t, t->eval_datasets[i], eval_role(t, i, role, sizeof role)));
+    if (t->priv->test_dataset) CT_TRY(check_dataset(t, t->priv->test_dataset, "test_dataset"));
     return CT_OK;
 }

@@ -388,6 +388,8 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
                             t->eval_names[i][0] ? " '" : "", t->eval_names[i], t->eval_names[i][0] ? "'" : "",
                             t->eval_datasets[i] ? t->eval_datasets[i]->source : "(none)");
     }
+    t->priv->test_dataset = in->test_dataset;
+    if (t->priv->test_dataset) CT_TRY(ct_dataset_check(t->priv->test_dataset));
     t->config = in->config ? json_incref(in->config) : NULL;
     if (in->metrics && !(t->priv->metrics_spec = json_deep_copy(in->metrics)))
         return ct_error(CT_ERR_NOMEM, "out of memory");

@@ -164,6 +164,10 @@ typedef struct ct_trainer_setup {
     /* Dynamic loss scaling (optim/grad_scaler.h) with these settings, on any device. NULL: only with
      * fp16, where it is on with PyTorch's defaults. */
     const ct_grad_scaler_opts *grad_scaler;
+    /* The set ct_trainer_predict will be given (borrowed; may be NULL): ct_trainer_init checks it as
+     * it checks the others (its samples, every label), so that a bad one surfaces before training,
+     * not after. A set evaluate or predict is given that init did not see is checked there. */
+    ct_dataset *test_dataset;
 } ct_trainer_setup;
 
 /* The trainer. Its members are what a subclass (an application's hooks) reads; the rule for this

@@ -18,6 +18,9 @@
  * datasets against the model, the loss against a sample's labels. */
 ct_status ct_trainer_check_ops(const ct_trainer_ops *ops);
 ct_status ct_trainer_check_setup(ct_trainer *t);
+/* The checks of ct_trainer_check_setup for a dataset given to evaluate or predict that init did not
+ * see (role names it in messages); nothing for one it did. */
+ct_status ct_trainer_check_dataset(ct_trainer *t, ct_dataset *ds, const char *role);
 /* A new metric set as the setup asked: the JSON list's metrics, then make_metrics'. The trainer's own
  * and each asynchronous evaluator's come from here, so no metric object is shared between them. */
 ct_status ct_trainer_make_metrics(const ct_trainer *t, ct_metric_set *out);
@@ -26,6 +29,8 @@ ct_status ct_trainer_make_metrics(const ct_trainer *t, ct_metric_set *out);
  * they may change freely. */
 struct ct_trainer_private {
     bool owns_loss, owns_comm;
+    /* the setup's test set, checked at init with the others (borrowed) */
+    ct_dataset *test_dataset;
     /* the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
     ct_tensor dloss;
     /* a batch's features and labels on the model's device, and outputs back on the host

@@ -11,7 +11,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
        env_cpu_isa_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
-       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size
+       hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
+       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
@@ -59,6 +60,15 @@ tokens() {
 csv_h5() {
   for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i % 3))"; done >t.csv
   "$ctrainer" data convert --csv t.csv -o "$1" >/dev/null || { echo "data convert failed"; exit 1; }
+}
+# labels_h5 FILE BAD_AT BAD_LABEL: csv_h5's data with BAD_LABEL as the label of sample BAD_AT.
+labels_h5() {
+  for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i == $2 ? $3 : i % 3))"; done >l.csv
+  "$ctrainer" data convert --csv l.csv -o "$1" >/dev/null || { echo "data convert failed"; exit 1; }
+}
+# untrained DIR: fails unless DIR is missing or holds no trace of training (the refusal came first).
+untrained() {
+  if [ -e "$1/trainer_state.json" ] || compgen -G "$1/checkpoint-*" >/dev/null; then echo "$1: trained anyway"; exit 1; fi
 }
 # flip FILE: one byte in the middle of FILE inverted.
 flip() {
@@ -135,18 +145,69 @@ hdf5_label_out_of_range)
   run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5", "num_classes": 2}'
   expect 1 "data.h5: label 2 of sample [0-9]+ in dataset 'labels' is outside \\[0, 2\\) \\(num_classes from num_classes of the config\\)" \
          "$ctrainer" train run.json ;;
+hdf5_eval_label_beyond_model)
+  # The last-but-some sample of the evaluation set holds class 3 of a 3-class model (the file's own
+  # num_classes attribute says 4): refused at init, before the first step, not after training.
+  csv_h5 train.h5
+  labels_h5 val.h5 40 3
+  printf '{"model": %s, "data": {"train": {"type": "hdf5", "path": "train.h5"}, "eval": {"val": {"type": "hdf5", "path": "val.h5"}}},\n "training_args": {"max_steps": 4, "per_device_train_batch_size": 8, "output_dir": "out", "eval_strategy": "steps", "eval_steps": 4, "save_strategy": "no", "report_to": []}}\n' \
+         "$mlp" >run.json
+  expect 1 "ctrainer train: eval_dataset 'val': val.h5: label 3 of sample 40 in dataset 'labels' is not a class of the model's 3 outputs: the cross_entropy loss expects an integer in \\[0, 3\\) or its ignore_index -100" \
+         "$ctrainer" train run.json && untrained out ;;
+hdf5_test_label_beyond_model)
+  # The test set of a trained model, for every command that reads it: train (predicted at the end,
+  # checked at the start), evaluate (the test set stands in for the missing eval set) and predict.
+  csv_h5 train.h5
+  "$ctrainer" data convert --csv t.csv -o test.h5 >/dev/null
+  printf '{"model": %s, "data": {"train": {"type": "hdf5", "path": "train.h5"}, "test": {"type": "hdf5", "path": "test.h5"}},\n "training_args": {"max_steps": 2, "per_device_train_batch_size": 8, "output_dir": "model", "save_strategy": "no", "report_to": []}}\n' \
+         '{"type": "mlp", "hidden": [8], "num_classes": 3}' >run.json
+  "$ctrainer" train run.json >/dev/null 2>&1 || { echo "training the model failed"; exit 1; }
+  labels_h5 test.h5 63 5
+  msg="test.h5: label 5 of sample 63 in dataset 'labels' is not a class of the model's 3 outputs"
+  expect 1 "ctrainer train: test_dataset: $msg" "$ctrainer" train run.json --output_dir again && untrained again &&
+    expect 1 "ctrainer evaluate: eval_dataset: $msg" "$ctrainer" evaluate run.json --model model &&
+    expect 1 "ctrainer predict: test_dataset: $msg" "$ctrainer" predict run.json --model model --output p.h5 &&
+    { [ ! -e p.h5 ] || { echo "p.h5 written anyway"; exit 1; }; } ;;
+hdf5_float_labels)
+  # Float labels (one of them 2.5) in a file a classifier trains on: the data is named, not the model.
+  for ((i = 0; i < 64; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3)),$((i % 3)).$((i == 20 ? 5 : 0))"; done >f.csv
+  "$ctrainer" data convert --csv f.csv -o data.h5 >/dev/null
+  run_config run.json '{"type": "mlp", "hidden": [8], "num_classes": 3}' '{"type": "hdf5", "path": "data.h5"}'
+  expect 1 "ctrainer train: train_dataset: data.h5: dataset 'labels' holds f32 labels, but the cross_entropy loss expects integer class ids in \\[0, 3\\), the classes of the model's 3 outputs: store them with an integer type \\(u8, i32 or i64, say\\); label 2.5 of sample 20 is no class id at all" \
+         "$ctrainer" train run.json && untrained out ;;
+idx_label_beyond_model)
+  # IDX labels 0..9 (num_classes 10 in the data) for a model of 5 outputs: the labels file and the
+  # first sample whose label has no output.
+  idx_images 100 4 4 1600 >img.idx
+  idx_labels 100 >lab.idx
+  run_config run.json '{"type": "mlp", "hidden": [8], "num_classes": 5}' '{"type": "idx", "images": "img.idx", "labels": "lab.idx", "num_classes": 10}'
+  expect 1 "ctrainer train: train_dataset: lab.idx: label 5 of sample 5 is not a class of the model's 5 outputs" \
+         "$ctrainer" train run.json && untrained out ;;
 tokens_beyond_vocab)
   tokens tok.bin 200 10 300
   run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16, "vocab_size": 257}'
   expect 1 "data.train.path: tok.bin: token id 300 at position 10 is outside the vocabulary \\[0, 257\\)" \
          "$ctrainer" train run.json ;;
 tokens_beyond_model_vocab)
-  # No vocab_size in the data: ct_trainer_init tries the loss on the first sample's labels, which
-  # hold the id (it is at every 20th position, so every window of 17 tokens holds it), before any step.
-  for ((i = 0; i < 200; i++)); do id=$((i % 20 == 10 ? 300 : i % 50)); printf "\\$(printf %o $((id & 255)))\\$(printf %o $((id >> 8)))"; done >tok.bin
+  # No vocab_size in the data: ct_trainer_init reads every window's labels before any step; the id
+  # sits in the last window (tokens 177..192 are its labels), far from the first.
+  tokens tok.bin 200 190 300
   run_config run.json "$gpt" '{"type": "tokens", "path": "tok.bin", "context": 16}'
-  expect 2 "train_dataset 'tok.bin' does not fit the loss and the model's outputs: cross_entropy loss: target 300 at \\[0, 9\\] of targets \\[1, 16\\] i64 cpu is outside \\[0, 257\\)" \
-         "$ctrainer" train run.json ;;
+  expect 1 "ctrainer train: train_dataset: tok.bin: label 300 of sample 11 \\(element 13, the token at position 190\\) is not a class of the model's 257 outputs" \
+         "$ctrainer" train run.json && untrained out ;;
+dataset_cache_full)
+  # The disk is full when the cache is written (the fault hook fails that one write, as a full disk
+  # would): a warning, the IDX files read instead, the very losses of a run without the cache, and
+  # nothing of the cache left, not even the directory made for it.
+  idx_images 200 4 4 3200 >img.idx
+  idx_labels 200 >lab.idx
+  run_config plain.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx"}'
+  run_config cached.json "$mlp" '{"type": "idx", "images": "img.idx", "labels": "lab.idx", "cache": "cache/c.h5"}'
+  "$ctrainer" train plain.json --output_dir plain --logging_steps 1 >plain.log 2>&1 || { echo "the run without cache failed"; exit 1; }
+  CT_IO_FAULT=0:1:ENOSPC expect 0 "warning: data.train.cache: the cache cache/c.h5 cannot be written \\(cache/c.h5: cannot build the cache: cannot write 'cache/c.h5': No space left on device\\); reading img.idx and lab.idx instead" \
+         "$ctrainer" train cached.json --output_dir cached --logging_steps 1 | tee cached.log || exit 1
+  [ ! -e cache ] || { echo "the cache's directory or files are left"; exit 1; }
+  grep "'loss'" plain.log >a && grep "'loss'" cached.log >b && [ -s a ] && cmp -s a b || { echo "the losses differ from the run without cache"; diff a b; exit 1; } ;;
 tokens_odd_size)
   tokens tok.bin 200 -1 0
   printf 'x' >>tok.bin

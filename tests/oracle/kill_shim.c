@@ -7,6 +7,9 @@
  *   rename_to:TEXT    rename() whose new name ends with TEXT (".deleting": rotation set a victim aside)
  *   rename_from:TEXT  rename() whose old name ends with TEXT (".tmp": a save's commit)
  *   remove_in:TEXT    remove() of a path that contains TEXT (".deleting/": a victim half deleted)
+ *   gemm_off_main:    cblas_sgemm() called by a thread other than the process's first, before it
+ *                     runs (TEXT empty): in a run of linear layers only, the forwards of the
+ *                     asynchronous evaluator (eval_async), as training's run on the main thread
  * Without CT_KILL_AFTER, or with a value it cannot read, the calls just pass through. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -16,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static char what[32], text[256];
 static long target = -1;
@@ -48,6 +53,18 @@ int rename(const char *from, const char *to) {
         count((strcmp(what, "rename_to") == 0 && ends_with(to, text)) ||
               (strcmp(what, "rename_from") == 0 && ends_with(from, text)));
     return rc;
+}
+
+/* OpenBLAS's prototype, its enums as the ints they are passed as. */
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
+                         int);
+
+void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
+                 int ldb, float beta, float *c, int ldc) {
+    static sgemm_fn real;
+    if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
+    if (strcmp(what, "gemm_off_main") == 0) count(syscall(SYS_gettid) != getpid());
+    real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int remove(const char *path) {

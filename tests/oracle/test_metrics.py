@@ -70,7 +70,7 @@ def case(i):
     kind = "ties" if i % 2 else "normal"
     dtype = "f64" if i % 3 == 0 else "f32"
     label_dtype = "i32" if i % 4 == 1 else "i64"
-    ks = sorted({int(RNG.integers(1, c + 3)), int(RNG.integers(1, c + 1))})
+    ks = sorted({int(RNG.integers(1, c + 1)), int(RNG.integers(1, c + 1))})  # k <= C; above C is refused
     prefix = str(RNG.choice(["eval", "test", ""]))
     masked = i % 3 == 1
 

@@ -10,19 +10,31 @@
  *     untouched; errors name the key (data.train.cache / .images / .labels / .scale) and the file;
  *     a bad source fails exactly as without a cache and writes nothing;
  *   - processes building the same cache at once (fork) all get the right data and leave no
- *     temporary files behind. */
+ *     temporary files behind;
+ *   - a cache that cannot be written (a file in its path: ENOTDIR; a file size limit: EFBIG; a quota
+ *     from the fault hook: EDQUOT; where
+ *     this process may mount one, a full tmpfs: ENOSPC, and a read-only one: EROFS; without root, a
+ *     directory it may not write: EACCES) is a warning naming the cache and errno's text, the
+ *     sources are read instead (bit-identical samples), and nothing of the cache is left: no
+ *     temporary file, no directory made for it. */
+#define _GNU_SOURCE /* unshare */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include "core/format/h5io.h"
+#include "core/io_fault.h"
 #include "core/log.h"
 #include "core/rng.h"
 #include "data/convert.h"
@@ -99,6 +111,12 @@ static void write_files(void) {
     for (int64_t i = 0; i < N * 24; i++) d[i] = ct_rng_normal(&rng) * 1e3;
     write_idx("f64.idx", false, 0x0E, 4, (int64_t[]){N, 3, 4, 2}, d);
     free(d);
+    /* N x 512 random doubles (over 100 KB, hardly compressible): a cache larger than the limits of
+     * the unwritable cases */
+    d = malloc((size_t)N * 512 * sizeof *d);
+    for (int64_t i = 0; i < N * 512; i++) d[i] = ct_rng_normal(&rng);
+    write_idx("big.idx", false, 0x0E, 2, (int64_t[]){N, 512}, d);
+    free(d);
     int32_t *q = malloc((size_t)N * 6 * sizeof *q);
     for (int64_t i = 0; i < N * 6; i++) q[i] = (int32_t)ct_rng_below(&rng, 1u << 21) - (1 << 20);
     write_idx("i32.idx.gz", true, 0x0C, 2, (int64_t[]){N, 6}, q);
@@ -133,16 +151,19 @@ static void remove_dir(const char *d) {
     rmdir(d);
 }
 
-/* Files in the test directory whose names contain `part` (temporary build files: ".build-", ".tmp-"). */
-static int count_files(const char *part) {
-    DIR *dd = opendir(dir);
+/* Files in directory d whose names contain `part` ("": every entry but . and ..). */
+static int count_files_in(const char *d, const char *part) {
+    DIR *dd = opendir(d);
     int n = 0;
     struct dirent *e;
-    while ((e = readdir(dd)))
-        if (strstr(e->d_name, part)) n++;
-    closedir(dd);
+    while (dd && (e = readdir(dd)))
+        if (strstr(e->d_name, part) && strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+    if (dd) closedir(dd);
     return n;
 }
+
+/* Files in the test directory whose names contain `part` (temporary build files: ".build-", ".tmp-"). */
+static int count_files(const char *part) { return count_files_in(dir, part); }
 
 static bool stat_of(const char *name, struct stat *st) {
     char p[256];
@@ -501,10 +522,6 @@ static void test_errors(void) {
     ct_dataset *ds = NULL;
     const char *u8 = "\"type\": \"idx\", \"images\": \"u8.idx\", \"labels\": \"lab.idx\"";
     char spec[1024], p[256];
-    /* Its directory cannot be made: a file stands in the way. */
-    snprintf(spec, sizeof spec, "{%s, \"cache\": \"lab.idx/dir/c.h5\"}", u8);
-    path_of(p, sizeof p, "lab.idx/dir/c.h5");
-    CHECK_ERR(from(spec, &ds), CT_ERR_IO, "data.train.cache: ", p, "Not a directory");
     snprintf(spec, sizeof spec, "{%s, \"cache\": \"u8.idx\"}", u8);
     CHECK_ERR(from(spec, &ds), CT_ERR_CONFIG, "data.train.cache: ", "is the same file as the source");
     snprintf(spec, sizeof spec, "{%s, \"cache\": \"a_dir\"}", u8);
@@ -542,6 +559,123 @@ static void test_errors(void) {
         CHECK_ERR(from(spec, &ds), CT_ERR_IO, "data.train.cache: ", p, "cannot read the cache");
         chmod(p, 0644);
     }
+}
+
+/* --- a cache that cannot be written ----------------------------------------------------------------- */
+
+/* The idx spec of `images` (and lab.idx) with "cache": cache (relative to the test directory) opens
+ * with a warning naming the cache and `why` (errno's text), gives the sources' samples, and leaves
+ * nothing in `left` (a directory that must be empty or gone afterwards; NULL: no temporary files in
+ * the test directory). */
+static void unwritable(const char *label, const char *images, const char *cache, const char *why, const char *left) {
+    char spec[1024], p[512], plain[512];
+    snprintf(plain, sizeof plain, "\"type\": \"idx\", \"images\": \"%s\", \"labels\": \"lab.idx\"", images);
+    snprintf(spec, sizeof spec, "{%s, \"cache\": \"%s\"}", plain, cache);
+    path_of(p, sizeof p, cache);
+    capture_begin();
+    ct_dataset *b = open_ok(spec);
+    char *log = capture_end();
+    CHECK(strstr(log, "warning: data.train.cache: the cache ") && strstr(log, p) && strstr(log, why) &&
+              strstr(log, "cannot be written") && strstr(log, "reading "),
+          "%s: no warning naming %s and '%s': %s", label, p, why, log);
+    free(log);
+    snprintf(spec, sizeof spec, "{%s}", plain);
+    ct_dataset *a = open_ok(spec);
+    same_samples(label, a, b);
+    ct_dataset_free(a);
+    ct_dataset_free(b);
+    CHECK(!exists(cache), "%s: %s exists", label, cache);
+    CHECK(count_files(".tmp-") == 0 && count_files(".build-") == 0, "%s: temporary files left behind", label);
+    if (left) CHECK(count_files_in(left, "") == 0, "%s: %s is not empty", label, left);
+}
+
+/* A private mount namespace (root, else a user namespace mapping this user to root): false when
+ * neither is allowed here. */
+static bool private_mounts(void) {
+    if (unshare(CLONE_NEWNS) != 0) {
+        uid_t uid = getuid();
+        gid_t gid = getgid();
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) return false;
+        char map[64], path[64];
+        const char *files[3] = {"/proc/self/setgroups", "/proc/self/uid_map", "/proc/self/gid_map"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(path, sizeof path, "%s", files[i]);
+            if (i == 0) snprintf(map, sizeof map, "deny");
+            else snprintf(map, sizeof map, "0 %u 1", i == 1 ? (unsigned)uid : (unsigned)gid);
+            int fd = open(path, O_WRONLY);
+            bool ok = fd >= 0 && write(fd, map, strlen(map)) == (ssize_t)strlen(map);
+            if (fd >= 0) close(fd);
+            if (!ok && i > 0) return false;
+        }
+    }
+    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
+}
+
+/* A full tmpfs (ENOSPC) and a read-only one (EROFS), in a child with mounts of its own. */
+static int tmpfs_child(void) {
+    if (!private_mounts()) {
+        printf("skipped: tmpfs: no mount namespace here (%s)\n", strerror(errno));
+        return 77;
+    }
+    char fs[256];
+    path_of(fs, sizeof fs, "fs");
+    mkdir(fs, 0755);
+    /* four pages: the cache's directory fits, its file of big.idx does not */
+    if (mount("tmpfs", fs, "tmpfs", 0, "size=16384") != 0) {
+        printf("skipped: tmpfs: mount: %s\n", strerror(errno));
+        return 77;
+    }
+    unwritable("full tmpfs", "big.idx", "fs/sub/c.h5", "No space left on device", fs);
+    if (mount("tmpfs", fs, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=16384") != 0) {
+        printf("skipped: read-only tmpfs: remount: %s\n", strerror(errno));
+    } else {
+        unwritable("read-only tmpfs", "f64.idx", "fs/c.h5", "Read-only file system", fs);
+        unwritable("read-only tmpfs, a directory to make", "f64.idx", "fs/sub/c.h5", "Read-only file system", fs);
+    }
+    umount(fs);
+    rmdir(fs);
+    fflush(NULL);
+    return ct_test_failed ? 1 : 0;
+}
+
+static void test_unwritable(void) {
+    /* a file stands where a directory of its path should be */
+    unwritable("a file in the path", "f64.idx", "lab.idx/dir/c.h5", "Not a directory", NULL);
+    /* a file size limit below the cache's size (SIGXFSZ ignored: write() fails with EFBIG); the
+     * directories made for it are removed again */
+    struct rlimit old, lim;
+    CT_ASSERT(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    lim = (struct rlimit){.rlim_cur = 16384, .rlim_max = old.rlim_max};
+    if (old.rlim_max == RLIM_INFINITY || old.rlim_max >= lim.rlim_cur) {
+        void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+        CT_ASSERT(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+        unwritable("a file size limit", "big.idx", "made/for/it/c.h5", "File too large", NULL);
+        CT_ASSERT(setrlimit(RLIMIT_FSIZE, &old) == 0);
+        signal(SIGXFSZ, prev);
+        CHECK(!exists("made"), "the directories made for a cache that failed are left");
+    }
+    /* a quota, from the fault hook every write of the cache passes (core/io_fault.h): the first
+     * write fails, and so does every later one */
+    ct_io_fault_arm((int64_t)ct_rng_below(&rng, 60000), -1, EDQUOT);
+    unwritable("a quota", "big.idx", "quota/c.h5", "Disk quota exceeded", NULL);
+    CHECK(ct_io_fault_count() > 0, "the fault hook saw no write of the cache");
+    ct_io_fault_disarm();
+    CHECK(!exists("quota"), "the directory made for a cache that failed is left");
+    /* no permission to write (root writes everywhere) */
+    if (geteuid() != 0) {
+        char p[256];
+        path_of(p, sizeof p, "locked");
+        mkdir(p, 0555);
+        unwritable("a directory without write permission", "f64.idx", "locked/c.h5", "Permission denied", p);
+        rmdir(p);
+    }
+    fflush(NULL);
+    pid_t kid = fork();
+    CT_ASSERT(kid >= 0);
+    if (kid == 0) _exit(tmpfs_child());
+    int st = 0;
+    waitpid(kid, &st, 0);
+    CHECK(WIFEXITED(st) && (WEXITSTATUS(st) == 0 || WEXITSTATUS(st) == 77), "the tmpfs cases failed (status %d)", st);
 }
 
 /* Processes building the same missing cache at once, as nodes on a shared file system may. */
@@ -591,6 +725,7 @@ int main(void) {
     test_damaged();
     test_not_ours();
     test_errors();
+    test_unwritable();
     test_concurrent();
     remove_dir(dir);
     return ct_test_finish();

@@ -196,7 +196,7 @@ static void test_values(void) {
         int kind = trial % 3;
         int64_t c = 1 + (int64_t)ct_rng_below(&rng, 12);
         int64_t n = trial % 8 == 7 ? 4000 + (int64_t)ct_rng_below(&rng, 4000) : 1 + (int64_t)ct_rng_below(&rng, 300);
-        int64_t k = 1 + (int64_t)ct_rng_below(&rng, (uint64_t)c + 2); /* k >= C included */
+        int64_t k = 1 + (int64_t)ct_rng_below(&rng, (uint64_t)c); /* k == C included; above C is refused */
         ct_dtype odt = odts[trial & 1], ldt = ldts[(trial >> 1) & 1];
         double mask_p = trial % 4 == 3 ? 0.3 : 0.0;
         data d;
@@ -530,6 +530,17 @@ static void test_errors(void) {
     ct_metric *none = (ct_metric *)&none;
     CHECK_ERR(ct_top_k_accuracy_metric_create(0, &none), CT_ERR_INVALID_ARG, "metric 'top_k_accuracy': k = 0");
     CHECK(none == NULL, "failed create leaves NULL");
+    /* k above the classes the model scores counts every sample: refused, naming both; k = C and
+     * other metrics pass */
+    int64_t classes = 1 + (int64_t)ct_rng_below(&rng, 4);
+    CHECK_OK(ct_metric_check_classes(top5, 5));
+    CHECK_OK(ct_metric_check_classes(top1, classes));
+    CHECK_OK(ct_metric_check_classes(acc, 1));
+    CHECK_OK(ct_metric_check_classes(loss, 1));
+    char want[96];
+    snprintf(want, sizeof want, "k = 5 is more than the %lld classes the model scores", (long long)classes);
+    CHECK_ERR(ct_metric_check_classes(top5, classes), CT_ERR_INVALID_ARG, "metric 'top_k_accuracy': ", want,
+              "top_5_accuracy 1.0");
 
     double sc[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     int64_t lab[4] = {0, 1, 2, 1}, os[2] = {4, 3}, n4 = 4, os3[3] = {2, 2, 3}, n3 = 3;

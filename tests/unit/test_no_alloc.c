@@ -109,7 +109,8 @@ static ct_status counting_fetch(ct_dataset *ds, const int64_t *idx, int64_t n, c
     }
     return CT_OK;
 }
-static const ct_dataset_ops counting_ops = {sizeof(ct_dataset_ops), "counting", counting_length, counting_fetch, NULL};
+static const ct_dataset_ops counting_ops = {
+    .size = sizeof(ct_dataset_ops), .name = "counting", .length = counting_length, .get_batch = counting_fetch};
 
 /* Whole epochs, repositioning included, through loaders with 0 to 3 workers. */
 static void loader_steady_state(void) {
