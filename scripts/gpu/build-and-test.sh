@@ -10,13 +10,15 @@
 # protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L cuda,
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), trains
 # the Fashion-MNIST MLP and CNN on the GPU and on the CPU and compares them (compare-devices.py),
-# and ends with a summary table. Each step's output goes to a log under $OUT (the folder whose contents come
+# measures GPT-2 small's training throughput against PyTorch (bench/gpt2.py), and ends with a summary
+# table. Each step's output goes to a log under $OUT (the folder whose contents come
 # back from the GPU machine; /tmp/out when unset); a failed step prints its last lines and the script
 # goes on where the next step still makes sense. Exit status: 0 when every step passed, 1 otherwise.
 #
 # Options:
 #   --mpi ON|OFF      default: ON when OpenMPI's .debs were carried (and glibc >= 2.36), else OFF
 #   --no-unit         skip the unit tests
+#   --no-gpt2         skip the GPT-2 small throughput benchmark against PyTorch (bench/gpt2.py)
 #   --build-dir DIR   default: build-gpu at the repository root (kept while the machine stays warm)
 #   --deps DIR        where the .debs are unpacked (default /tmp/ctdeps)
 #   --debs DIR        where the .debs are (default .gpu-debs at the repository root)
@@ -41,19 +43,21 @@ build="$root/build-gpu"
 cuda_arch=90
 mpi=""
 run_unit=1
+run_gpt2=1
 extra=""
 data_dir=""
 while (($#)); do
   case "$1" in
     --mpi) mpi="${2:?--mpi needs ON or OFF}"; shift ;;
     --no-unit) run_unit=0 ;;
+    --no-gpt2) run_gpt2=0 ;;
     --build-dir) build="${2:?}"; shift ;;
     --deps) deps="${2:?}"; shift ;;
     --debs) debs="${2:?}"; shift ;;
     --cuda-arch) cuda_arch="${2:?}"; shift ;;
     --data) data_dir="${2:?}"; shift ;;
     --) shift; extra="$*"; break ;;
-    -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-and-test: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -348,6 +352,17 @@ if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "${data_dir:-/usr/share/data
   fi
 else
   row compare skipped 0 "no ctrainer, python3 or Fashion-MNIST files (--data DIR)"
+fi
+
+# GPT-2 small throughput against PyTorch, eager and torch.compile (bench/gpt2.py): tokens/s, MFU and
+# peak memory of each side, within 5 minutes; --no-gpt2 leaves it out.
+if [[ "$run_gpt2" = 1 && -x "$build/ctrainer" && -n "$python" ]]; then
+  if step gpt2 "$out/gpt2.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" timeout 300 "$python" "$root/bench/gpt2.py" \
+      --build "$build" --python "$python"; then
+    row gpt2 ok "$step_s" "$(grep -m1 '^  ctrainer' "$out/gpt2.log" | tr -s ' ' | cut -c1-70); see gpt2.log"
+  else
+    row gpt2 FAIL "$step_s" "see gpt2.log"
+  fi
 fi
 
 if [[ -n "$extra" ]]; then

@@ -13,17 +13,17 @@
 # packages are not followed: their own -dev dependencies (libcurl-dev, libssl-dev, ...) only matter
 # to someone compiling against those. TensorBoard (protobuf-c) and training curves (cairo, fontconfig)
 # are not fetched: build-and-test.sh configures with -DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF
-# (the GPU tests need neither, and their run-time closures would take room in the 64 MiB a call carries).
+# (the GPU tests need neither, and their run-time closures would take room in the 64 MiB that travel to the GPU machine).
 #
 # The -dev packages are repacked without their static libraries (*.a; we link the shared ones),
-# which saves about 8 MiB of the 64 MiB a device call may carry.
+# which saves about 8 MiB of the 64 MiB that travel to the GPU machine.
 #
 # Usage: scripts/gpu/fetch-debs.sh [--no-mpi] [--with-data] [--max-mib N]
 #   --no-mpi     leave OpenMPI out (the GPU build then uses -DCTRAINER_MPI=OFF: no MPI or NCCL tests)
 #   --with-data  add Fashion-MNIST (dataset-fashion-mnist, 30 MiB) for training runs and benchmarks;
 #                build-and-test.sh links it to /usr/share/datasets/fashion-mnist where that is free
 #   --max-mib N  fail when the .deb files together exceed N MiB (default: what is left of the 64 MiB
-#                a device call carries after the working tree that travels with it, less 2 MiB)
+#                what travels to the GPU machine besides the working tree, less 2 MiB)
 set -euo pipefail
 
 with_mpi=1
@@ -147,6 +147,6 @@ tree=$(cd "$root" && { git ls-files -z -co --exclude-standard; if [ -d shared ];
 [[ -n "$max_mib" ]] || max_mib=$(((64 * 1048576 - tree) / 1048576 - 2))
 echo "fetch-debs: the working tree that travels with them: $((tree / 1024)) KiB; limit for the .debs: $max_mib MiB"
 if ((total > max_mib * 1048576)); then
-  echo "fetch-debs: more than $max_mib MiB; try --no-mpi or leave out --with-data (a call carries 64 MiB in all)" >&2
+  echo "fetch-debs: more than $max_mib MiB; try --no-mpi or leave out --with-data (64 MiB travel to the GPU machine in all)" >&2
   exit 1
 fi
