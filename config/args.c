@@ -20,6 +20,7 @@
 #include "config/args.h"
 #include "config/args_impl.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -606,8 +607,12 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
         break;
     case CT_ARG_INT: {
         char *end;
+        errno = 0;
         long long v = strtoll(text, &end, 10);
-        if (end != text && *end == '\0' && v != LLONG_MIN && v != LLONG_MAX) {
+        if (end != text && *end == '\0' && errno == ERANGE)
+            return ct_error(CT_ERR_CONFIG, "%s: %s is not a 64-bit integer (they run from %lld to %lld)", name, text,
+                            LLONG_MIN, LLONG_MAX);
+        if (end != text && *end == '\0') {
             *out = json_integer(v);
             break;
         }

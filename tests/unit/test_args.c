@@ -153,7 +153,14 @@ static void test_set_text(void) {
     CHECK_MSG(ct_training_args_set(&a, "seed", "forty"), "seed: expected an integer, got 'forty'");
     CHECK_MSG(ct_training_args_set(&a, "seed", "12abc"), "seed: expected an integer, got '12abc'");
     CHECK_MSG(ct_training_args_set(&a, "seed", "99999999999999999999999"),
-              "seed: expected an integer, got '99999999999999999999999'");
+              "seed: 99999999999999999999999 is not a 64-bit integer (they run from -9223372036854775808 to "
+              "9223372036854775807)");
+    CHECK_MSG(ct_training_args_set(&a, "seed", "-9223372036854775809"),
+              "seed: -9223372036854775809 is not a 64-bit integer (they run from -9223372036854775808 to "
+              "9223372036854775807)");
+    /* the ends of the range are integers like any other (the value's own rules judge them) */
+    CHECK_OK(ct_training_args_set(&a, "max_steps", "9223372036854775807"));
+    CHECK(a.max_steps == INT64_MAX, "max_steps 2^63 - 1: %lld", (long long)a.max_steps);
     CHECK(a.seed == 42, "a failed set leaves the value: %lld", (long long)a.seed);
     /* nullable int */
     CHECK_OK(ct_training_args_set(&a, "save_total_limit", "3"));
