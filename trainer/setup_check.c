@@ -85,12 +85,37 @@ static ct_status check_label_values(ct_trainer *t, ct_dataset *ds, const char *r
     return s == CT_OK ? s : ct_error_prefix(s, "%s: ", role);
 }
 
+static bool labels_shaped_as_classes(const ct_model *m, const ct_dataset *ds) {
+    const ct_shape *out = &m->out_shape, *lab = &ds->spec.label_shape;
+    bool same = out->ndim >= 1 && lab->ndim == out->ndim - 1;
+    for (int i = 0; same && i < lab->ndim; i++) same = lab->dims[i] == out->dims[i];
+    return same;
+}
+
+/* A label beyond the model's classes in data that counts more classes than the model has outputs:
+ * the model may be what is wrong, so the message also says how to give it enough. */
+static ct_status class_count_hint(const ct_trainer *t, const ct_dataset *ds, ct_status s) {
+    const ct_shape *out = &t->model->out_shape;
+    int64_t classes = ds->spec.num_classes, outputs = out->dims[out->ndim - 1];
+    if (classes <= outputs) return s;
+    char why[1024];
+    snprintf(why, sizeof why, "%s", ct_last_error()); /* the message is rewritten from a copy */
+    return ct_error(s, "%s (the data has %lld classes: if the model is what is wrong, give the last layer %lld "
+                    "outputs)", why, (long long)classes, (long long)classes);
+}
+
 static ct_status check_dataset(ct_trainer *t, ct_dataset *ds, const char *role) {
     CT_TRY(ct_dataset_check(ds));
     CT_TRY(check_features(t->model, ds, role));
     /* An overridden compute_loss decides itself what it compares the outputs with. */
     bool own_loss = CT_TRAINER_HOOK(t, compute_loss) != NULL;
-    if (!own_loss) CT_TRY(check_label_values(t, ds, role));
+    /* Every label's value first, naming the sample, where the labels are shaped as class ids of the
+     * outputs (one per position of the outputs but the last dimension); labels of another shape
+     * (regression targets) are the loss's to judge, on the first sample, below. */
+    if (!own_loss && labels_shaped_as_classes(t->model, ds)) {
+        ct_status s = check_label_values(t, ds, role);
+        if (s != CT_OK) return class_count_hint(t, ds, s);
+    }
     CT_TRY(check_classes(t, ds, role));
     if (own_loss || ct_dataset_length(ds) == 0) return CT_OK;
     return check_labels(t, ds, role);
