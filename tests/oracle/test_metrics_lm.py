@@ -56,13 +56,23 @@ def close(got, want, rel):
     return got is not None and (got == want or abs(got - want) <= rel * max(abs(got), abs(want)))
 
 
+def token_nll(x, y):
+    """Each token's cross-entropy in float64: F.cross_entropy's, except where the label's logit leads
+    the others by far (logsumexp over j != y of x_j - x_y below -20: a loss under 2e-9), where
+    F.cross_entropy rounds 1 + tiny to 1 (log(1 + 1e-85) is 0 in float64) and the metric does not:
+    there softplus of that logsumexp, which is the same quantity computed without the rounding. A
+    sequence of such tokens must not look constant to the bootstrap when it is not."""
+    d = x - x.gather(1, y[:, None])
+    others = torch.logsumexp(d.scatter(1, y[:, None], float("-inf")), dim=1)
+    return torch.where(others < -20, F.softplus(others), F.cross_entropy(x, y, reduction="none"))
+
+
 def per_sequence(logits, labels, ignore):
     """(NLL sum, correct count, tokens) of each sequence with a token, from torch in float64."""
     x = torch.from_numpy(logits.astype(np.float64))
     y = torch.from_numpy(labels.astype(np.int64))
     valid = y != ignore
-    nll = F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1).clamp(min=0) * valid.reshape(-1),
-                          reduction="none").reshape(y.shape)
+    nll = token_nll(x.reshape(-1, x.shape[-1]), (y.reshape(-1).clamp(min=0) * valid.reshape(-1))).reshape(y.shape)
     hit = (x.argmax(dim=-1) == y) & valid
     a = torch.where(valid, nll, torch.zeros_like(nll)).sum(dim=1).numpy()
     c = hit.sum(dim=1).numpy().astype(np.float64)
