@@ -6,7 +6,9 @@
  * left half-closed to crash at exit, and what reaches the disk passes the fault hook of tests
  * (core/io_fault.h). CSV files are read twice: once to count the rows,
  * so the datasets get their final shape and a chunk no larger than the data, then to parse and
- * write them block by block (chunk_rows rows at a time), so only the labels are held whole. HDF5
+ * write them block by block (chunk_rows rows at a time), so only the labels are held whole; the
+ * file is built in memory too unless it would take more than a quarter of the memory available,
+ * and only then streamed to disk through libhdf5. HDF5
  * calls hold ct_h5_lock, as everywhere in ctrainer.
  *
  * Why one file of over 600 lines: both conversions write the same two datasets with the same
@@ -16,6 +18,7 @@
 #include <errno.h>
 #include <float.h>
 #include <hdf5.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -549,6 +552,17 @@ typedef struct csv_job {
     double *labels;
 } csv_job;
 
+/* The size to build a CSV's HDF5 file in memory with, as IDX files are (a full disk is then an error
+ * with errno's text from write(), never libhdf5 failing to close a half-written file and crashing at
+ * exit), or 0 to stream it to disk: when its uncompressed size, float32 features and float64 labels,
+ * would take more than a quarter of the memory available now (a CSV may be larger than memory). */
+static size_t csv_image_hint(int64_t n, int64_t d) {
+    double bytes = (double)n * ((double)d * 4.0 + 8.0) + (1 << 20);
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double budget = pages > 0 && page > 0 ? (double)pages * (double)page / 4.0 : 0.0;
+    return bytes <= budget ? (size_t)bytes : 0;
+}
+
 static ct_status csv_convert(csv_job *j, const char *label_column, int has_header, const char *out_path,
                              int64_t chunk_rows, int level) {
     csv_reader *r = &j->r;
@@ -570,7 +584,7 @@ static ct_status csv_convert(csv_job *j, const char *label_column, int has_heade
     j->labels = malloc((size_t)n * sizeof *j->labels);
     if (!j->block || !j->labels)
         return ct_error(CT_ERR_NOMEM, "%s: out of memory for %lld rows", r->path, (long long)n);
-    CT_TRY(out_open(&j->o, out_path, 0)); /* streamed to disk: a CSV may be larger than memory */
+    CT_TRY(out_open(&j->o, out_path, csv_image_hint(n, d)));
     j->out_open = true;
     hsize_t fdims[2] = {(hsize_t)n, (hsize_t)d};
     ct_h5_lock();

@@ -12,7 +12,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_cpu_isa_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
-       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full
+       tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full convert_csv_disk_full
        checkpoint_truncated checkpoint_flipped_byte checkpoint_latest_skips_damaged checkpoint_other_model
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
@@ -208,6 +208,14 @@ dataset_cache_full)
          "$ctrainer" train cached.json --output_dir cached --logging_steps 1 | tee cached.log || exit 1
   [ ! -e cache ] || { echo "the cache's directory or files are left"; exit 1; }
   grep "'loss'" plain.log >a && grep "'loss'" cached.log >b && [ -s a ] && cmp -s a b || { echo "the losses differ from the run without cache"; diff a b; exit 1; } ;;
+convert_csv_disk_full)
+  # `data convert --csv` onto a full disk (the fault hook fails its one write, as a full disk would):
+  # the reason with errno's text, exit 1, no output and no temporary file, and no crash at exit.
+  awk 'BEGIN { srand(3); for (i = 0; i < 3000; i++) printf "%.4f,%.4f,%.4f,%d\n", rand(), rand(), rand(), i % 3 }' >t.csv
+  CT_IO_FAULT=0:1:ENOSPC expect 1 "cannot write 'out.h5': No space left on device" \
+         "$ctrainer" data convert --csv t.csv -o out.h5 || exit 1
+  [ -z "$(ls -A . | grep -v '^t.csv$')" ] || { echo "left behind:"; ls -A; exit 1; }
+  "$ctrainer" data convert --csv t.csv -o out.h5 >/dev/null || { echo "the same conversion fails with room"; exit 1; } ;;
 tokens_odd_size)
   tokens tok.bin 200 -1 0
   printf 'x' >>tok.bin
