@@ -107,7 +107,7 @@ class Switch:
 def make_hosts(n, switch):
     """Namespaces PREFIX-h1..hn, each with a TAP of the switch as eth0 at SUBNET.k."""
     for k in range(1, n + 1):
-        ns, tap = f"{PREFIX}-h{k}", f"{PREFIX[:8]}t{k}"
+        ns, tap = f"{PREFIX}-h{k}", f"{PREFIX}t{k}"  # at most 15 characters, as interface names are
         ip("netns", "add", ns)
         switch.add_tap(tap)
         ip("link", "set", tap, "netns", ns)
