@@ -155,9 +155,26 @@ def eval_on_start_on_resume(case):
     return bool(case.get("resume_at")) and bool(case["args"].get("eval_on_start"))
 
 
+def polynomial_without_decay(case):
+    """HF 4.51.3's polynomial schedule divides by its decay steps, num_training_steps - num_warmup_steps
+    (optimization.py:236): when the warmup takes every step, the scheduler's step after the last
+    optimizer step raises ZeroDivisionError and the run fails; ctrainer takes the limit, lr_end."""
+    a = case["args"]
+    if a.get("lr_scheduler_type") != "polynomial":
+        return False
+    n, b, ga = case["n_train"], a.get("per_device_train_batch_size", 8), a.get("gradient_accumulation_steps", 1)
+    batches = n // b if a.get("dataloader_drop_last") else -(-n // b)
+    total = a["max_steps"] if a.get("max_steps", -1) > 0 else \
+        math.ceil(a.get("num_train_epochs", 3.0) * max(batches // ga, 1))
+    warmup = a.get("warmup_steps", 0)
+    warmup = warmup if warmup > 0 else math.ceil(a.get("warmup_ratio", 0.0) * total)
+    return warmup == total
+
+
 DIFFERENCES = {"accumulation_tail": accumulation_tail, "inverse_sqrt_timescale": inverse_sqrt_timescale,
                "best_model_checkpoint_under_best": best_checkpoint_under_best,
-               "eval_on_start_on_resume": eval_on_start_on_resume}
+               "eval_on_start_on_resume": eval_on_start_on_resume,
+               "polynomial_without_decay": polynomial_without_decay}
 
 # --- the data ------------------------------------------------------------------------------------
 
@@ -648,6 +665,13 @@ with tempfile.TemporaryDirectory() as root:
         d = os.path.join(root, f"case{i}")
         os.makedirs(d)
         ct = run_ctrainer(c, d, data_by_n[n])
+        if polynomial_without_decay(c):
+            # Hugging Face fails at the last step (the difference above): nothing of its run to compare;
+            # ctrainer must train to the end
+            check(ct["code"] in (0, 2), f"{c['label']}: ctrainer failed at run time (exit {ct['code']}): "
+                  f"{ct['stderr'][-400:]}")
+            counts["polynomial_without_decay"] += 1
+            continue
         hf = run_hf(c, d, data_by_n[n], ct)
         before = failed
         compare(c, ct, hf)
