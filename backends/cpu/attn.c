@@ -6,11 +6,13 @@
 #include <omp.h>
 
 #include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/expf.h"
 #include "core/ops/ops_attn.h"
 
 #define R float
 #define FN(name) name##_f32
-#define EXP expf
+/* float: the polynomial the compiler vectorises (expf.h); the softmax subtracts the row's max first */
+#define EXP ct_cpu_expf_neg
 #define GEMM cblas_sgemm
 #include "backends/cpu/attn_tmpl.h"
 #undef R

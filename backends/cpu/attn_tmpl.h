@@ -23,29 +23,57 @@ static void FN(heads_merge)(const R *x, R *out, int64_t B, int64_t T, int64_t W,
         }
 }
 
+/* Row reductions go through ATTN_LANES independent accumulators combined in lane order at the end,
+ * so that they vectorise (one running max or sum is a chain of dependent operations); the order is
+ * the source's, the same at every level. A NaN score is skipped by the max as before (a comparison
+ * with it is false), unless it is the row's first, which every lane starts from. */
+#ifndef ATTN_LANES
+#define ATTN_LANES 8
+#endif
+
 /* Softmax of one row of scores over its first len keys (the ones its query sees), zeros after them,
- * in place or not: element j is read before it is written, and never read again. */
+ * in place or not: element j is read before it is written, and never read again. EXP takes
+ * arguments <= 0 (and NaN) only. */
 static inline void FN(softmax_row_fwd)(const R *p, R *q, int64_t len, int64_t Tk) {
-    R m = p[0];
-    for (int64_t j = 1; j < len; j++) m = p[j] > m ? p[j] : m;
+    R mx[ATTN_LANES];
+    for (int l = 0; l < ATTN_LANES; l++) mx[l] = p[0];
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) mx[l] = p[j + l] > mx[l] ? p[j + l] : mx[l];
+    R m = mx[0];
+    for (int l = 1; l < ATTN_LANES; l++) m = mx[l] > m ? mx[l] : m;
+    for (; j < len; j++) m = p[j] > m ? p[j] : m;
+    double acc[ATTN_LANES] = {0};
+    for (j = 0; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) {
+            R e = EXP(p[j + l] - m);
+            q[j + l] = e;
+            acc[l] += (double)e;
+        }
     double sum = 0.0;
-    for (int64_t j = 0; j < len; j++) {
+    for (int l = 0; l < ATTN_LANES; l++) sum += acc[l];
+    for (; j < len; j++) {
         R e = EXP(p[j] - m);
         q[j] = e;
         sum += (double)e;
     }
     const R inv = (R)(1.0 / sum);
-    for (int64_t j = 0; j < len; j++) q[j] *= inv;
-    for (int64_t j = len; j < Tk; j++) q[j] = (R)0;
+    for (j = 0; j < len; j++) q[j] *= inv;
+    for (j = len; j < Tk; j++) q[j] = (R)0;
 }
 
 /* Its gradient given its output row p; o may alias g: the dot product is complete before the first
  * write. */
 static inline void FN(softmax_row_bwd)(const R *p, const R *g, R *o, int64_t len, int64_t Tk) {
+    double acc[ATTN_LANES] = {0};
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) acc[l] += (double)p[j + l] * (double)g[j + l];
     double dot = 0.0;
-    for (int64_t j = 0; j < len; j++) dot += (double)p[j] * (double)g[j];
-    for (int64_t j = 0; j < len; j++) o[j] = (R)((double)p[j] * ((double)g[j] - dot));
-    for (int64_t j = len; j < Tk; j++) o[j] = (R)0;
+    for (int l = 0; l < ATTN_LANES; l++) dot += acc[l];
+    for (; j < len; j++) dot += (double)p[j] * (double)g[j];
+    for (j = 0; j < len; j++) o[j] = (R)((double)p[j] * ((double)g[j] - dot));
+    for (j = len; j < Tk; j++) o[j] = (R)0;
 }
 
 /* One row per iteration; row r is query i = r % Tq, which sees keys [0, i + shift]. */
