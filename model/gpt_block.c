@@ -97,7 +97,7 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &merged, &a->ym));
     CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &fused, &a->dqkv));
     if (a->fused) {
-        /* one [T, T] slot per thread, for any batch: a batch of one slot */
+        /* one [T, T] slot per thread whatever the batch: reserved as a batch of one */
         const ct_shape slot = {.ndim = 1, .dims = {ct_causal_attention_workspace_numel(a->T)}};
         const ct_reserve_ctx one = {.arena = ctx->arena, .max_batch = 1, .backward = ctx->backward};
         return ct_reserve_backward(&one, m->dtype, m->device, &slot, &a->ws);
