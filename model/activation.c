@@ -24,7 +24,7 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     activation *a = self(m);
     if (a->fused) return CT_OK;
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &a->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &a->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &a->dinput));
     return CT_OK;
 }
 

@@ -69,7 +69,7 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     batchnorm2d *b = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &b->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &b->dinput));
     /* The saved statistics are float64 whatever the model's dtype (see ops_norm.h). */
     int64_t c = b->num_features;
     b->save_mean = ct_tensor_view(NULL, CT_F64, m->device, 1, &c);

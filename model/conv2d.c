@@ -95,7 +95,7 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     conv2d *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
     if (l->geom.pool2x2) CT_TRY(ct_reserve_activation(ctx, CT_I32, m->device, &m->out_shape, &l->indices));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     int64_t ws = ct_conv2d_workspace_numel(&l->geom, ctx->max_batch);
     l->ws = ct_tensor_view(NULL, m->dtype, m->device, 1, &ws);
     return ct_arena_alloc(ctx->arena, ct_tensor_nbytes(&l->ws), &l->ws.data);

@@ -29,7 +29,7 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     if (d->p == 0.0) return CT_OK; /* always the identity */
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &d->out));
     CT_TRY(ct_reserve_activation(ctx, CT_U8, m->device, &m->in_shape, &d->mask));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &d->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &d->dinput));
     return CT_OK;
 }
 

@@ -205,7 +205,7 @@ static ct_status head_declare(ct_module *m, ct_param_store *ps) {
 static ct_status head_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     lm_head *h = head_self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &h->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &h->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &h->dinput));
     if (h->vocab == h->real_vocab) return CT_OK;
     void *mem;
     CT_TRY(ct_arena_alloc(ctx->arena, (size_t)h->vocab * ct_dtype_size(m->dtype), &mem));

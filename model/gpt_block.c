@@ -5,17 +5,23 @@
  *   qkv = c_attn(x) [T, 3C]; q, k, v = its three [T, C] column blocks, split into heads [H, T, D];
  *   P = causal_softmax(q k^T / sqrt(D)) [H, T, T]; y = attn_dropout(P) v, heads merged back to
  *   [T, C]; out = resid_dropout(c_proj(y)).
- * The scores go through one ct_op_gemm per (sample, head) on contiguous [T, D] blocks, which is
- * plain and exact; the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
+ * Without attention dropout, on a backend that has it (the CPU), one op does it all
+ * (ct_op_causal_attention_forward / _backward): per (sample, head) block on one thread, heads read
+ * and written in place in qkv, y and d(qkv), keeping only P for the backward. Otherwise the heads are
+ * copied apart and the scores go through one ct_op_gemm per (sample, head) on contiguous [T, D]
+ * blocks; the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
  * there, so the GEMM's values above the diagonal never matter. The backward is the exact chain
  * rule of the same steps, with P (the softmax output) and the dropped P' kept from the forward:
  *   dP' = dy v^T, dv = P'^T dy, dP = attn_dropout'(dP'), dS = softmax'(P, dP),
  *   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), and the heads merged into d(qkv).
- * Every buffer is reserved for the largest batch at the context length the model was built for. */
+ * Every buffer is reserved for the largest batch at the context length the model was built for;
+ * d(qkv) and the fused backward's scratch are backward buffers (ct_reserve_backward), which the
+ * blocks of a GPT share. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "core/ops/ops_attn.h"
 #include "core/util.h"
@@ -46,6 +52,8 @@ ct_status ct_gpt_adopt(ct_module *parent, ct_module *child, const char *name, ct
 typedef struct attention {
     ct_module base;
     int64_t n_embd, n_head, head_dim, T;
+    double dropout;
+    bool fused; /* ct_op_causal_attention_* (no dropout, and the device's backend has them) */
     ct_module *c_attn, *c_proj, *attn_dropout, *resid_dropout;
     /* [max_batch, H, T, D]: the heads, their outputs, and the gradients of all four */
     ct_tensor q, k, v, yh, dq, dk, dv, dyh;
@@ -53,6 +61,8 @@ typedef struct attention {
     ct_tensor ym;        /* [max_batch, T, C]: heads merged, c_proj's input */
     ct_tensor dqkv;      /* [max_batch, T, 3C] */
     ct_tensor pd;        /* P after attn_dropout in the last forward (a view of P or of the dropout's output) */
+    ct_tensor qkv_out;   /* c_attn's output in the last forward (fused: the backward reads the heads there) */
+    ct_tensor ws;        /* the fused backward's scratch */
 } attention;
 
 static attention *attn_self(ct_module *m) { return ct_container_of(m, attention, base); }
@@ -81,13 +91,23 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     const ct_shape scores = {.ndim = 3, .dims = {a->n_head, a->T, a->T}};
     const ct_shape merged = {.ndim = 2, .dims = {a->T, a->n_embd}};
     const ct_shape fused = {.ndim = 2, .dims = {a->T, 3 * a->n_embd}};
-    ct_tensor *per_head[] = {&a->q, &a->k, &a->v, &a->yh, &a->dq, &a->dk, &a->dv, &a->dyh};
-    for (size_t i = 0; i < CT_ARRAY_LEN(per_head); i++)
-        CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &heads, per_head[i]));
+    a->fused = a->dropout == 0.0 && CT_BACKEND_HAS(m->device, causal_attention_forward) &&
+               CT_BACKEND_HAS(m->device, causal_attention_backward);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &scores, &a->att));
-    CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &scores, &a->datt));
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &merged, &a->ym));
-    return ct_reserve_activation(ctx, m->dtype, m->device, &fused, &a->dqkv);
+    CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &fused, &a->dqkv));
+    if (a->fused) {
+        /* one [T, T] slot per thread whatever the batch: reserved as a batch of one */
+        const ct_shape slot = {.ndim = 1, .dims = {ct_causal_attention_workspace_numel(a->T)}};
+        const ct_reserve_ctx one = {.arena = ctx->arena, .max_batch = 1, .backward = ctx->backward};
+        return ct_reserve_backward(&one, m->dtype, m->device, &slot, &a->ws);
+    }
+    ct_tensor *per_head[] = {&a->q, &a->k, &a->v, &a->yh}, *grad_heads[] = {&a->dq, &a->dk, &a->dv, &a->dyh};
+    for (size_t i = 0; i < CT_ARRAY_LEN(per_head); i++) {
+        CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &heads, per_head[i]));
+        CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &heads, grad_heads[i]));
+    }
+    return ct_reserve_backward(ctx, m->dtype, m->device, &scores, &a->datt);
 }
 
 /* Matrix `index` of a tensor of rows x cols matrices stored one after another. */
@@ -103,6 +123,14 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     const double scale = 1.0 / sqrt((double)D);
     ct_tensor qkv, proj;
     CT_TRY(ct_module_forward(a->c_attn, x, &qkv));
+    ct_tensor ym = ct_tensor_rows(&a->ym, 0, B);
+    if (a->fused) {
+        ct_tensor att = ct_tensor_rows(&a->att, 0, B);
+        ct_op_causal_attention_forward(&qkv, a->n_head, &att, &ym);
+        a->qkv_out = qkv;
+        CT_TRY(ct_module_forward(a->c_proj, &ym, &proj));
+        return ct_module_forward(a->resid_dropout, &proj, y);
+    }
     ct_tensor q = ct_tensor_rows(&a->q, 0, B), k = ct_tensor_rows(&a->k, 0, B), v = ct_tensor_rows(&a->v, 0, B);
     ct_op_heads_split(&qkv, 0, &q);
     ct_op_heads_split(&qkv, C, &k);
@@ -119,7 +147,6 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
         ct_tensor pi = mat(&a->pd, i, T, T), vi = mat(&v, i, T, D), yi = mat(&yh, i, T, D);
         ct_op_gemm(false, false, 1.0, &pi, &vi, 0.0, &yi);
     }
-    ct_tensor ym = ct_tensor_rows(&a->ym, 0, B);
     ct_op_heads_merge(&yh, 0, &ym);
     CT_TRY(ct_module_forward(a->c_proj, &ym, &proj));
     return ct_module_forward(a->resid_dropout, &proj, y);
@@ -132,6 +159,12 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
     ct_tensor dproj, dym, dp;
     CT_TRY(ct_module_backward(a->resid_dropout, dy, &dproj));
     CT_TRY(ct_module_backward(a->c_proj, &dproj, &dym));
+    ct_tensor dqkv = ct_tensor_rows(&a->dqkv, 0, B);
+    if (a->fused) {
+        ct_tensor att = ct_tensor_rows(&a->att, 0, B);
+        ct_op_causal_attention_backward(&a->qkv_out, a->n_head, &att, &dym, &dqkv, &a->ws);
+        return ct_module_backward(a->c_attn, &dqkv, dx);
+    }
     ct_tensor dyh = ct_tensor_rows(&a->dyh, 0, B), v = ct_tensor_rows(&a->v, 0, B);
     ct_tensor datt = ct_tensor_rows(&a->datt, 0, B), dv = ct_tensor_rows(&a->dv, 0, B);
     ct_op_heads_split(&dym, 0, &dyh);
@@ -153,7 +186,6 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
         ct_op_gemm(false, false, scale, &si, &ki, 0.0, &dqi);
         ct_op_gemm(true, false, scale, &si, &qi, 0.0, &dki);
     }
-    ct_tensor dqkv = ct_tensor_rows(&a->dqkv, 0, B);
     ct_op_heads_merge(&dq, 0, &dqkv);
     ct_op_heads_merge(&dk, C, &dqkv);
     ct_op_heads_merge(&dv, 2 * C, &dqkv);
@@ -184,6 +216,7 @@ static ct_status attention_create(const ct_gpt_config *cfg, ct_module **out) {
     a->n_embd = cfg->n_embd;
     a->n_head = cfg->n_head;
     a->head_dim = cfg->n_embd / cfg->n_head;
+    a->dropout = cfg->dropout;
     ct_module *c = NULL;
     ct_status s = ct_linear_create(cfg->n_embd, 3 * cfg->n_embd, cfg->bias, &c);
     if (s == CT_OK) s = ct_gpt_adopt(&a->base, c, "c_attn", &a->c_attn);
@@ -230,6 +263,7 @@ static ct_status block_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->r1));
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->out));
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->d1));
+    /* the block's own input gradient outlives its backward: the block before reads it */
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->dinput));
     return CT_OK;
 }
@@ -298,6 +332,7 @@ ct_status ct_gpt_block_create(const ct_gpt_config *cfg, ct_module **out) {
     block *b = calloc(1, sizeof *b);
     if (!b) return ct_error(CT_ERR_NOMEM, "gpt_block: out of memory");
     ct_module_base_init(&b->base, &block_ops);
+    b->base.shares_backward = true; /* its children's gradients are dead once its own dx is made */
     const double eps = cfg->layer_norm_epsilon;
     ct_module *c = NULL;
     ct_status s = ct_layernorm_create(cfg->n_embd, eps, true, cfg->bias, &c);

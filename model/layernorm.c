@@ -55,7 +55,7 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     layernorm *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     int64_t rows = ctx->max_batch * (ct_shape_numel(&m->in_shape) / l->features);
     l->save_mean = ct_tensor_view(NULL, CT_F64, m->device, 1, &rows);
     l->save_rstd = ct_tensor_view(NULL, CT_F64, m->device, 1, &rows);

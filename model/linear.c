@@ -57,7 +57,7 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     linear *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     return CT_OK;
 }
 

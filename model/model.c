@@ -3,9 +3,14 @@
 
 #include <string.h>
 
+/* The tree's buffers, the backward buffers of sharing modules' subtrees placed last (module.h). */
 static ct_status reserve(ct_model *model) {
-    ct_reserve_ctx ctx = {.arena = &model->arena, .max_batch = model->opts.max_batch};
-    return ct_module_reserve(model->root, &ctx);
+    ct_backward_pool pool = {0};
+    ct_reserve_ctx ctx = {.arena = &model->arena, .max_batch = model->opts.max_batch, .backward = &pool};
+    ct_status s = ct_module_reserve(model->root, &ctx);
+    if (s == CT_OK) s = ct_backward_pool_bind(&pool, &model->arena);
+    ct_backward_pool_free(&pool);
+    return s;
 }
 
 /* The input shape must be a real per-sample shape: positive sizes, room for the batch dimension. */

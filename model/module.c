@@ -4,6 +4,7 @@
 #include "model/module.h"
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,50 @@ ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_devic
     return ct_arena_alloc(ctx->arena, bytes, &out->data);
 }
 
+struct ct_backward_pending {
+    ct_tensor *tensor;
+    size_t offset;
+};
+
+ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                              ct_tensor *out) {
+    ct_backward_pool *pool = ctx->backward;
+    if (!pool || !pool->open) return ct_reserve_activation(ctx, dt, dev, shape, out);
+    int ndim;
+    int64_t full[CT_MAX_DIMS];
+    ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
+    size_t bytes;
+    CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
+    if (pool->n_pending == pool->cap_pending) {
+        int cap = pool->cap_pending ? 2 * pool->cap_pending : 16;
+        struct ct_backward_pending *grown = realloc(pool->pending, (size_t)cap * sizeof *grown);
+        if (!grown) return ct_error(CT_ERR_NOMEM, "reserve: out of memory");
+        pool->pending = grown;
+        pool->cap_pending = cap;
+    }
+    *out = ct_tensor_view(NULL, dt, dev, ndim, full);
+    pool->pending[pool->n_pending++] = (struct ct_backward_pending){out, pool->offset};
+    /* each buffer on its own 64-byte line, as the arena aligns them */
+    if (bytes > SIZE_MAX - pool->offset - 63)
+        return ct_error(CT_ERR_NOMEM, "reserve: backward buffers of %zu bytes overflow", bytes);
+    pool->offset += (bytes + 63) / 64 * 64;
+    if (pool->offset > pool->size) pool->size = pool->offset;
+    return CT_OK;
+}
+
+ct_status ct_backward_pool_bind(ct_backward_pool *pool, ct_arena *arena) {
+    if (pool->n_pending == 0) return CT_OK;
+    void *base;
+    CT_TRY(ct_arena_alloc(arena, pool->size, &base));
+    for (int i = 0; i < pool->n_pending; i++) pool->pending[i].tensor->data = (char *)base + pool->pending[i].offset;
+    return CT_OK;
+}
+
+void ct_backward_pool_free(ct_backward_pool *pool) {
+    free(pool->pending);
+    *pool = (ct_backward_pool){0};
+}
+
 bool ct_module_fuse_activation(ct_module *m, int act) {
     const ct_module_ops *o = m->ops;
     return o->size > offsetof(ct_module_ops, fuse_activation) && o->fuse_activation && o->fuse_activation(m, act);
@@ -111,8 +156,17 @@ ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     m->max_batch = ctx->max_batch;
     m->batch = -1; /* inputs saved by an earlier forward pointed into the old buffers */
     if (m->ops->reserve) CT_TRY(named(m, m->ops->reserve(m, ctx)));
-    for (int i = 0; i < m->n_children; i++) CT_TRY(ct_module_reserve(m->children[i], ctx));
-    return CT_OK;
+    /* a sharing module's children start a scope at the region's start; nested ones stay in it */
+    ct_backward_pool *pool = ctx->backward;
+    const bool scope = m->shares_backward && pool && !pool->open;
+    if (scope) {
+        pool->open = true;
+        pool->offset = 0;
+    }
+    ct_status s = CT_OK;
+    for (int i = 0; i < m->n_children && s == CT_OK; i++) s = ct_module_reserve(m->children[i], ctx);
+    if (scope) pool->open = false;
+    return s;
 }
 
 /* Checks that x is [B, in_shape...] with B <= max_batch, of the input dtype, on the module's device. */

@@ -43,10 +43,27 @@ typedef struct ct_step_ctx {
     void *grads_ready_ctx;
 } ct_step_ctx;
 
+/* Backward buffers (ct_reserve_backward) are written and read only inside their module's backward
+ * pass, or passed to the module before it (an input gradient). Below a module that sets
+ * shares_backward (a GPT block), their lifetimes end with its backward, so every such module's
+ * children share one region: while ct_module_reserve reserves such a module's children, their
+ * backward buffers get offsets in the region's current scope instead of arena memory, and
+ * ct_backward_pool_bind, once the tree is reserved, takes the largest scope from the arena and points
+ * every pending tensor into it. What a framework that frees between layers gains, for a model whose
+ * buffers are reserved once. */
+typedef struct ct_backward_pool {
+    bool open;          /* reserving the children of a sharing module */
+    size_t offset;      /* the open scope's next free byte */
+    size_t size;        /* the largest scope's bytes */
+    struct ct_backward_pending *pending;
+    int n_pending, cap_pending;
+} ct_backward_pool;
+
 /* What `reserve` needs: where to get memory, what type and device, how large a batch. */
 typedef struct ct_reserve_ctx {
     ct_arena *arena;
     int64_t max_batch;
+    ct_backward_pool *backward; /* NULL: backward buffers come from the arena, one each */
 } ct_reserve_ctx;
 
 typedef struct ct_module_ops {
@@ -105,6 +122,10 @@ struct ct_module {
      * into the store) and the element range of their gradients in the flat buffer (lo == hi: none). */
     int param_first, param_end;
     int64_t grad_lo, grad_hi;
+    /* Set by a layer's constructor: the backward buffers of its descendants live only during its own
+     * backward, so they may share memory with other such modules' (see ct_backward_pool). Its own
+     * buffers are reserved as usual. */
+    bool shares_backward;
 };
 
 /* m's fuse_activation, or false when its table has none (or predates the member). */
@@ -143,5 +164,16 @@ void ct_module_assign_names(ct_module *m, const char *prefix);
 /* Reserves an activation tensor of [max_batch, shape...] from the arena. */
 ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                                 ct_tensor *out);
+/* Reserves a backward buffer of [max_batch, shape...]: a tensor that only the module's backward writes
+ * and that nothing reads after the backward of the module before it (input gradients, scratch of
+ * the backward). Inside a sharing module's subtree its memory is placed when the tree is reserved
+ * (out->data is NULL until then), else it is ct_reserve_activation's. */
+ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                              ct_tensor *out);
+/* After the whole tree is reserved: takes the shared region from arena and points every pending
+ * backward buffer into it. */
+ct_status ct_backward_pool_bind(ct_backward_pool *pool, ct_arena *arena);
+/* Releases the pool's bookkeeping (its memory is the arena's). */
+void ct_backward_pool_free(ct_backward_pool *pool);
 
 #endif

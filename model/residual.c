@@ -48,7 +48,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     residual *r = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &r->out));
-    if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &r->dinput));
+    if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &r->dinput));
     return CT_OK;
 }
 
@@ -95,6 +95,7 @@ ct_status ct_residual_create(ct_module *inner, ct_module **out) {
     ct_status s = r ? CT_OK : ct_error(CT_ERR_NOMEM, "residual: out of memory");
     if (s == CT_OK) {
         ct_module_base_init(&r->base, &residual_ops);
+        r->base.shares_backward = true; /* fn's gradients are dead once dy + fn'(dy) is made */
         s = ct_module_add_child(&r->base, inner, "fn");
     }
     if (s != CT_OK) {

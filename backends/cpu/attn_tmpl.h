@@ -1,5 +1,5 @@
-/* Attention kernels over one real type R (EXP: its exponential); included by attn.c for float and
- * double. */
+/* Attention kernels over one real type R (EXP: its exponential, GEMM: its CBLAS GEMM); included by
+ * attn.c for float and double. */
 #include <stdint.h>
 #include <string.h>
 
@@ -23,40 +23,136 @@ static void FN(heads_merge)(const R *x, R *out, int64_t B, int64_t T, int64_t W,
         }
 }
 
+/* Row reductions go through ATTN_LANES independent accumulators combined in lane order at the end,
+ * so that they vectorise (one running max or sum is a chain of dependent operations); the order is
+ * the source's, the same at every level. A NaN score is skipped by the max as before (a comparison
+ * with it is false), unless it is the row's first, which every lane starts from. */
+#ifndef ATTN_LANES
+#define ATTN_LANES 8
+#endif
+
+/* Softmax of one row of scores over its first len keys (the ones its query sees), zeros after them,
+ * in place or not: element j is read before it is written, and never read again. EXP takes
+ * arguments <= 0 (and NaN) only. */
+static inline void FN(softmax_row_fwd)(const R *p, R *q, int64_t len, int64_t Tk) {
+    R mx[ATTN_LANES];
+    for (int l = 0; l < ATTN_LANES; l++) mx[l] = p[0];
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) mx[l] = p[j + l] > mx[l] ? p[j + l] : mx[l];
+    R m = mx[0];
+    for (int l = 1; l < ATTN_LANES; l++) m = mx[l] > m ? mx[l] : m;
+    for (; j < len; j++) m = p[j] > m ? p[j] : m;
+    double acc[ATTN_LANES] = {0};
+    for (j = 0; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) {
+            R e = EXP(p[j + l] - m);
+            q[j + l] = e;
+            acc[l] += (double)e;
+        }
+    double sum = 0.0;
+    for (int l = 0; l < ATTN_LANES; l++) sum += acc[l];
+    for (; j < len; j++) {
+        R e = EXP(p[j] - m);
+        q[j] = e;
+        sum += (double)e;
+    }
+    const R inv = (R)(1.0 / sum);
+    for (j = 0; j < len; j++) q[j] *= inv;
+    for (j = len; j < Tk; j++) q[j] = (R)0;
+}
+
+/* Its gradient given its output row p; o may alias g: the dot product is complete before the first
+ * write. */
+static inline void FN(softmax_row_bwd)(const R *p, const R *g, R *o, int64_t len, int64_t Tk) {
+    double acc[ATTN_LANES] = {0};
+    int64_t j = 0;
+    for (; j + ATTN_LANES <= len; j += ATTN_LANES)
+        for (int l = 0; l < ATTN_LANES; l++) acc[l] += (double)p[j + l] * (double)g[j + l];
+    double dot = 0.0;
+    for (int l = 0; l < ATTN_LANES; l++) dot += acc[l];
+    for (; j < len; j++) dot += (double)p[j] * (double)g[j];
+    for (j = 0; j < len; j++) o[j] = (R)((double)p[j] * ((double)g[j] - dot));
+    for (j = len; j < Tk; j++) o[j] = (R)0;
+}
+
 /* One row per iteration; row r is query i = r % Tq, which sees keys [0, i + shift]. */
 static void FN(causal_softmax_fwd)(const R *x, R *y, int64_t rows, int64_t Tq, int64_t Tk) {
     const int64_t shift = Tk - Tq;
 #pragma omp parallel for schedule(static) if (rows * Tk > CT_OMP_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t len = r % Tq + shift + 1;
-        const R *p = x + r * Tk;
-        R *q = y + r * Tk;
-        R m = p[0];
-        for (int64_t j = 1; j < len; j++) m = p[j] > m ? p[j] : m;
-        double sum = 0.0;
-        /* y may alias x: element j is read before it is written, and never read again */
-        for (int64_t j = 0; j < len; j++) {
-            R e = EXP(p[j] - m);
-            q[j] = e;
-            sum += (double)e;
-        }
-        const R inv = (R)(1.0 / sum);
-        for (int64_t j = 0; j < len; j++) q[j] *= inv;
-        for (int64_t j = len; j < Tk; j++) q[j] = (R)0;
-    }
+    for (int64_t r = 0; r < rows; r++) FN(softmax_row_fwd)(x + r * Tk, y + r * Tk, r % Tq + shift + 1, Tk);
 }
 
 static void FN(causal_softmax_bwd)(const R *y, const R *dy, R *dx, int64_t rows, int64_t Tq, int64_t Tk) {
     const int64_t shift = Tk - Tq;
 #pragma omp parallel for schedule(static) if (rows * Tk > CT_OMP_MIN)
-    for (int64_t r = 0; r < rows; r++) {
-        const int64_t len = r % Tq + shift + 1;
-        const R *p = y + r * Tk, *g = dy + r * Tk;
-        R *o = dx + r * Tk;
-        double dot = 0.0;
-        for (int64_t j = 0; j < len; j++) dot += (double)p[j] * (double)g[j];
-        /* dx may alias dy: the dot product is complete before the first write */
-        for (int64_t j = 0; j < len; j++) o[j] = (R)((double)p[j] * ((double)g[j] - dot));
-        for (int64_t j = len; j < Tk; j++) o[j] = (R)0;
+    for (int64_t r = 0; r < rows; r++)
+        FN(softmax_row_bwd)(y + r * Tk, dy + r * Tk, dx + r * Tk, r % Tq + shift + 1, Tk);
+}
+
+/* Fused causal self-attention (ct_op_causal_attention_forward / _backward): the (batch, head) blocks
+ * are split over the threads, and each block's GEMMs run on one thread (OpenBLAS does not start a
+ * team inside a parallel region) reading q, k and v where the projection left them (rows 3C apart)
+ * and writing y, dq, dk and dv there too, so no head is copied. Queries are taken in chunks of
+ * ATTN_ROWS rows, and a chunk's GEMMs stop at its last query's keys: the masked scores (half of
+ * them) are neither computed nor multiplied, which leaves every result as the full products give
+ * it, since their terms there are exact zeros. */
+#ifndef ATTN_ROWS
+#define ATTN_ROWS 32
+#endif
+
+static void FN(attention_fwd)(const R *qkv, R *att, R *y, int64_t B, int64_t T, int64_t H, int64_t D, R scale) {
+    const int64_t C = H * D, ld = 3 * C;
+#pragma omp parallel for schedule(static) if (B * H * T * T * D > CT_OMP_MIN)
+    for (int64_t blk = 0; blk < B * H; blk++) {
+        const int64_t b = blk / H, h = blk % H;
+        const R *q = qkv + b * T * ld + h * D, *k = q + C, *v = q + 2 * C;
+        R *p = att + blk * T * T, *yb = y + b * T * C + h * D;
+        for (int64_t i0 = 0; i0 < T; i0 += ATTN_ROWS) {
+            const int64_t rows = T - i0 < ATTN_ROWS ? T - i0 : ATTN_ROWS, keys = i0 + rows;
+            R *pi = p + i0 * T;
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)D, scale, q + i0 * ld, (int)ld, k,
+                 (int)ld, 0, pi, (int)T);
+            for (int64_t r = 0; r < rows; r++) FN(softmax_row_fwd)(pi + r * T, pi + r * T, i0 + r + 1, T);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)keys, 1, pi, (int)T, v, (int)ld, 0,
+                 yb + i0 * C, (int)C);
+        }
+    }
+}
+
+/* ws: slots of T * T elements, one per thread (at most slots threads run). dv and dk sum over the
+ * query chunks that see a key, so their chunks' GEMMs accumulate after the first (beta 1): the
+ * first chunk to reach a key row is the one that starts at it. */
+static void FN(attention_bwd)(const R *qkv, const R *att, const R *dy, R *dqkv, R *ws, int64_t slots, int64_t B,
+                              int64_t T, int64_t H, int64_t D, R scale) {
+    const int64_t C = H * D, ld = 3 * C;
+    int nt = omp_get_max_threads();
+    if (nt > slots) nt = (int)slots;
+    if (B * H * T * T * D <= CT_OMP_MIN) nt = 1;
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int64_t blk = 0; blk < B * H; blk++) {
+        const int64_t b = blk / H, h = blk % H;
+        const R *q = qkv + b * T * ld + h * D, *k = q + C, *v = q + 2 * C;
+        const R *p = att + blk * T * T, *g = dy + b * T * C + h * D;
+        R *dq = dqkv + b * T * ld + h * D, *dk = dq + C, *dv = dq + 2 * C;
+        R *ds = ws + (int64_t)omp_get_thread_num() * T * T;
+        /* the last chunk first: it reaches every key, so it sets dk and dv whole and the others add */
+        for (int64_t i0 = (T - 1) / ATTN_ROWS * ATTN_ROWS; i0 >= 0; i0 -= ATTN_ROWS) {
+            const int64_t rows = T - i0 < ATTN_ROWS ? T - i0 : ATTN_ROWS, keys = i0 + rows;
+            const R first = i0 + ATTN_ROWS >= T ? 0 : 1;
+            const R *pi = p + i0 * T, *gi = g + i0 * C;
+            R *si = ds + i0 * T;
+            /* dP = dy v^T; dv += P^T dy */
+            GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)D, 1, gi, (int)C, v, (int)ld, 0,
+                 si, (int)T);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)D, (int)rows, 1, pi, (int)T, gi, (int)C,
+                 first, dv, (int)ld);
+            /* dS = softmax'(P, dP) in place; dq = dS k * scale; dk += dS^T q * scale */
+            for (int64_t r = 0; r < rows; r++) FN(softmax_row_bwd)(pi + r * T, si + r * T, si + r * T, i0 + r + 1, keys);
+            GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)D, (int)keys, scale, si, (int)T, k, (int)ld,
+                 0, dq + i0 * ld, (int)ld);
+            GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)D, (int)rows, scale, si, (int)T, q + i0 * ld,
+                 (int)ld, first, dk, (int)ld);
+        }
     }
 }

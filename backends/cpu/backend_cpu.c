@@ -114,4 +114,6 @@ const ct_backend_ops ct_backend_cpu = {
     .l2_norm = ct_cpu_l2_norm,
 
     .fused_classifier = ct_cpu_fused_classifier,
+    .causal_attention_forward = ct_cpu_causal_attention_forward,
+    .causal_attention_backward = ct_cpu_causal_attention_backward,
 };

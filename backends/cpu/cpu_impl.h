@@ -82,6 +82,9 @@ void ct_cpu_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cpu_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cpu_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
 void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
+void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
+                                      const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 /* blas.c */
 void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                  ct_tensor *c);

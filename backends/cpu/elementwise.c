@@ -1,5 +1,6 @@
 /* Elementwise ops, bias and activations on the CPU (see ops.h); kernels in elementwise_tmpl.h. */
 #include <math.h>
+#include <omp.h>
 #include <stdbool.h>
 #include <string.h>
 

@@ -49,11 +49,15 @@ static void FN(bias_add)(R *y, const R *bias, int64_t rows, int64_t c, int64_t i
 static void FN(bias_grad)(const R *dy, R *db, int64_t rows, int64_t c, int64_t inner) {
     if (inner == 1) {
         /* The linear layer's case: walk rows contiguously into a block of float64 accumulators
-         * (vectorises; a per-channel walk would stride through memory). */
+         * (vectorises; a per-channel walk would stride through memory). Blocks of up to BLOCK
+         * columns, narrower where that gives every thread one (128 features made one block, so one
+         * thread summed them all); a column's sum is the same whatever block holds it. */
         enum { BLOCK = 256 };
+        int64_t bw = (c + omp_get_max_threads() - 1) / omp_get_max_threads();
+        bw = bw < 16 ? 16 : bw > BLOCK ? BLOCK : (bw + 15) / 16 * 16;
 #pragma omp parallel for if (rows * c > CT_OMP_MIN)
-        for (int64_t j0 = 0; j0 < c; j0 += BLOCK) {
-            int64_t w = c - j0 < BLOCK ? c - j0 : BLOCK;
+        for (int64_t j0 = 0; j0 < c; j0 += bw) {
+            int64_t w = c - j0 < bw ? c - j0 : bw;
             double acc[BLOCK] = {0};
             for (int64_t r = 0; r < rows; r++) {
                 const R *restrict p = dy + r * c + j0;

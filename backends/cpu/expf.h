@@ -4,7 +4,7 @@
  *
  * ct_cpu_expf_neg takes x <= 0 (and NaN) only, the case of activations that evaluate exp(-|u|) so
  * that it never overflows: below -87.3 the result is 0 (the normal range ends there), NaN stays NaN.
- * Included by the family files that need it (elementwise.c). */
+ * Included by the family files that need it (elementwise.c: GELU; attn.c: the causal softmax). */
 #ifndef CT_CPU_EXPF_H
 #define CT_CPU_EXPF_H
 

@@ -30,6 +30,8 @@
 #define ct_cpu_batchnorm_forward CT_CPU_ISA_NAME(ct_cpu_batchnorm_forward)
 #define ct_cpu_bias_add CT_CPU_ISA_NAME(ct_cpu_bias_add)
 #define ct_cpu_bias_grad CT_CPU_ISA_NAME(ct_cpu_bias_grad)
+#define ct_cpu_causal_attention_backward CT_CPU_ISA_NAME(ct_cpu_causal_attention_backward)
+#define ct_cpu_causal_attention_forward CT_CPU_ISA_NAME(ct_cpu_causal_attention_forward)
 #define ct_cpu_causal_softmax_backward CT_CPU_ISA_NAME(ct_cpu_causal_softmax_backward)
 #define ct_cpu_causal_softmax_forward CT_CPU_ISA_NAME(ct_cpu_causal_softmax_forward)
 #define ct_cpu_conv2d_backward CT_CPU_ISA_NAME(ct_cpu_conv2d_backward)

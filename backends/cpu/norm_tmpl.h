@@ -81,21 +81,51 @@ static void FN(bn_bwd)(const R *x, const R *dy, const R *w, const double *smean,
     }
 }
 
+/* A row's sums go through CT_LN_LANES independent float64 accumulators, added up in lane order
+ * at the end: one running sum is a chain of dependent adds that runs an element per add's latency,
+ * the lanes vectorise. The order is the source's, so every level gives the same sums. */
+#ifndef CT_LN_LANES
+#define CT_LN_LANES 8
+static inline double ct_ln_lanes_total(const double *acc) {
+    double t = 0.0;
+    for (int l = 0; l < CT_LN_LANES; l++) t += acc[l];
+    return t;
+}
+#endif
+
+/* sum(p) and then sum((p - mean)^2) of a row of f (two passes: no cancellation when |mean| >> std). */
+static inline void FN(ln_row_stats)(const R *p, int64_t f, double *mean_out, double *var_out) {
+    double acc[CT_LN_LANES] = {0};
+    int64_t j = 0;
+    for (; j + CT_LN_LANES <= f; j += CT_LN_LANES)
+        for (int l = 0; l < CT_LN_LANES; l++) acc[l] += p[j + l];
+    double sum = ct_ln_lanes_total(acc);
+    for (; j < f; j++) sum += p[j];
+    const double mean = sum / (double)f;
+    double sq[CT_LN_LANES] = {0};
+    for (j = 0; j + CT_LN_LANES <= f; j += CT_LN_LANES)
+        for (int l = 0; l < CT_LN_LANES; l++) {
+            double d = p[j + l] - mean;
+            sq[l] += d * d;
+        }
+    double var = ct_ln_lanes_total(sq);
+    for (; j < f; j++) {
+        double d = p[j] - mean;
+        var += d * d;
+    }
+    *mean_out = mean;
+    *var_out = var / (double)f;
+}
+
 static void FN(ln_fwd)(const R *x, const R *w, const R *b, double eps, R *y, double *smean, double *srstd,
                        int64_t rows, int64_t f) {
 #pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const R *p = x + r * f;
         R *q = y + r * f;
-        double sum = 0.0;
-        for (int64_t j = 0; j < f; j++) sum += p[j];
-        double mean = sum / (double)f;
-        double sq = 0.0;
-        for (int64_t j = 0; j < f; j++) {
-            double d = p[j] - mean;
-            sq += d * d;
-        }
-        double rstd = 1.0 / sqrt(sq / (double)f + eps);
+        double mean, var;
+        FN(ln_row_stats)(p, f, &mean, &var);
+        double rstd = 1.0 / sqrt(var + eps);
         smean[r] = mean;
         srstd[r] = rstd;
         for (int64_t j = 0; j < f; j++) {
@@ -119,14 +149,22 @@ static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean,
             const R *g = dy + r * f;
             R *q = dx + r * f;
             double mean = smean[r], rstd = srstd[r];
-            double sum_g = 0.0, sum_g_xhat = 0.0;
-            for (int64_t j = 0; j < f; j++) {
+            double acc_g[CT_LN_LANES] = {0}, acc_gx[CT_LN_LANES] = {0};
+            int64_t j = 0;
+            for (; j + CT_LN_LANES <= f; j += CT_LN_LANES)
+                for (int l = 0; l < CT_LN_LANES; l++) {
+                    double gj = w ? (double)g[j + l] * w[j + l] : (double)g[j + l];
+                    acc_g[l] += gj;
+                    acc_gx[l] += gj * ((p[j + l] - mean) * rstd);
+                }
+            double sum_g = ct_ln_lanes_total(acc_g), sum_g_xhat = ct_ln_lanes_total(acc_gx);
+            for (; j < f; j++) {
                 double gj = w ? (double)g[j] * w[j] : (double)g[j];
                 sum_g += gj;
                 sum_g_xhat += gj * ((p[j] - mean) * rstd);
             }
             double a = sum_g / (double)f, bcoef = sum_g_xhat / (double)f;
-            for (int64_t j = 0; j < f; j++) {
+            for (j = 0; j < f; j++) {
                 double gj = w ? (double)g[j] * w[j] : (double)g[j];
                 q[j] = (R)(rstd * (gj - a - (p[j] - mean) * rstd * bcoef));
             }

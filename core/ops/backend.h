@@ -145,6 +145,11 @@ typedef struct ct_backend_ops {
     /* --- appended: the device's dense peak in FLOP/s with math mode m (ct_device_peak_flops); 0 or
      * NULL: not known (the CPU's depends on clocks and load that nothing reports reliably) --------- */
     double (*peak_flops)(int index, ct_math_mode m);
+
+    /* --- appended: fused causal self-attention (core/ops/ops_attn.h; the CPU's only) ------------ */
+    void (*causal_attention_forward)(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
+    void (*causal_attention_backward)(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
+                                      const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

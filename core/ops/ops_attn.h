@@ -1,11 +1,15 @@
-/* Ops: the parts of multi-head attention that are not GEMMs (CPU kernels in backends/cpu/attn.c, CUDA
- * twins in backends/cuda/attn.cu). Not included by core/ops/ops.h: attention layers include it themselves.
+/* Ops of multi-head causal attention (CPU kernels in backends/cpu/attn.c, CUDA twins of all but the
+ * fused ones in backends/cuda/attn.cu). Not included by core/ops/ops.h: attention layers include it
+ * themselves.
  *
- * A layer computes attention per (batch, head) with ct_op_gemm on contiguous [T, D] blocks, so the
- * fused projection [B, T, 3C] (q | k | v, each C = H * D wide, head h in columns h*D .. h*D+D) is
- * first copied into head-major [B, H, T, D] tensors (ct_op_heads_split) and the heads' outputs are
- * copied back into [B, T, C] (ct_op_heads_merge), which is what PyTorch's view + transpose +
- * contiguous do. Split and merge are each other's backward.
+ * The projection [B, T, 3C] holds q | k | v, each C = H * D wide, head h in columns h*D .. h*D+D.
+ * Where the backend has them (CT_BACKEND_HAS(dev, causal_attention_forward): the CPU), one op does a
+ * layer's whole attention per (batch, head) block, reading the heads where the projection left them
+ * and keeping only the softmax output P for the backward. Elsewhere a layer computes it per (batch,
+ * head) with ct_op_gemm on contiguous [T, D] blocks: the heads are first copied into head-major
+ * [B, H, T, D] tensors (ct_op_heads_split) and the heads' outputs copied back into [B, T, C]
+ * (ct_op_heads_merge), which is what PyTorch's view + transpose + contiguous do. Split and merge are
+ * each other's backward.
  *
  * The causal softmax normalises each row of the scores over the keys a query may see and writes
  * zeros after them, so the masked scores need not be set to -inf first and their values (whatever
@@ -41,6 +45,20 @@ void ct_op_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
  *   dx[n, i, j] = y[n, i, j] * (dy[n, i, j] - sum_k y[n, i, k] * dy[n, i, k])   (visible j; 0 after),
  * overwritten; dx may alias dy. */
 void ct_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+
+/* Causal self-attention of qkv [B, T, 3C] with n_head heads of D = C / n_head (square mask):
+ *   att[b, h] = causal_softmax(q k^T / sqrt(D)) [T, T] (kept for the backward; zeros above the diagonal),
+ *   y[b, t, h*D + d] = (att[b, h] v)[t, d], the heads merged into y [B, T, C].
+ * The result is that of ct_op_gemm and ct_op_causal_softmax_forward on split heads (the masked
+ * products, exact zeros, are left out). */
+void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
+
+/* Its backward, given the forward's qkv and att and dy [B, T, C], the gradient of y: dqkv [B, T, 3C]
+ * (the gradients of q, k and v) is overwritten. ws: scratch of the same dtype with at least T * T
+ * elements; ct_causal_attention_workspace_numel(T) lets every thread work (one slot each). */
+void ct_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
+                                     const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+int64_t ct_causal_attention_workspace_numel(int64_t T);
 
 #ifdef __cplusplus
 }

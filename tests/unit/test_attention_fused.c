@@ -1,0 +1,131 @@
+/* The fused causal attention ops (ct_op_causal_attention_forward / _backward, core/ops/ops_attn.h)
+ * on random shapes, query counts on both sides of the kernel's row chunks: the forward's P and y
+ * against plain float64 loops (softmax(q k^T / sqrt(D)) v per sample and head, the heads read from
+ * and merged into their columns), float32 against the float64 reference; the backward's d(qkv)
+ * against central finite differences of sum(y * r) in float64, every element overwritten (d(qkv)
+ * starts as NaN), and the same bits with a one-slot workspace (one thread) as with a slot per thread. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/ops/ops.h"
+#include "core/ops/ops_attn.h"
+#include "testlib.h"
+
+static ct_rng rng;
+
+static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
+
+static ct_tensor alloc(ct_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
+    int64_t shape[4] = {a, b, c, d};
+    ct_tensor t;
+    CT_ASSERT(ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape) == CT_OK);
+    return t;
+}
+
+/* P [B, H, T, T] and y [B, T, C] of qkv [B, T, 3C] in plain double loops. */
+static void reference(const ct_tensor *qkv, int64_t H, double *P, double *y) {
+    const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                double *p = P + ((b * H + h) * T + i) * T, m = -INFINITY, s = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    double dot = 0;
+                    for (int64_t d = 0; d < D; d++)
+                        dot += ct_tensor_get(qkv, (b * T + i) * 3 * C + h * D + d) *
+                               ct_tensor_get(qkv, (b * T + j) * 3 * C + C + h * D + d);
+                    p[j] = dot / sqrt((double)D);
+                    m = fmax(m, p[j]);
+                }
+                for (int64_t j = 0; j <= i; j++) s += exp(p[j] - m);
+                for (int64_t j = 0; j < T; j++) p[j] = j <= i ? exp(p[j] - m) / s : 0.0;
+                for (int64_t d = 0; d < D; d++) {
+                    double acc = 0;
+                    for (int64_t j = 0; j <= i; j++) acc += p[j] * ct_tensor_get(qkv, (b * T + j) * 3 * C + 2 * C + h * D + d);
+                    y[(b * T + i) * C + h * D + d] = acc;
+                }
+            }
+}
+
+static void forward(ct_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D) {
+    const int64_t C = H * D;
+    ct_tensor qkv = alloc(dt, 3, B, T, 3 * C, 0), att = alloc(dt, 4, B, H, T, T), y = alloc(dt, 3, B, T, C, 0);
+    for (int64_t i = 0; i < ct_tensor_numel(&qkv); i++) ct_tensor_set(&qkv, i, 1.5 * ct_rng_normal(&rng));
+    double *P = malloc((size_t)ct_tensor_numel(&att) * sizeof *P), *want = malloc((size_t)ct_tensor_numel(&y) * sizeof *want);
+    reference(&qkv, H, P, want);
+    ct_op_causal_attention_forward(&qkv, H, &att, &y);
+    double worst_p = 0, worst_y = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(&att); i++) worst_p = fmax(worst_p, fabs(ct_tensor_get(&att, i) - P[i]));
+    for (int64_t i = 0; i < ct_tensor_numel(&y); i++)
+        worst_y = fmax(worst_y, fabs(ct_tensor_get(&y, i) - want[i]) / (1 + fabs(want[i])));
+    const double tol = dt == CT_F32 ? 1e-5 : 1e-12;
+    CHECK(worst_p < tol && worst_y < tol, "attention forward %s B=%lld T=%lld H=%lld D=%lld: P off by %.3g, y by %.3g",
+          ct_dtype_name(dt), (long long)B, (long long)T, (long long)H, (long long)D, worst_p, worst_y);
+    free(P);
+    free(want);
+    ct_tensor_free(&qkv);
+    ct_tensor_free(&att);
+    ct_tensor_free(&y);
+}
+
+/* L = sum(y * r) of the forward through the op itself. */
+typedef struct fd_ctx {
+    ct_tensor *qkv, *att, *y;
+    int64_t H;
+    const double *r;
+} fd_ctx;
+
+static double objective(void *p) {
+    fd_ctx *c = p;
+    ct_op_causal_attention_forward(c->qkv, c->H, c->att, c->y);
+    double acc = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(c->y); i++) acc += ((double *)c->y->data)[i] * c->r[i];
+    return acc;
+}
+
+static void backward(int64_t B, int64_t T, int64_t H, int64_t D) {
+    const int64_t C = H * D;
+    ct_tensor qkv = alloc(CT_F64, 3, B, T, 3 * C, 0), att = alloc(CT_F64, 4, B, H, T, T);
+    ct_tensor y = alloc(CT_F64, 3, B, T, C, 0), dy = alloc(CT_F64, 3, B, T, C, 0);
+    ct_tensor dqkv = alloc(CT_F64, 3, B, T, 3 * C, 0), again = alloc(CT_F64, 3, B, T, 3 * C, 0);
+    ct_tensor ws = alloc(CT_F64, 1, ct_causal_attention_workspace_numel(T), 0, 0, 0), one = alloc(CT_F64, 2, T, T, 0, 0);
+    for (int64_t i = 0; i < ct_tensor_numel(&qkv); i++) ct_tensor_set(&qkv, i, ct_rng_normal(&rng));
+    for (int64_t i = 0; i < ct_tensor_numel(&dy); i++) ct_tensor_set(&dy, i, ct_rng_normal(&rng));
+    ct_op_fill(&dqkv, NAN);
+    ct_op_fill(&again, NAN);
+    ct_op_causal_attention_forward(&qkv, H, &att, &y);
+    ct_op_causal_attention_backward(&qkv, H, &att, &dy, &dqkv, &ws);
+    ct_op_causal_attention_backward(&qkv, H, &att, &dy, &again, &one);
+    const int64_t n = ct_tensor_numel(&qkv);
+    int unset = 0;
+    for (int64_t i = 0; i < n; i++) unset += !isfinite(ct_tensor_get(&dqkv, i));
+    CHECK(unset == 0, "attention backward T=%lld: %d elements of d(qkv) not written", (long long)T, unset);
+    CHECK(memcmp(dqkv.data, again.data, ct_tensor_nbytes(&dqkv)) == 0,
+          "attention backward T=%lld: a one-slot workspace gives other bits", (long long)T);
+    double *analytic = malloc((size_t)n * sizeof *analytic);
+    memcpy(analytic, dqkv.data, (size_t)n * sizeof *analytic);
+    fd_ctx c = {&qkv, &att, &y, H, dy.data};
+    ct_fd_result res = ct_fd_check(objective, &c, qkv.data, analytic, n, 1 << 20, false, &rng);
+    CHECK(res.rel < 1e-6, "attention backward B=%lld T=%lld H=%lld D=%lld: relative error %.3g over %d probes",
+          (long long)B, (long long)T, (long long)H, (long long)D, res.rel, res.probes);
+    CHECK(!res.analytic_zero, "attention backward: an all-zero gradient proves nothing");
+    free(analytic);
+    ct_tensor *all[] = {&qkv, &att, &y, &dy, &dqkv, &again, &ws, &one};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
+}
+
+int main(void) {
+    ct_test_begin("test_attention_fused");
+    ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
+    for (int rep = 0; rep < 12; rep++) {
+        /* T up to 70: one row chunk, several, and a partial last one */
+        const int64_t B = between(1, 3), T = rep < 2 ? between(1, 3) : between(1, 70), H = between(1, 4), D = between(1, 6);
+        forward(CT_F64, B, T, H, D);
+        forward(CT_F32, B, T, H, D);
+        backward(between(1, 2), rep % 3 == 0 ? between(33, 45) : between(1, 20), between(1, 3), between(1, 4));
+    }
+    /* The example's shape runs the threads (a block per sample and head). */
+    forward(CT_F32, 4, 128, 4, 32);
+    return ct_test_finish();
+}
