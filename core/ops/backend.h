@@ -145,6 +145,11 @@ typedef struct ct_backend_ops {
     /* --- appended: the device's dense peak in FLOP/s with math mode m (ct_device_peak_flops); 0 or
      * NULL: not known (the CPU's depends on clocks and load that nothing reports reliably) --------- */
     double (*peak_flops)(int index, ct_math_mode m);
+
+    /* --- appended: a linear layer's forward with its epilogue (NULL: gemm, bias_add and
+     * activation_forward one after the other) ---------------------------------------------------- */
+    void (*linear_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
+                           ct_tensor *y);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

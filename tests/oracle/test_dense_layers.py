@@ -22,4 +22,20 @@ img = RNG.normal(size=(B, 2, 3, 4))
 seq = {"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 16},
                                         {"type": "gelu"}, {"type": "linear", "out_features": 7}]}
 check_layer("sequential mlp", seq, nn.Sequential(nn.Flatten(), nn.Linear(24, 16), nn.GELU(), nn.Linear(16, 7)), img)
+
+# A ReLU after a linear layer is applied by the layer (ct_op_linear_forward on the CPU). A batch of
+# a few rows runs on the calling thread; one of 70-130 rows at these widths is split into blocks of
+# rows over the threads (the isa tests run with 2), its last block shorter than the others.
+for rows, lo, hi in ((B, 1, 40), (int(RNG.integers(70, 131)), 80, 121)):
+    fi, fh, fo = (int(RNG.integers(lo, hi)) for _ in range(3))
+    for bias in (True, False):
+        for dtype in ("f32", "f64"):
+            spec = {"type": "sequential", "layers": [{"type": "linear", "out_features": fh, "bias": bias},
+                                                     {"type": "relu"}, {"type": "linear", "out_features": fo},
+                                                     {"type": "relu"}]}
+            ref = nn.Sequential(nn.Linear(fi, fh, bias=bias), nn.ReLU(), nn.Linear(fh, fo), nn.ReLU())
+            check_layer(f"linear+relu rows={rows} {fi}-{fh}-{fo} bias={bias} {dtype}", spec, ref,
+                        RNG.normal(size=(rows, fi)), dtype=dtype, tol=1e-5 if dtype == "f32" else 1e-9)
+seq3 = {"type": "sequential", "layers": [{"type": "linear", "out_features": fout}, {"type": "relu"}]}
+check_layer("linear+relu on [B, T, C]", seq3, nn.Sequential(nn.Linear(fin, fout), nn.ReLU()), x3)
 finish()
