@@ -24,10 +24,13 @@ seq = {"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", 
 check_layer("sequential mlp", seq, nn.Sequential(nn.Flatten(), nn.Linear(24, 16), nn.GELU(), nn.Linear(16, 7)), img)
 
 # A ReLU after a linear layer is applied by the layer (ct_op_linear_forward on the CPU). A batch of
-# a few rows runs on the calling thread; one of 70-130 rows at these widths is split into blocks of
-# rows over the threads (the isa tests run with 2), its last block shorter than the others.
-for rows, lo, hi in ((B, 1, 40), (int(RNG.integers(70, 131)), 80, 121)):
-    fi, fh, fo = (int(RNG.integers(lo, hi)) for _ in range(3))
+# a few rows runs on the calling thread; on the larger ones the CPU splits the forward and the
+# backward GEMMs over the threads (the isa tests run with 2) into blocks of rows where there are more
+# rows than columns and of columns otherwise, the last block shorter than the others.
+shapes = ((B, (1, 40)), (int(RNG.integers(130, 200)), (64, 100), (40, 64), (40, 64)),
+          (int(RNG.integers(40, 64)), (100, 140)))
+for rows, *ranges in shapes:
+    fi, fh, fo = (int(RNG.integers(*ranges[min(i, len(ranges) - 1)])) for i in range(3))
     for bias in (True, False):
         for dtype in ("f32", "f64"):
             spec = {"type": "sequential", "layers": [{"type": "linear", "out_features": fh, "bias": bias},
