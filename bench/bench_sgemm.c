@@ -1,6 +1,7 @@
-/* OpenBLAS sgemm throughput, the physical limit of CPU training: GFLOP/s at the shapes of the
- * Fashion-MNIST MLP's forward and backward GEMMs (batch 128) and at a large square size, and the
- * kernel set OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
+/* sgemm throughput, the physical limit of CPU training: GFLOP/s of ct_op_gemm (OpenBLAS's kernels,
+ * split into a block per thread by backends/cpu/blas.c where the product is large enough) at the
+ * shapes of the Fashion-MNIST MLP's forward and backward GEMMs (batch 128) and at a large square
+ * size, and the kernel set OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
  * Usage: bench_sgemm [THREADS]. Prints one JSON line. */
 #include <cblas.h>
 #include <stdio.h>

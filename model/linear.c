@@ -1,9 +1,14 @@
 /* Linear: y = x W^T + b over the last dimension (nn.Linear), with W of shape [out, in].
- * Leading dimensions are flattened into rows, so [B, T, in] works as the transformer needs. */
+ * Leading dimensions are flattened into rows, so [B, T, in] works as the transformer needs.
+ * On backends with ct_op_linear_forward the bias is added inside the GEMM, and a ReLU after the
+ * layer in a Sequential is applied by it too (fuse_activation; the ReLU module then passes
+ * through): backward first masks the output gradient where the output is <= 0, as the ReLU's own
+ * backward would, into a buffer of the layer's. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/json.h"
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/layers.h"
@@ -13,8 +18,10 @@ typedef struct linear {
     ct_module base;
     int64_t in_features, out_features;
     bool has_bias;
+    bool relu; /* the ReLU after the layer is applied here (fuse_activation) */
     ct_tensor weight, bias, dweight, dbias;
     ct_tensor out, dinput; /* [max_batch, ..., out] and [max_batch, ..., in] */
+    ct_tensor dpre;        /* with relu: the gradient before the ReLU, [max_batch, ..., out] */
     ct_tensor x;           /* the last input, for backward */
 } linear;
 
@@ -32,6 +39,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     }
     *out = *in;
     out->dims[out->ndim - 1] = l->out_features;
+    l->relu = false; /* until the enclosing Sequential fuses it again */
     return CT_OK;
 }
 
@@ -57,6 +65,7 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     linear *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
+    if (l->relu) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->out_shape, &l->dpre));
     if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     return CT_OK;
 }
@@ -72,6 +81,10 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     l->x = *x;
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     ct_tensor xm = as_matrix(x, l->in_features), ym = as_matrix(y, l->out_features);
+    if (CT_BACKEND_HAS(m->device, linear_forward)) {
+        ct_op_linear_forward(&xm, &l->weight, l->has_bias ? &l->bias : NULL, l->relu ? CT_ACT_RELU : CT_ACT_NONE, &ym);
+        return CT_OK;
+    }
     ct_op_gemm(false, true, 1.0, &xm, &l->weight, 0.0, &ym);
     if (l->has_bias) ct_op_bias_add(&ym, &l->bias, 1);
     return CT_OK;
@@ -80,6 +93,13 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     linear *l = self(m);
     ct_tensor dym = as_matrix(dy, l->out_features), xm = as_matrix(&l->x, l->in_features);
+    if (l->relu) {
+        ct_tensor y = as_matrix(&l->out, l->out_features), dpre = as_matrix(&l->dpre, l->out_features);
+        y = ct_tensor_rows(&y, 0, dym.shape[0]);
+        dpre = ct_tensor_rows(&dpre, 0, dym.shape[0]);
+        ct_op_activation_backward(CT_ACT_RELU, &y, &y, &dym, &dpre);
+        dym = dpre;
+    }
     ct_op_gemm(true, false, 1.0, &dym, &xm, 1.0, &l->dweight);
     if (l->has_bias) ct_op_bias_grad(&dym, &l->dbias, 1);
     if (dx) {
@@ -89,6 +109,13 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
         ct_op_gemm(false, false, 1.0, &dym, &l->weight, 0.0, &dxm);
     }
     return CT_OK;
+}
+
+/* A following ReLU is applied by ct_op_linear_forward where the backend has it. */
+static bool fuse_activation(ct_module *m, int act) {
+    linear *l = self(m);
+    l->relu = act == CT_ACT_RELU && CT_BACKEND_HAS(m->device, linear_forward);
+    return l->relu;
 }
 
 /* The layer's JSON spec (ct_module_to_json): what ct_linear_from_json reads back. */
@@ -114,6 +141,7 @@ static const ct_module_ops linear_ops = {
     .reserve = reserve,
     .forward = forward,
     .backward = backward,
+    .fuse_activation = fuse_activation,
     .to_json = to_json,
     .forward_flops = forward_flops,
 };

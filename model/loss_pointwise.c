@@ -18,21 +18,20 @@ typedef struct pointwise_loss {
 
 static pointwise_loss *self(ct_loss *l) { return ct_container_of(l, pointwise_loss, base); }
 
+/* The tensors are described only for a message: the check runs for every batch, and for every row
+ * of an evaluation (its per-row losses). */
 static ct_status check(const pointwise_loss *p, const ct_tensor *pred, const ct_tensor *target) {
+    bool dtype = target->dtype == pred->dtype, shape = ct_shape_eq(pred, target);
+    int64_t n = p->opts.pos_weight ? p->pos_weight.shape[0] : 1, last = pred->ndim ? pred->shape[pred->ndim - 1] : 1;
+    bool broadcast = n == 1 || n == last;
+    if (dtype && shape && broadcast) return CT_OK;
     char a[128], b[128];
     ct_tensor_str(pred, a, sizeof a);
     ct_tensor_str(target, b, sizeof b);
-    if (target->dtype != pred->dtype)
-        return ct_error(CT_ERR_DTYPE, "target %s must have the dtype of the predictions %s", b, a);
-    if (!ct_shape_eq(pred, target))
-        return ct_error(CT_ERR_SHAPE, "target %s does not have the shape of the predictions %s", b, a);
-    if (p->opts.pos_weight) {
-        int64_t n = p->pos_weight.shape[0], last = pred->ndim ? pred->shape[pred->ndim - 1] : 1;
-        if (n != 1 && n != last)
-            return ct_error(CT_ERR_SHAPE, "%lld pos_weight values do not broadcast over the last dimension (%lld) "
-                            "of the predictions %s", (long long)n, (long long)last, a);
-    }
-    return CT_OK;
+    if (!dtype) return ct_error(CT_ERR_DTYPE, "target %s must have the dtype of the predictions %s", b, a);
+    if (!shape) return ct_error(CT_ERR_SHAPE, "target %s does not have the shape of the predictions %s", b, a);
+    return ct_error(CT_ERR_SHAPE, "%lld pos_weight values do not broadcast over the last dimension (%lld) "
+                    "of the predictions %s", (long long)n, (long long)last, a);
 }
 
 static ct_status forward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *out) {

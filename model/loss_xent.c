@@ -19,28 +19,28 @@ typedef struct xent_loss {
 
 static xent_loss *self(ct_loss *l) { return ct_container_of(l, xent_loss, base); }
 
-/* Logits [..., C] and integer targets of shape [...]. */
+/* Logits [..., C] and integer targets of shape [...]. The tensors are described only for a message:
+ * the check runs for every batch, and for every row of an evaluation (its per-row losses). */
 static ct_status check(const xent_loss *x, const ct_tensor *pred, const ct_tensor *target) {
+    bool ids = target->dtype == CT_I64 || target->dtype == CT_I32, rank = pred->ndim >= 2;
+    bool fits = rank && target->ndim == pred->ndim - 1;
+    for (int i = 0; fits && i < target->ndim; i++) fits = target->shape[i] == pred->shape[i];
+    int64_t c = rank ? pred->shape[pred->ndim - 1] : 0;
+    bool weights = !x->opts.weight || x->weight.shape[0] == c;
+    if (ids && fits && c >= 1 && weights) return CT_OK;
     char p[128], t[128];
     ct_tensor_str(pred, p, sizeof p);
     ct_tensor_str(target, t, sizeof t);
-    if (target->dtype != CT_I64 && target->dtype != CT_I32)
-        return ct_error(CT_ERR_DTYPE, "targets %s must be class indices (i64 or i32) for logits %s", t, p);
-    if (pred->ndim < 2)
-        return ct_error(CT_ERR_SHAPE, "logits %s must be [N, C] or [N, T, C] (classes last)", p);
-    bool fits = target->ndim == pred->ndim - 1;
-    for (int i = 0; fits && i < target->ndim; i++) fits = target->shape[i] == pred->shape[i];
+    if (!ids) return ct_error(CT_ERR_DTYPE, "targets %s must be class indices (i64 or i32) for logits %s", t, p);
+    if (!rank) return ct_error(CT_ERR_SHAPE, "logits %s must be [N, C] or [N, T, C] (classes last)", p);
     if (!fits) {
         char want[96];
         return ct_error(CT_ERR_SHAPE, "targets %s do not fit logits %s: expected targets %s", t, p,
                         ct_shape_str(pred->ndim - 1, pred->shape, want, sizeof want));
     }
-    int64_t c = pred->shape[pred->ndim - 1];
     if (c < 1) return ct_error(CT_ERR_SHAPE, "logits %s have no classes", p);
-    if (x->opts.weight && x->weight.shape[0] != c)
-        return ct_error(CT_ERR_SHAPE, "%lld class weights, but the logits %s have %lld classes",
-                        (long long)x->weight.shape[0], p, (long long)c);
-    return CT_OK;
+    return ct_error(CT_ERR_SHAPE, "%lld class weights, but the logits %s have %lld classes",
+                    (long long)x->weight.shape[0], p, (long long)c);
 }
 
 /* "target 12 at [3, 1] of targets [8, 5] i64 cpu is outside [0, 10) ..." for the row the op reported. */

@@ -116,4 +116,5 @@ const ct_backend_ops ct_backend_cpu = {
     .fused_classifier = ct_cpu_fused_classifier,
     .causal_attention_forward = ct_cpu_causal_attention_forward,
     .causal_attention_backward = ct_cpu_causal_attention_backward,
+    .linear_forward = ct_cpu_linear_forward,
 };

@@ -53,6 +53,7 @@
 #define ct_cpu_heads_merge CT_CPU_ISA_NAME(ct_cpu_heads_merge)
 #define ct_cpu_heads_split CT_CPU_ISA_NAME(ct_cpu_heads_split)
 #define ct_cpu_l2_norm CT_CPU_ISA_NAME(ct_cpu_l2_norm)
+#define ct_cpu_linear_forward CT_CPU_ISA_NAME(ct_cpu_linear_forward)
 #define ct_cpu_layernorm_backward CT_CPU_ISA_NAME(ct_cpu_layernorm_backward)
 #define ct_cpu_layernorm_forward CT_CPU_ISA_NAME(ct_cpu_layernorm_forward)
 #define ct_cpu_maxpool2d_backward CT_CPU_ISA_NAME(ct_cpu_maxpool2d_backward)

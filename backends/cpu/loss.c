@@ -19,6 +19,18 @@ static inline int64_t chunk_lo(int64_t n, int k) {
     return n / CT_LOSS_CHUNKS * k + (k < extra ? k : extra);
 }
 
+/* for (int k = 0; k < CT_LOSS_CHUNKS; k++) BODY, on the thread team only when `big`. A false `if`
+ * clause on `omp parallel` still has libgomp set up and tear down a team of one (about 0.7 us),
+ * which an evaluation's per-row losses (trainer/evaluate.c) would pay on every row. */
+#define CT_LOSS_FOR_CHUNKS(big, k, ...)                                                                 \
+    do {                                                                                               \
+        if (big) {                                                                                     \
+            _Pragma("omp parallel for") for (int k = 0; k < CT_LOSS_CHUNKS; k++) __VA_ARGS__           \
+        } else {                                                                                       \
+            for (int k = 0; k < CT_LOSS_CHUNKS; k++) __VA_ARGS__                                       \
+        }                                                                                              \
+    } while (0)
+
 static inline int64_t target_at(const void *t, bool t64, int64_t r) {
     return t64 ? ((const int64_t *)t)[r] : (int64_t)((const int32_t *)t)[r];
 }

@@ -65,8 +65,7 @@ static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows,
                             double eps, int64_t ignore, double *sum, double *count) {
     double psum[CT_LOSS_CHUNKS], pcount[CT_LOSS_CHUNKS];
     int64_t pbad[CT_LOSS_CHUNKS];
-#pragma omp parallel for if (rows * c > CT_OMP_MIN)
-    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+    CT_LOSS_FOR_CHUNKS(rows * c > CT_OMP_MIN, k, {
         double s = 0.0, n = 0.0;
         int64_t bad = -1;
         for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
@@ -83,7 +82,7 @@ static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows,
         psum[k] = s;
         pcount[k] = n;
         pbad[k] = bad;
-    }
+    });
     double s = 0.0, n = 0.0;
     for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
         if (pbad[k] >= 0) return pbad[k]; /* chunks are in row order: the first one found is the first */
@@ -99,8 +98,7 @@ static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows,
                             double eps, int64_t ignore, double scale, R *dz) {
     double wsum = FN(weight_sum)(w, c);
     int64_t pbad[CT_LOSS_CHUNKS];
-#pragma omp parallel for if (rows * c > CT_OMP_MIN)
-    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+    CT_LOSS_FOR_CHUNKS(rows * c > CT_OMP_MIN, k, {
         int64_t bad = -1;
         for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
             int64_t y = target_at(tgt, t64, r);
@@ -114,7 +112,7 @@ static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows,
             FN(row_grad)(zr, c, y, w, eps, wsum, scale, FN(row_lse)(zr, c), dr);
         }
         pbad[k] = bad;
-    }
+    });
     for (int k = 0; k < CT_LOSS_CHUNKS; k++)
         if (pbad[k] >= 0) return pbad[k];
     return -1;
@@ -132,8 +130,7 @@ static int64_t FN(xent_fused)(const R *z, const void *tgt, bool t64, int64_t row
     }
     double wsum = FN(weight_sum)(w, c);
     double psum[CT_LOSS_CHUNKS], pcount[CT_LOSS_CHUNKS];
-#pragma omp parallel for if (rows * c > CT_OMP_MIN)
-    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+    CT_LOSS_FOR_CHUNKS(rows * c > CT_OMP_MIN, k, {
         double s = 0.0, n = 0.0;
         for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
             int64_t y = target_at(tgt, t64, r);
@@ -150,7 +147,7 @@ static int64_t FN(xent_fused)(const R *z, const void *tgt, bool t64, int64_t row
         }
         psum[k] = s;
         pcount[k] = n;
-    }
+    });
     double s = 0.0, n = 0.0;
     for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
         s += psum[k];
@@ -166,8 +163,7 @@ static int64_t FN(xent_fused)(const R *z, const void *tgt, bool t64, int64_t row
 static double FN(pointwise_fwd)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
                                 const R *y, int64_t n) {
     double part[CT_LOSS_CHUNKS];
-#pragma omp parallel for if (n > CT_OMP_MIN)
-    for (int k = 0; k < CT_LOSS_CHUNKS; k++) {
+    CT_LOSS_FOR_CHUNKS(n > CT_OMP_MIN, k, {
         double acc = 0.0;
         int64_t lo = chunk_lo(n, k), hi = chunk_lo(n, k + 1);
         switch (kind) {
@@ -197,7 +193,7 @@ static double FN(pointwise_fwd)(ct_pointwise_loss kind, double delta, const doub
             break;
         }
         part[k] = acc;
-    }
+    });
     double s = 0.0;
     for (int k = 0; k < CT_LOSS_CHUNKS; k++) s += part[k];
     return s;

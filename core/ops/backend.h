@@ -150,6 +150,11 @@ typedef struct ct_backend_ops {
     void (*causal_attention_forward)(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
     void (*causal_attention_backward)(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
                                       const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+
+    /* --- appended: a linear layer's forward with its epilogue (NULL: gemm, bias_add and
+     * activation_forward one after the other) ---------------------------------------------------- */
+    void (*linear_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
+                           ct_tensor *y);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -104,6 +104,19 @@ void ct_op_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner) {
     CALL(y, bias_add, y, bias, inner);
 }
 
+void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
+                          ct_tensor *y) {
+    SAME_KIND(y, x);
+    SAME_KIND(y, weight);
+    SAME_KIND(y, bias);
+    CT_ASSERT(x->ndim == 2 && weight->ndim == 2 && y->ndim == 2);
+    CT_ASSERT(x->dtype == y->dtype && weight->dtype == y->dtype && (!bias || bias->dtype == y->dtype));
+    CT_ASSERT(x->shape[1] == weight->shape[1] && y->shape[0] == x->shape[0] && y->shape[1] == weight->shape[0]);
+    CT_ASSERT(!bias || ct_tensor_numel(bias) == weight->shape[0]);
+    CT_ASSERT(act == CT_ACT_NONE || act == CT_ACT_RELU);
+    CALL(y, linear_forward, x, weight, bias, act, y);
+}
+
 void ct_op_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner) {
     SAME_KIND(dy, dbias);
     int64_t c = ct_tensor_numel(dbias);

@@ -88,6 +88,14 @@ void ct_op_activation_forward(ct_activation act, const ct_tensor *x, ct_tensor *
 void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_tensor *y, const ct_tensor *dy,
                                ct_tensor *dx);
 
+/* y = act(x weight^T + bias): a linear layer's forward, x [rows, in], weight [out, in], bias [out] or
+ * NULL, y [rows, out], act CT_ACT_NONE or CT_ACT_RELU. The same values as ct_op_gemm, ct_op_bias_add
+ * and ct_op_activation_forward in turn, in one pass over y: the bias is the GEMM's starting value and
+ * the ReLU is applied while the rows are in cache. Only backends with the kernel (CT_BACKEND_HAS(d,
+ * linear_forward)) take it. */
+void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
+                          ct_tensor *y);
+
 #ifdef __cplusplus
 }
 #endif

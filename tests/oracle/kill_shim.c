@@ -7,9 +7,11 @@
  *   rename_to:TEXT    rename() whose new name ends with TEXT (".deleting": rotation set a victim aside)
  *   rename_from:TEXT  rename() whose old name ends with TEXT (".tmp": a save's commit)
  *   remove_in:TEXT    remove() of a path that contains TEXT (".deleting/": a victim half deleted)
- *   gemm_off_main:    cblas_sgemm() called by a thread other than the process's first, before it
- *                     runs (TEXT empty): in a run of linear layers only, the forwards of the
- *                     asynchronous evaluator (eval_async), as training's run on the main thread
+ *   gemm_off_main:    cblas_sgemm() called by a thread other than the process's first and not by an
+ *                     OpenMP worker, before it runs (TEXT empty): in a run of linear layers only,
+ *                     the forwards of the asynchronous evaluator (eval_async), one call per layer and
+ *                     batch, as training's run on the main thread (a GEMM the CPU backend splits
+ *                     over the thread team runs its other blocks on the team's workers)
  * Without CT_KILL_AFTER, or with a value it cannot read, the calls just pass through. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -55,6 +57,14 @@ int rename(const char *from, const char *to) {
     return rc;
 }
 
+/* The calling thread's number in its OpenMP team (0 outside one), from the process's libgomp: the
+ * shim links no OpenMP runtime of its own. */
+static int omp_thread_num(void) {
+    static int (*fn)(void);
+    if (!fn) fn = (int (*)(void))dlsym(RTLD_DEFAULT, "omp_get_thread_num");
+    return fn ? fn() : 0;
+}
+
 /* OpenBLAS's prototype, its enums as the ints they are passed as. */
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
                          int);
@@ -63,7 +73,7 @@ void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, co
                  int ldb, float beta, float *c, int ldc) {
     static sgemm_fn real;
     if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
-    if (strcmp(what, "gemm_off_main") == 0) count(syscall(SYS_gettid) != getpid());
+    if (strcmp(what, "gemm_off_main") == 0) count(syscall(SYS_gettid) != getpid() && omp_thread_num() == 0);
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 

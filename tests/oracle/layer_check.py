@@ -54,3 +54,22 @@ def check_grads_and_buffers(label, torch_module, out, tol, after=""):
         check(f"buffers/{name}" in out, f"{label}: ctrainer has no buffer named {name}")
         if f"buffers/{name}" in out:
             check_close(f"{label}: buffer {name}{after}", out[f"buffers/{name}"], b.numpy(), tol)
+
+
+def away_from_kinks(module, x, margin=1e-4):
+    """The rows of x whose inputs to every ReLU of the nn.Sequential `module` are at least `margin`
+    from 0, or not finite, run in float64 with the parameters rounded to float32 values (in place, as
+    check_layer rounds them too). Nearer 0, float32's rounding can put a value on the other side of
+    the kink than the float64 reference, and the unit then passes or blocks a whole gradient."""
+    module.double()
+    h = torch.from_numpy(f32(x))
+    keep = torch.ones(h.shape[0], dtype=torch.bool)
+    with torch.no_grad():
+        for t in module.state_dict().values():
+            t.copy_(torch.from_numpy(f32(t.numpy())))
+        for layer in module:
+            if isinstance(layer, torch.nn.ReLU):
+                ok = (h.abs() >= margin) | ~torch.isfinite(h)
+                keep &= ok.reshape(h.shape[0], -1).all(dim=1)
+            h = layer(h)
+    return x[keep.numpy()]

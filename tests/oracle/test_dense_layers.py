@@ -1,6 +1,6 @@
 """Linear, activations, Flatten and Sequential against PyTorch on fresh random inputs."""
 from common import RNG, finish  # first: skips the test when torch is missing
-from layer_check import check_layer
+from layer_check import away_from_kinks, check_layer
 import torch.nn as nn
 
 B = int(RNG.integers(1, 9))
@@ -22,4 +22,27 @@ img = RNG.normal(size=(B, 2, 3, 4))
 seq = {"type": "sequential", "layers": [{"type": "flatten"}, {"type": "linear", "out_features": 16},
                                         {"type": "gelu"}, {"type": "linear", "out_features": 7}]}
 check_layer("sequential mlp", seq, nn.Sequential(nn.Flatten(), nn.Linear(24, 16), nn.GELU(), nn.Linear(16, 7)), img)
+
+# A ReLU after a linear layer is applied by the layer (ct_op_linear_forward on the CPU). A batch of
+# a few rows runs on the calling thread; on the larger ones the CPU splits the forward and the
+# backward GEMMs over the threads (the isa tests run with 2) into blocks of rows where there are more
+# rows than columns and of columns otherwise, the last block shorter than the others. Rows with a
+# value next to a ReLU's kink are left out (away_from_kinks), and every layer is wide enough that
+# the output is not all zero.
+shapes = ((int(RNG.integers(2, 9)), (16, 40)), (int(RNG.integers(130, 200)), (64, 100), (40, 64), (40, 64)),
+          (int(RNG.integers(40, 64)), (100, 140)))
+for rows, *ranges in shapes:
+    fi, fh, fo = (int(RNG.integers(*ranges[min(i, len(ranges) - 1)])) for i in range(3))
+    for bias in (True, False):
+        for dtype in ("f32", "f64"):
+            spec = {"type": "sequential", "layers": [{"type": "linear", "out_features": fh, "bias": bias},
+                                                     {"type": "relu"}, {"type": "linear", "out_features": fo},
+                                                     {"type": "relu"}]}
+            ref = nn.Sequential(nn.Linear(fi, fh, bias=bias), nn.ReLU(), nn.Linear(fh, fo), nn.ReLU())
+            xr = away_from_kinks(ref, RNG.normal(size=(rows, fi)))
+            check_layer(f"linear+relu rows={len(xr)} {fi}-{fh}-{fo} bias={bias} {dtype}", spec, ref, xr,
+                        dtype=dtype, tol=1e-5 if dtype == "f32" else 1e-9)
+seq3 = {"type": "sequential", "layers": [{"type": "linear", "out_features": 24}, {"type": "relu"}]}
+ref3 = nn.Sequential(nn.Linear(fin, 24), nn.ReLU())
+check_layer("linear+relu on [B, T, C]", seq3, ref3, away_from_kinks(ref3, x3))
 finish()

@@ -7,8 +7,9 @@ The config is test_resume_cli.py's (an MLP on Fashion-MNIST, a log every step, a
 5 and a checkpoint every 3 optimizer steps) with eval_async and the "wait" policy, so that every due
 evaluation runs in any run, however fast the evaluator is. The kill comes from
 tests/oracle/kill_shim.c (LD_PRELOAD, gemm_off_main): the k-th matrix multiply of a thread other
-than the main one, which in this model of linear layers only the evaluator runs (its forward
-passes), so the process dies inside an evaluation; k is drawn over all of the run's evaluations (the
+than the main one and not an OpenMP worker (which run the other blocks of a GEMM split over the
+thread team), which in this model of linear layers only the evaluator runs (its forward passes), so
+the process dies inside an evaluation; k is drawn over all of the run's evaluations (the
 first comes after the first checkpoint).
 
 Checked: the run died of SIGKILL (the kill landed); the resumed run exits 0 and its training starts

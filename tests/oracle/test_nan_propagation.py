@@ -3,7 +3,7 @@ conv + ReLU + max-pool path) against PyTorch: outputs, input gradients and param
 be NaN or infinite exactly where PyTorch's are, and close elsewhere, so that a poisoned input or
 weight reaches the loss and nan_inf_policy instead of disappearing (max(x, 0) mapped NaN to 0)."""
 from common import RNG, check, finish  # first: skips the test when torch is missing
-from layer_check import check_layer
+from layer_check import away_from_kinks, check_layer
 
 import numpy as np
 import torch.nn as nn
@@ -52,6 +52,13 @@ for cin in (3, 16):
 # Norms and a linear layer: a NaN in one sample reaches what PyTorch's reaches (batch norm's batch
 # statistics, hence every sample of that channel, and its running statistics).
 run_layer("nan linear", {"type": "linear", "out_features": 6}, nn.Linear(5, 6), poisoned((B, 5), n_bad=1))
+# The linear layer that applies the ReLU after it (fused on the CPU), on few rows and on enough to
+# be split over the threads.
+# Rows with a value next to the kink are left out (away_from_kinks), the poisoned one kept.
+for rows in (B, 96):
+    seq_lin = {"type": "sequential", "layers": [{"type": "linear", "out_features": 64}, {"type": "relu"}]}
+    ref_lin = nn.Sequential(nn.Linear(64, 64), nn.ReLU())
+    run_layer(f"nan linear+relu rows={rows}", seq_lin, ref_lin, away_from_kinks(ref_lin, poisoned((rows, 64), n_bad=1)))
 run_layer("nan layernorm", {"type": "layernorm", "normalized_shape": 5}, nn.LayerNorm(5), poisoned((B, 3, 5), n_bad=1))
 run_layer("nan batchnorm2d", {"type": "batchnorm2d"}, nn.BatchNorm2d(3), poisoned((B, 3, 4, 4), n_bad=1))
 finish()
