@@ -114,4 +114,5 @@ const ct_backend_ops ct_backend_cpu = {
     .l2_norm = ct_cpu_l2_norm,
 
     .fused_classifier = ct_cpu_fused_classifier,
+    .gemm_batched = ct_cpu_gemm_batched,
 };

@@ -145,6 +145,10 @@ typedef struct ct_backend_ops {
     /* --- appended: the device's dense peak in FLOP/s with math mode m (ct_device_peak_flops); 0 or
      * NULL: not known (the CPU's depends on clocks and load that nothing reports reliably) --------- */
     double (*peak_flops)(int index, ct_math_mode m);
+
+    /* --- appended kernels (NULL: the op's callers loop over gemm; see ct_op_gemm_batched) -------- */
+    void (*gemm_batched)(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                         double beta, ct_tensor *c);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA
