@@ -51,9 +51,10 @@ if a.llmc and a.workload != "gpt":
     ap.error("--llmc applies to the GPT workload only")
 
 
-def busy(duty, period):
-    """A load process's body: busy for duty of every period seconds, asleep for the rest."""
-    while True:
+def busy(duty, period, parent):
+    """A load process's body: busy for duty of every period seconds, asleep for the rest, until
+    stopped or its parent is gone (a benchmark killed by a signal leaves no load behind)."""
+    while os.getppid() == parent:
         start = time.monotonic()
         while time.monotonic() - start < duty * period:
             pass
@@ -69,12 +70,13 @@ class Load:
         self.start = time.monotonic()
         self.pids = []
         whole, part = int(a.load), a.load - int(a.load)
+        parent = os.getpid()
         for duty in [1.0] * whole + ([part] if part > 1e-3 else []):
             pid = os.fork()
             if pid == 0:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 try:
-                    busy(duty, a.load_period / 1000)
+                    busy(duty, a.load_period / 1000, parent)
                 finally:
                     os._exit(0)
             self.pids.append(pid)
@@ -91,8 +93,8 @@ class Load:
 
 
 def measure():
-    """One run of the workload's benchmark; returns {side: step time in ms} (GPT) or {side:
-    seconds per training sample x 1000} (MLP, CNN), so that larger is slower for every side."""
+    """One run of the workload's benchmark; returns {side: step time in ms} (GPT) or {side: ms per
+    1000 training samples} (MLP, CNN), so that larger is slower for every side."""
     common = ["--threads", str(a.threads), "--build", a.build, "--wait-policy", a.wait_policy, "--level", a.level]
     if a.workload == "gpt":
         cmd = ["/usr/bin/python3", os.path.join(here, "gpt.py"), "--steps", str(a.steps), "--rounds", "1", *common]
@@ -112,8 +114,8 @@ def measure():
         if "llmc_ms_per_step" in rec:
             res["llm.c"] = rec["llmc_ms_per_step"]
         return res, lines[0] if a.llmc else None, rec["ctrainer_kernels"]
-    return ({"ctrainer": 1000 / rec["ctrainer"]["train_samples_per_s"],
-             "pytorch": 1000 / rec["pytorch"]["train_samples_per_s"]}, None, rec["ctrainer_kernels"])
+    return ({"ctrainer": 1e6 / rec["ctrainer"]["train_samples_per_s"],
+             "pytorch": 1e6 / rec["pytorch"]["train_samples_per_s"]}, None, rec["ctrainer_kernels"])
 
 
 unit = "ms per step" if a.workload == "gpt" else "ms per 1000 samples"
