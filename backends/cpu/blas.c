@@ -4,8 +4,8 @@
  * A batch of small products (attention's per-(sample, head) GEMMs) runs in one parallel region, each
  * product on one thread: OpenBLAS's OpenMP build computes a GEMM called inside a parallel region on
  * the calling thread. Called one at a time, OpenBLAS would open a thread team for every product above
- * its small threshold, and each team waits at its end for the slowest thread: a thousand waits a GPT
- * step, each as long as the competing process holding a core keeps that thread off it. Products are
+ * its small threshold, and each team waits at its end for its slowest thread: a thousand such waits
+ * a GPT step, any of which a competing process can stretch by keeping a thread off its core. Products are
  * handed out one at a time (schedule(dynamic)), so a thread that is preempted holds up one product,
  * not half of them. Each product is the same single-threaded GEMM whatever the thread count. */
 #include <cblas.h>
