@@ -8,8 +8,8 @@
  * Without attention dropout, on a backend that has it (the CPU), one op does it all
  * (ct_op_causal_attention_forward / _backward): per (sample, head) block on one thread, heads read
  * and written in place in qkv, y and d(qkv), keeping only P for the backward. Otherwise the heads are
- * copied apart and the scores go through one ct_op_gemm per (sample, head) on contiguous [T, D]
- * blocks; the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
+ * copied apart and the scores go through one GEMM per (sample, head) on contiguous [T, D] blocks
+ * (batched in one ct_op_gemm_batched where the backend has it); the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
  * there, so the GEMM's values above the diagonal never matter. The backward is the exact chain
  * rule of the same steps, with P (the softmax output) and the dropped P' kept from the forward:
  *   dP' = dy v^T, dv = P'^T dy, dP = attn_dropout'(dP'), dS = softmax'(P, dP),
@@ -117,9 +117,26 @@ static ct_tensor mat(const ct_tensor *t, int64_t index, int64_t rows, int64_t co
     return ct_tensor_view(base, t->dtype, t->device, 2, shape);
 }
 
+/* The n products of the (sample, head) blocks of a, b and c, each [rows, cols] of their last two
+ * dimensions: in one batched op where the backend has it (the CPU's, which runs them in one parallel
+ * region), else one GEMM per block. */
+static void gemm_heads(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                       ct_tensor *c, int64_t n) {
+    if (CT_BACKEND_HAS(c->device, gemm_batched)) {
+        ct_op_gemm_batched(trans_a, trans_b, alpha, a, b, 0.0, c);
+        return;
+    }
+    const int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1], br = b->shape[b->ndim - 2];
+    const int64_t bc = b->shape[b->ndim - 1], cr = c->shape[c->ndim - 2], cc = c->shape[c->ndim - 1];
+    for (int64_t i = 0; i < n; i++) {
+        ct_tensor ai = mat(a, i, ar, ac), bi = mat(b, i, br, bc), ci = mat(c, i, cr, cc);
+        ct_op_gemm(trans_a, trans_b, alpha, &ai, &bi, 0.0, &ci);
+    }
+}
+
 static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     attention *a = attn_self(m);
-    const int64_t B = x->shape[0], T = a->T, D = a->head_dim, C = a->n_embd, n = B * a->n_head;
+    const int64_t B = x->shape[0], D = a->head_dim, C = a->n_embd, n = B * a->n_head;
     const double scale = 1.0 / sqrt((double)D);
     ct_tensor qkv, proj;
     CT_TRY(ct_module_forward(a->c_attn, x, &qkv));
@@ -136,17 +153,12 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     ct_op_heads_split(&qkv, C, &k);
     ct_op_heads_split(&qkv, 2 * C, &v);
     ct_tensor att = ct_tensor_rows(&a->att, 0, B);
-    for (int64_t i = 0; i < n; i++) {
-        ct_tensor qi = mat(&q, i, T, D), ki = mat(&k, i, T, D), si = mat(&att, i, T, T);
-        ct_op_gemm(false, true, scale, &qi, &ki, 0.0, &si);
-    }
+    gemm_heads(false, true, scale, &q, &k, &att, n);
     ct_op_causal_softmax_forward(&att, &att);
     CT_TRY(ct_module_forward(a->attn_dropout, &att, &a->pd));
     ct_tensor yh = ct_tensor_rows(&a->yh, 0, B);
-    for (int64_t i = 0; i < n; i++) {
-        ct_tensor pi = mat(&a->pd, i, T, T), vi = mat(&v, i, T, D), yi = mat(&yh, i, T, D);
-        ct_op_gemm(false, false, 1.0, &pi, &vi, 0.0, &yi);
-    }
+    ct_tensor pd = ct_tensor_rows(&a->pd, 0, B);
+    gemm_heads(false, false, 1.0, &pd, &v, &yh, n);
     ct_op_heads_merge(&yh, 0, &ym);
     CT_TRY(ct_module_forward(a->c_proj, &ym, &proj));
     return ct_module_forward(a->resid_dropout, &proj, y);
@@ -154,7 +166,7 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 
 static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     attention *a = attn_self(m);
-    const int64_t B = dy->shape[0], T = a->T, D = a->head_dim, C = a->n_embd, n = B * a->n_head;
+    const int64_t B = dy->shape[0], D = a->head_dim, C = a->n_embd, n = B * a->n_head;
     const double scale = 1.0 / sqrt((double)D);
     ct_tensor dproj, dym, dp;
     CT_TRY(ct_module_backward(a->resid_dropout, dy, &dproj));
@@ -168,24 +180,17 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
     ct_tensor dyh = ct_tensor_rows(&a->dyh, 0, B), v = ct_tensor_rows(&a->v, 0, B);
     ct_tensor datt = ct_tensor_rows(&a->datt, 0, B), dv = ct_tensor_rows(&a->dv, 0, B);
     ct_op_heads_split(&dym, 0, &dyh);
-    for (int64_t i = 0; i < n; i++) {
-        ct_tensor gi = mat(&dyh, i, T, D), vi = mat(&v, i, T, D), pi = mat(&a->pd, i, T, T);
-        ct_tensor dpi = mat(&datt, i, T, T), dvi = mat(&dv, i, T, D);
-        ct_op_gemm(false, true, 1.0, &gi, &vi, 0.0, &dpi);
-        ct_op_gemm(true, false, 1.0, &pi, &gi, 0.0, &dvi);
-    }
+    ct_tensor pd = ct_tensor_rows(&a->pd, 0, B);
+    gemm_heads(false, true, 1.0, &dyh, &v, &datt, n);
+    gemm_heads(true, false, 1.0, &pd, &dyh, &dv, n);
     CT_TRY(ct_module_backward(a->attn_dropout, &datt, &dp));
     /* dS overwrites datt (dp is datt itself when the dropout was the identity: allowed) */
     ct_tensor att = ct_tensor_rows(&a->att, 0, B);
     ct_op_causal_softmax_backward(&att, &dp, &datt);
     ct_tensor q = ct_tensor_rows(&a->q, 0, B), k = ct_tensor_rows(&a->k, 0, B);
     ct_tensor dq = ct_tensor_rows(&a->dq, 0, B), dk = ct_tensor_rows(&a->dk, 0, B);
-    for (int64_t i = 0; i < n; i++) {
-        ct_tensor si = mat(&datt, i, T, T), qi = mat(&q, i, T, D), ki = mat(&k, i, T, D);
-        ct_tensor dqi = mat(&dq, i, T, D), dki = mat(&dk, i, T, D);
-        ct_op_gemm(false, false, scale, &si, &ki, 0.0, &dqi);
-        ct_op_gemm(true, false, scale, &si, &qi, 0.0, &dki);
-    }
+    gemm_heads(false, false, scale, &datt, &k, &dq, n);
+    gemm_heads(true, false, scale, &datt, &q, &dk, n);
     ct_op_heads_merge(&dq, 0, &dqkv);
     ct_op_heads_merge(&dk, C, &dqkv);
     ct_op_heads_merge(&dv, 2 * C, &dqkv);

@@ -11,7 +11,15 @@
  * larger of C's two dimensions, so that the operand every thread packs whole is the smaller one;
  * blocks start at multiples of CT_GEMM_BLOCK. Products below CT_GEMM_SPLIT_MIN multiply-adds, and
  * any product inside a parallel region, are one call, where OpenBLAS decides. Each element of C is
- * the same dot product over k whichever block holds it. */
+ * the same dot product over k whichever block holds it.
+ *
+ * A batch of small products (attention's per-(sample, head) GEMMs where the fused attention does
+ * not apply) runs in one parallel region, each product on one thread: called one at a time,
+ * OpenBLAS would open a thread team for every product above its small threshold, and each team
+ * waits at its end for its slowest thread, a wait a competing process can stretch by keeping a
+ * thread off its core. Products are handed out one at a time (schedule(dynamic)), so a thread that
+ * is preempted holds up one product, not half of them; each is the same single-threaded GEMM
+ * whatever the thread count. */
 #include <cblas.h>
 #include <omp.h>
 #include <string.h>
@@ -31,22 +39,27 @@ typedef struct gemm_args {
     int64_t n, k;
 } gemm_args;
 
+/* C = alpha op(A) op(B) + beta C for row-major A (lda columns), B (ldb columns), C [m, n] (ldc
+ * columns): the one CBLAS call. CBLAS wants leading dimensions of at least 1, even where k or n is 0. */
+static void gemm_raw(ct_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+                     const void *a, int64_t lda, const void *b, int64_t ldb, double beta, void *c, int64_t ldc) {
+    CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    int ilda = (int)(lda ? lda : 1), ildb = (int)(ldb ? ldb : 1), ildc = (int)(ldc ? ldc : 1);
+    if (dt == CT_F32)
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, ilda, b, ildb, (float)beta, c,
+                    ildc);
+    else if (dt == CT_F64)
+        cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a, ilda, b, ildb, beta, c, ildc);
+    else
+        ct_abort_at(__FILE__, __LINE__, "gemm: unsupported dtype %s", ct_dtype_name(dt));
+}
+
 static void gemm_block(const gemm_args *g, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     int64_t lda = g->a->shape[1], ldb = g->b->shape[1], ldc = g->n;
     int64_t aoff = g->ta ? m0 : m0 * lda, boff = g->tb ? n0 * ldb : n0, coff = m0 * ldc + n0;
-    /* CBLAS wants leading dimensions of at least 1, even where k or n is 0. */
-    int ilda = (int)(lda ? lda : 1), ildb = (int)(ldb ? ldb : 1), ildc = (int)(ldc ? ldc : 1);
-    CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
-    if (g->c->dtype == CT_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)(m1 - m0), (int)(n1 - n0), (int)g->k, (float)g->alpha,
-                    (const float *)g->a->data + aoff, ilda, (const float *)g->b->data + boff, ildb, (float)g->beta,
-                    (float *)g->c->data + coff, ildc);
-    else if (g->c->dtype == CT_F64)
-        cblas_dgemm(CblasRowMajor, ta, tb, (int)(m1 - m0), (int)(n1 - n0), (int)g->k, g->alpha,
-                    (const double *)g->a->data + aoff, ilda, (const double *)g->b->data + boff, ildb, g->beta,
-                    (double *)g->c->data + coff, ildc);
-    else
-        ct_abort_at(__FILE__, __LINE__, "gemm: unsupported dtype %s", ct_dtype_name(g->c->dtype));
+    size_t es = ct_dtype_size(g->c->dtype);
+    gemm_raw(g->c->dtype, g->ta, g->tb, m1 - m0, n1 - n0, g->k, g->alpha, (const char *)g->a->data + aoff * es, lda,
+             (const char *)g->b->data + boff * es, ldb, g->beta, (char *)g->c->data + coff * es, ldc);
 }
 
 /* How many threads share an m x n x k product (1: none) and whether they split its rows. */
@@ -86,6 +99,22 @@ void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, c
         else
             gemm_block(&g, 0, m, lo, hi);
     }
+}
+
+void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                         double beta, ct_tensor *c) {
+    const int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1];
+    const int64_t br = b->shape[b->ndim - 2], bc = b->shape[b->ndim - 1];
+    const int64_t m = c->shape[c->ndim - 2], n = c->shape[c->ndim - 1], k = trans_a ? ar : ac;
+    if (m == 0 || n == 0) return;
+    const int64_t count = ct_tensor_numel(c) / (m * n);
+    const size_t es = ct_dtype_size(c->dtype);
+    const char *pa = a->data, *pb = b->data;
+    char *pc = c->data;
+#pragma omp parallel for schedule(dynamic) if (count > 1 && count * m * n * k > CT_OMP_MIN)
+    for (int64_t i = 0; i < count; i++)
+        gemm_raw(c->dtype, trans_a, trans_b, m, n, k, alpha, pa + (size_t)(i * ar * ac) * es, ac,
+                 pb + (size_t)(i * br * bc) * es, bc, beta, pc + (size_t)(i * m * n) * es, n);
 }
 
 #define R float

@@ -90,6 +90,8 @@ void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, c
                  ct_tensor *c);
 void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
                            ct_tensor *y);
+void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                         double beta, ct_tensor *c);
 /* conv.c */
 void ct_cpu_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                            const ct_tensor *bias, ct_tensor *y, ct_tensor *ws);

@@ -50,6 +50,7 @@
 #define ct_cpu_embedding_forward CT_CPU_ISA_NAME(ct_cpu_embedding_forward)
 #define ct_cpu_fill CT_CPU_ISA_NAME(ct_cpu_fill)
 #define ct_cpu_gemm CT_CPU_ISA_NAME(ct_cpu_gemm)
+#define ct_cpu_gemm_batched CT_CPU_ISA_NAME(ct_cpu_gemm_batched)
 #define ct_cpu_heads_merge CT_CPU_ISA_NAME(ct_cpu_heads_merge)
 #define ct_cpu_heads_split CT_CPU_ISA_NAME(ct_cpu_heads_split)
 #define ct_cpu_l2_norm CT_CPU_ISA_NAME(ct_cpu_l2_norm)

@@ -155,6 +155,10 @@ typedef struct ct_backend_ops {
      * activation_forward one after the other) ---------------------------------------------------- */
     void (*linear_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
                            ct_tensor *y);
+
+    /* --- appended: a batch of GEMMs (NULL: the op's callers loop over gemm; see ct_op_gemm_batched) -- */
+    void (*gemm_batched)(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                         double beta, ct_tensor *c);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -71,6 +71,21 @@ void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, co
     CALL(c, gemm, trans_a, trans_b, alpha, a, b, beta, c);
 }
 
+void ct_op_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                        double beta, ct_tensor *c) {
+    SAME_KIND(c, a);
+    SAME_KIND(c, b);
+    CT_ASSERT(a->ndim >= 2 && b->ndim >= 2 && c->ndim >= 2);
+    CT_ASSERT(a->dtype == b->dtype && a->dtype == c->dtype);
+    const int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1];
+    const int64_t br = b->shape[b->ndim - 2], bc = b->shape[b->ndim - 1];
+    const int64_t cr = c->shape[c->ndim - 2], cc = c->shape[c->ndim - 1];
+    const int64_t count = ct_tensor_numel(c) / (cr * cc > 0 ? cr * cc : 1);
+    CT_ASSERT(ar * ac * count == ct_tensor_numel(a) && br * bc * count == ct_tensor_numel(b));
+    CT_ASSERT((trans_a ? ar : ac) == (trans_b ? bc : br) && cr == (trans_a ? ac : ar) && cc == (trans_b ? br : bc));
+    CALL(c, gemm_batched, trans_a, trans_b, alpha, a, b, beta, c);
+}
+
 void ct_op_fill(ct_tensor *t, double value) { CALL(t, fill, t, value); }
 
 void ct_op_copy(ct_tensor *dst, const ct_tensor *src) {

@@ -55,6 +55,16 @@ ct_status ct_cpu_isa_check(void);
 void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                 ct_tensor *c);
 
+/* ct_op_gemm on every matrix of a batch: a, b and c hold the same number of matrices (the product of
+ * their leading dimensions; the last two are each matrix's rows and columns, as in torch.bmm), one
+ * after another, and C_i = alpha * op(A_i) @ op(B_i) + beta * C_i for each. Each C_i is what
+ * ct_op_gemm computes for it; the CPU computes the matrices in one parallel region, a GEMM per
+ * thread at a time, where one GEMM each would open a thread team per small product (attention's
+ * per-(sample, head) products). Backends without it (CT_BACKEND_HAS(d, gemm_batched)): one
+ * ct_op_gemm per matrix. */
+void ct_op_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                        double beta, ct_tensor *c);
+
 /* --- elementwise and reductions ---------------------------------------------------------------- */
 
 void ct_op_fill(ct_tensor *t, double value);
