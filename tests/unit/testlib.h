@@ -55,8 +55,9 @@ void ct_test_fail(const char *file, int line, const char *fmt, ...) __attribute_
     } while (0)
 
 /* Central finite differences of a scalar objective f(ctx) against analytic[i] = df/dtarget[i], over
- * every element of target when n <= max_probes, else max_probes random ones (rng). With piecewise,
- * probes whose one-sided differences disagree straddle a kink and are skipped (up to 8). */
+ * every element of target when n <= max_probes, else max_probes random ones (rng): a fourth-order
+ * stencil for a smooth f; with piecewise, a second-order one of step 1e-6, and probes whose
+ * one-sided differences disagree straddle a kink and are skipped (up to 8). */
 typedef double (*ct_objective_fn)(void *ctx);
 typedef struct ct_fd_result {
     double rel;         /* ||fd - analytic|| / max(||fd||, ||analytic||) over the probes */
