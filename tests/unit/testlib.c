@@ -60,13 +60,15 @@ static double f_at(ct_objective_fn f, void *ctx, double *target, int64_t i, doub
 }
 
 /* The derivative of a smooth f along target[i]: the fourth-order central stencil
- * (8 (f(x+H) - f(x-H)) - (f(x+2H) - f(x-2H))) / 12H with H = 1e-4 max(1, |x|). Its truncation
- * error is of order H^4 and its rounding error of order eps |f| / H, both about 1e-12 of the
- * scale; the second-order (f(x+h) - f(x-h)) / 2h would need h = 1e-6 for the same truncation and
- * then lose eps |f| / 1e-6, which exceeds the bound where a gradient is small against the
- * objective (a float64 GPT's LayerNorm bias once gave 1.6e-6 from rounding alone). */
+ * (8 (f(x+H) - f(x-H)) - (f(x+2H) - f(x-2H))) / 12H with H = 1e-5 max(1, |x|). Its truncation
+ * error is of order H^4 times f's fifth derivative, its rounding error of order eps |f| / H. The
+ * second-order (f(x+h) - f(x-h)) / 2h needs h = 1e-6 to keep its truncation (h^2 times the third
+ * derivative) small and then loses eps |f| / 1e-6 to rounding, which exceeded the 1e-6 bound where
+ * a gradient is small against the objective (a float64 GPT's LayerNorm bias: 1.58e-6, now 2.6e-7);
+ * a step of 1e-4 would cut the rounding further but let the truncation through where a LayerNorm
+ * row's variance is small (3.7e-6 for a GPT's position embedding, 5e-10 at 1e-5). */
 static double smooth_derivative(ct_objective_fn f, void *ctx, double *target, int64_t i) {
-    double x = target[i], H = 1e-4 * fmax(1.0, fabs(x));
+    double x = target[i], H = 1e-5 * fmax(1.0, fabs(x));
     double d1 = f_at(f, ctx, target, i, x + H) - f_at(f, ctx, target, i, x - H);
     double d2 = f_at(f, ctx, target, i, x + 2 * H) - f_at(f, ctx, target, i, x - 2 * H);
     return (8 * d1 - d2) / (12 * H);
