@@ -14,13 +14,8 @@
 
 static ct_rng rng;
 
-static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
-
 static ct_tensor alloc(ct_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
-    int64_t shape[4] = {a, b, c, d};
-    ct_tensor t;
-    CT_ASSERT(ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape) == CT_OK);
-    return t;
+    return ct_test_alloc(dt, ndim, (int64_t[]){a, b, c, d});
 }
 
 /* P [B, H, T, T] and y [B, T, C] of qkv [B, T, 3C] in plain double loops. */
@@ -120,10 +115,10 @@ int main(void) {
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
     for (int rep = 0; rep < 12; rep++) {
         /* T up to 70: one row chunk, several, and a partial last one */
-        const int64_t B = between(1, 3), T = rep < 2 ? between(1, 3) : between(1, 70), H = between(1, 4), D = between(1, 6);
+        const int64_t B = ct_test_between(&rng, 1, 3), T = rep < 2 ? ct_test_between(&rng, 1, 3) : ct_test_between(&rng, 1, 70), H = ct_test_between(&rng, 1, 4), D = ct_test_between(&rng, 1, 6);
         forward(CT_F64, B, T, H, D);
         forward(CT_F32, B, T, H, D);
-        backward(between(1, 2), rep % 3 == 0 ? between(33, 45) : between(1, 20), between(1, 3), between(1, 4));
+        backward(ct_test_between(&rng, 1, 2), rep % 3 == 0 ? ct_test_between(&rng, 33, 45) : ct_test_between(&rng, 1, 20), ct_test_between(&rng, 1, 3), ct_test_between(&rng, 1, 4));
     }
     /* The example's shape runs the threads (a block per sample and head). */
     forward(CT_F32, 4, 128, 4, 32);

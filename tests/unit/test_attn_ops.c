@@ -12,13 +12,8 @@
 
 static ct_rng rng;
 
-static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
-
 static ct_tensor alloc4(ct_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
-    int64_t shape[4] = {a, b, c, d};
-    ct_tensor t;
-    CT_ASSERT(ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape) == CT_OK);
-    return t;
+    return ct_test_alloc(dt, ndim, (int64_t[]){a, b, c, d});
 }
 
 static void fill_normal(ct_tensor *t, double scale) {
@@ -26,8 +21,8 @@ static void fill_normal(ct_tensor *t, double scale) {
 }
 
 static void heads(ct_dtype dt) {
-    const int64_t B = between(1, 3), T = between(1, 5), H = between(1, 4), D = between(1, 5);
-    const int64_t off = between(0, 6), W = off + H * D + between(0, 4);
+    const int64_t B = ct_test_between(&rng, 1, 3), T = ct_test_between(&rng, 1, 5), H = ct_test_between(&rng, 1, 4), D = ct_test_between(&rng, 1, 5);
+    const int64_t off = ct_test_between(&rng, 0, 6), W = off + H * D + ct_test_between(&rng, 0, 4);
     ct_tensor x = alloc4(dt, 3, B, T, W, 0), h = alloc4(dt, 4, B, H, T, D), back = alloc4(dt, 3, B, T, W, 0);
     fill_normal(&x, 1.0);
     ct_op_heads_split(&x, off, &h);
@@ -67,7 +62,7 @@ static void reference_softmax(const ct_tensor *x, int64_t tq, int64_t tk, double
 }
 
 static void softmax_forward(ct_dtype dt, bool square) {
-    const int64_t N = between(1, 3), H = between(1, 3), tq = between(1, 9), tk = square ? tq : tq + between(1, 5);
+    const int64_t N = ct_test_between(&rng, 1, 3), H = ct_test_between(&rng, 1, 3), tq = ct_test_between(&rng, 1, 9), tk = square ? tq : tq + ct_test_between(&rng, 1, 5);
     ct_tensor x = alloc4(dt, 4, N, H, tq, tk), y = alloc4(dt, 4, N, H, tq, tk);
     fill_normal(&x, 4.0);
     int64_t n = ct_tensor_numel(&x);
@@ -102,7 +97,7 @@ static double objective(void *p) {
 }
 
 static void softmax_backward(bool square, bool in_place) {
-    const int64_t N = between(1, 2), tq = between(1, 7), tk = square ? tq : tq + between(1, 4);
+    const int64_t N = ct_test_between(&rng, 1, 2), tq = ct_test_between(&rng, 1, 7), tk = square ? tq : tq + ct_test_between(&rng, 1, 4);
     ct_tensor x = alloc4(CT_F64, 3, N, tq, tk, 0), y = alloc4(CT_F64, 3, N, tq, tk, 0);
     ct_tensor dy = alloc4(CT_F64, 3, N, tq, tk, 0), dx = alloc4(CT_F64, 3, N, tq, tk, 0);
     fill_normal(&x, 2.0);

@@ -11,12 +11,8 @@
 
 static ct_rng rng;
 
-static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
-
 static ct_tensor alloc3(ct_dtype dt, int64_t n, int64_t r, int64_t c) {
-    int64_t shape[3] = {n, r, c};
-    ct_tensor t;
-    CT_ASSERT(ct_tensor_alloc(&t, dt, CT_CPU, 3, shape) == CT_OK);
+    ct_tensor t = ct_test_alloc(dt, 3, (int64_t[]){n, r, c});
     for (int64_t i = 0; i < ct_tensor_numel(&t); i++) ct_tensor_set(&t, i, ct_rng_normal(&rng));
     return t;
 }
@@ -81,10 +77,10 @@ int main(void) {
     for (int d = 0; d < 2; d++)
         for (int t = 0; t < 4; t++) {
             const bool ta = t & 1, tb = t & 2;
-            one_case(dts[d], ta, tb, 1, between(1, 40), between(1, 40), between(1, 40));    /* one matrix */
-            one_case(dts[d], ta, tb, between(2, 5), between(1, 6), between(1, 6), between(1, 6)); /* one thread */
+            one_case(dts[d], ta, tb, 1, ct_test_between(&rng, 1, 40), ct_test_between(&rng, 1, 40), ct_test_between(&rng, 1, 40));    /* one matrix */
+            one_case(dts[d], ta, tb, ct_test_between(&rng, 2, 5), ct_test_between(&rng, 1, 6), ct_test_between(&rng, 1, 6), ct_test_between(&rng, 1, 6)); /* one thread */
             /* Attention's shapes: many products, well above CT_OMP_MIN multiply-adds together. */
-            one_case(dts[d], ta, tb, between(16, 40), between(17, 48), between(17, 48), between(8, 40));
+            one_case(dts[d], ta, tb, ct_test_between(&rng, 16, 40), ct_test_between(&rng, 17, 48), ct_test_between(&rng, 17, 48), ct_test_between(&rng, 8, 40));
         }
     return ct_test_finish();
 }

@@ -24,8 +24,6 @@
 
 static ct_rng rng;
 
-static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
-
 static int probs_mode(void) {
     char line[1 << 20];
     while (fgets(line, sizeof line, stdin)) {
@@ -95,14 +93,14 @@ static void settings(void) {
 
 static void one_step(void) {
     for (int rep = 0; rep < 200; rep++) {
-        int64_t V = between(1, 60);
+        int64_t V = ct_test_between(&rng, 1, 60);
         double x[60], p[60], work[60];
         int64_t order[60];
         for (int64_t j = 0; j < V; j++) x[j] = 4 * ct_rng_normal(&rng);
         ct_generation_config g = ct_generation_config_default();
         g.do_sample = true;
         g.temperature = 0.2 + 2 * ct_rng_uniform(&rng);
-        g.top_k = between(0, V + 2);
+        g.top_k = ct_test_between(&rng, 0, V + 2);
         g.top_p = ct_rng_below(&rng, 2) ? 1.0 : 0.05 + 0.95 * ct_rng_uniform(&rng);
         CHECK_OK(ct_generation_probs(&g, x, V, order, p));
         double sum = 0, kept_min = INFINITY, removed_max = -INFINITY;
@@ -212,26 +210,26 @@ static void greedy_by_hand(ct_model *m, int64_t *ids, int64_t len, int64_t strid
 static void decoding(void) {
     for (int rep = 0; rep < 4; rep++) {
         ct_gpt_config c = ct_gpt_config_default();
-        c.vocab_size = between(5, 40);
-        c.n_head = between(1, 2);
+        c.vocab_size = ct_test_between(&rng, 5, 40);
+        c.n_head = ct_test_between(&rng, 1, 2);
         c.n_embd = 8 * c.n_head;
-        c.n_layer = between(1, 2);
-        c.n_positions = between(4, 12);
-        int64_t W = between(2, c.n_positions), n = between(3, 7), stride = 40;
+        c.n_layer = ct_test_between(&rng, 1, 2);
+        c.n_positions = ct_test_between(&rng, 4, 12);
+        int64_t W = ct_test_between(&rng, 2, c.n_positions), n = ct_test_between(&rng, 3, 7), stride = 40;
         ct_model big, small;
         CHECK_OK(build(&c, W, n, &big));
         CHECK_OK(build(&c, W, 2, &small)); /* same seed: same weights; chunks of 2 rows */
         ct_model_train(&big, true);        /* generation switches to eval mode and back */
         int64_t ids[8 * 40], len[8], ref[8 * 40], sampled[8 * 40], slen[8];
         for (int64_t r = 0; r < n; r++) {
-            len[r] = between(1, 2 * W); /* some prompts longer than the window: cropped */
-            for (int64_t j = 0; j < len[r]; j++) ids[r * stride + j] = between(0, c.vocab_size - 1);
+            len[r] = ct_test_between(&rng, 1, 2 * W); /* some prompts longer than the window: cropped */
+            for (int64_t j = 0; j < len[r]; j++) ids[r * stride + j] = ct_test_between(&rng, 0, c.vocab_size - 1);
         }
         memcpy(ref, ids, sizeof ids);
         int64_t ref_len[8];
         memcpy(ref_len, len, sizeof len);
         ct_generation_config g = ct_generation_config_default();
-        g.max_new_tokens = between(1, 12);
+        g.max_new_tokens = ct_test_between(&rng, 1, 12);
         CHECK_OK(ct_generate(&big, &g, n, stride, ids, len, 0));
         CHECK(big.root->training, "training mode restored");
         ct_model_train(&big, false);
@@ -243,9 +241,9 @@ static void decoding(void) {
         }
         /* Sampling: batch and chunk invariance, keyed by the sequence index. */
         g.do_sample = true;
-        g.top_k = between(0, 5);
+        g.top_k = ct_test_between(&rng, 0, 5);
         g.temperature = 0.7 + ct_rng_uniform(&rng);
-        g.seed = (uint64_t)between(0, 1000000);
+        g.seed = (uint64_t)ct_test_between(&rng, 0, 1000000);
         for (int64_t r = 0; r < n; r++) slen[r] = ref_len[r];
         memcpy(sampled, ids, sizeof ids);
         CHECK_OK(ct_generate(&big, &g, n, stride, sampled, slen, 5));

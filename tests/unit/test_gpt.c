@@ -18,16 +18,14 @@
 
 static ct_rng rng;
 
-static int64_t between(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
-
 static ct_gpt_config tiny_config(void) {
     ct_gpt_config c = ct_gpt_config_default();
-    c.vocab_size = between(3, 13);
+    c.vocab_size = ct_test_between(&rng, 3, 13);
     /* At least 4 features: LayerNorm over 1 or 2 is constant or a sign function (no useful derivative). */
-    c.n_head = between(1, 3);
-    c.n_embd = c.n_head * between(c.n_head == 1 ? 4 : 2, 4);
-    c.n_layer = between(1, 2);
-    c.n_positions = between(1, 7);
+    c.n_head = ct_test_between(&rng, 1, 3);
+    c.n_embd = c.n_head * ct_test_between(&rng, c.n_head == 1 ? 4 : 2, 4);
+    c.n_layer = ct_test_between(&rng, 1, 2);
+    c.n_positions = ct_test_between(&rng, 1, 7);
     c.bias = ct_rng_below(&rng, 4) != 0;
     return c;
 }
@@ -52,11 +50,11 @@ static void gradchecks(void) {
         int kind = rep % 3; /* 0: no dropout; 1: dropout in training (fixed masks); 2: dropout, eval */
         c.dropout = kind == 0 ? 0.0 : 0.1 + 0.2 * ct_rng_uniform(&rng);
         /* With dropout in training, a few positions more, so that no path is dropped entirely. */
-        if (kind == 1 && c.n_positions < 4) c.n_positions = between(4, 7);
-        int64_t T = between(kind == 1 ? 3 : 1, c.n_positions);
+        if (kind == 1 && c.n_positions < 4) c.n_positions = ct_test_between(&rng, 4, 7);
+        int64_t T = ct_test_between(&rng, kind == 1 ? 3 : 1, c.n_positions);
         ct_module *m;
         CHECK_OK(ct_gpt_create(&c, &m));
-        ct_gradcheck_opts o = ct_gradcheck_defaults(between(1, 3));
+        ct_gradcheck_opts o = ct_gradcheck_defaults(ct_test_between(&rng, 1, 3));
         o.integer_input_max = (int)c.vocab_size;
         o.max_probes = 1 << 20; /* every element of every parameter */
         o.training = kind != 2;
@@ -74,9 +72,9 @@ static void gradchecks(void) {
 
 static void causal_and_rows(void) {
     ct_gpt_config c = tiny_config();
-    c.n_positions = between(3, 9);
-    c.vocab_size = between(5, 20);
-    int64_t T = between(2, c.n_positions), B = between(2, 4), V = c.vocab_size;
+    c.n_positions = ct_test_between(&rng, 3, 9);
+    c.vocab_size = ct_test_between(&rng, 5, 20);
+    int64_t T = ct_test_between(&rng, 2, c.n_positions), B = ct_test_between(&rng, 2, 4), V = c.vocab_size;
     ct_model model;
     CHECK_OK(build(&c, T, CT_F64, B, &model));
     ct_model_train(&model, false);
@@ -90,7 +88,7 @@ static void causal_and_rows(void) {
     double *before = malloc(bytes);
     memcpy(before, y.data, bytes);
     /* Change the token at position t of sample 0: positions < t keep their logits, t changes. */
-    int64_t t = between(1, T - 1);
+    int64_t t = ct_test_between(&rng, 1, T - 1);
     int64_t *p = ids.data;
     p[t] = (p[t] + 1 + (int64_t)ct_rng_below(&rng, (uint64_t)(V - 1))) % V;
     CHECK_OK(ct_model_forward(&model, &ids, &y));
@@ -236,7 +234,7 @@ static ct_status record(void *ctx, const ct_module *m) {
 static void grads_ready_contract(void) {
     ct_gpt_config c = tiny_config();
     c.n_layer = 2;
-    int64_t T = between(1, c.n_positions), B = 2;
+    int64_t T = ct_test_between(&rng, 1, c.n_positions), B = 2;
     ct_model model;
     CHECK_OK(build(&c, T, CT_F64, B, &model));
     int64_t shape[2] = {B, T};
@@ -399,8 +397,8 @@ static void errors(void) {
 static void padded_vocab(void) {
     ct_gpt_config c = tiny_config();
     ct_gpt_config cp = c;
-    cp.padded_vocab_size = c.vocab_size + between(1, 9);
-    int64_t V = c.vocab_size, Vp = cp.padded_vocab_size, C = c.n_embd, T = between(1, c.n_positions), B = 2;
+    cp.padded_vocab_size = c.vocab_size + ct_test_between(&rng, 1, 9);
+    int64_t V = c.vocab_size, Vp = cp.padded_vocab_size, C = c.n_embd, T = ct_test_between(&rng, 1, c.n_positions), B = 2;
     ct_model plain, padded;
     CHECK_OK(build(&c, T, CT_F64, B, &plain));
     CHECK_OK(build(&cp, T, CT_F64, B, &padded));
@@ -476,7 +474,7 @@ static void padded_vocab(void) {
               ct_tensor_get(wte->grad, j));
 
     /* A padding id is not a token, though wte has a row for it. */
-    int64_t bad = V + between(0, Vp - V - 1);
+    int64_t bad = V + ct_test_between(&rng, 0, Vp - V - 1);
     ((int64_t *)ids.data)[B * T - 1] = bad;
     char want[64];
     snprintf(want, sizeof want, "token id %lld at position [1, %lld]", (long long)bad, (long long)(T - 1));

@@ -20,12 +20,6 @@ static ct_rng rng;
 static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
 static int64_t below(int64_t n) { return (int64_t)ct_rng_below(&rng, (uint64_t)n); }
 
-static ct_tensor alloc(ct_dtype dt, int ndim, const int64_t *shape) {
-    ct_tensor t;
-    ct_status s = ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape);
-    CT_ASSERT(s == CT_OK);
-    return t;
-}
 
 static void fill_uniform(ct_tensor *t, double lo, double hi) {
     for (int64_t i = 0; i < ct_tensor_numel(t); i++) ct_tensor_set(t, i, unif(lo, hi));
@@ -50,7 +44,7 @@ static double loss_sum(void *ctx) {
  * backward with a random scale must be that scale times the first (dpred overwritten, not added). */
 static void gradcheck(const char *label, ct_loss *l, ct_tensor *pred, const ct_tensor *target) {
     int64_t n = ct_tensor_numel(pred);
-    ct_tensor g = alloc(CT_F64, pred->ndim, pred->shape), g2 = alloc(CT_F64, pred->ndim, pred->shape);
+    ct_tensor g = ct_test_alloc(CT_F64, pred->ndim, pred->shape), g2 = ct_test_alloc(CT_F64, pred->ndim, pred->shape);
     ct_tensor_fill(&g, 123.0);
     CHECK_OK(ct_loss_backward(l, pred, target, 1.0, &g));
     double *a = g.data;
@@ -92,8 +86,8 @@ typedef struct xent_case {
 static void xent_data(const xent_case *c, int64_t n, int64_t t, int64_t classes, ct_tensor *logits,
                       ct_tensor *target) {
     int64_t ls[3] = {n, t, classes}, ls2[2] = {n, classes};
-    *logits = c->tokens ? alloc(CT_F64, 3, ls) : alloc(CT_F64, 2, ls2);
-    *target = alloc(c->i32 ? CT_I32 : CT_I64, c->tokens ? 2 : 1, ls);
+    *logits = c->tokens ? ct_test_alloc(CT_F64, 3, ls) : ct_test_alloc(CT_F64, 2, ls2);
+    *target = ct_test_alloc(c->i32 ? CT_I32 : CT_I64, c->tokens ? 2 : 1, ls);
     fill_uniform(logits, -3, 3);
     int64_t rows = ct_tensor_numel(target);
     for (int64_t r = 0; r < rows; r++) {
@@ -146,7 +140,8 @@ static ct_loss_value xent_naive(const xent_case *c, const ct_tensor *logits, con
 static void fused_matches(const char *label, ct_loss *l, const ct_tensor *logits, const ct_tensor *target,
                           ct_loss_value v, const ct_tensor *g) {
     int64_t n = ct_tensor_numel(logits);
-    ct_tensor z = alloc(logits->dtype, logits->ndim, logits->shape), d = alloc(logits->dtype, logits->ndim, logits->shape);
+    ct_tensor z = ct_test_alloc(logits->dtype, logits->ndim, logits->shape);
+    ct_tensor d = ct_test_alloc(logits->dtype, logits->ndim, logits->shape);
     memcpy(z.data, logits->data, (size_t)n * sizeof(double));
     ct_loss_value f = {NAN, NAN};
     CHECK_OK(ct_loss_forward_backward(l, &z, target, 1.0, &z, &f));
@@ -163,7 +158,7 @@ static void fused_matches(const char *label, ct_loss *l, const ct_tensor *logits
 
     /* The last row's target out of range: refused before any row (the first ones included) is written. */
     int64_t rows = ct_tensor_numel(target), classes = logits->shape[logits->ndim - 1];
-    ct_tensor t = alloc(target->dtype, target->ndim, target->shape);
+    ct_tensor t = ct_test_alloc(target->dtype, target->ndim, target->shape);
     for (int64_t r = 0; r < rows; r++) ct_tensor_set(&t, r, ct_tensor_get(target, r));
     ct_tensor_set(&t, rows - 1, (double)(classes + 3));
     CHECK_ERR(ct_loss_forward_backward(l, &z, &t, 1.0, &z, &f), CT_ERR_INVALID_ARG, "is outside [0, ");
@@ -207,7 +202,7 @@ static void xent_cases(void) {
         gradcheck(c->label, l, &logits, &target);
 
         /* ignored rows get exactly zero gradient */
-        ct_tensor g = alloc(CT_F64, logits.ndim, logits.shape);
+        ct_tensor g = ct_test_alloc(CT_F64, logits.ndim, logits.shape);
         ct_tensor_fill(&g, 5.0);
         CHECK_OK(ct_loss_backward(l, &logits, &target, 1.0, &g));
         fused_matches(c->label, l, &logits, &target, v, &g);
@@ -227,7 +222,7 @@ static void xent_cases(void) {
     ct_loss *l;
     CHECK_OK(ct_cross_entropy_loss_create(NULL, &l));
     int64_t ls[2] = {3, 4};
-    ct_tensor z = alloc(CT_F64, 2, ls), y = alloc(CT_I64, 1, ls);
+    ct_tensor z = ct_test_alloc(CT_F64, 2, ls), y = ct_test_alloc(CT_I64, 1, ls);
     fill_uniform(&z, -1, 1);
     ct_tensor_fill(&y, -100);
     ct_loss_value v;
@@ -237,7 +232,7 @@ static void xent_cases(void) {
 
     /* An empty batch: (0, 0) and an empty gradient, not an error. */
     ct_tensor z0 = ct_tensor_rows(&z, 0, 0), y0 = ct_tensor_rows(&y, 0, 0);
-    ct_tensor g0 = alloc(CT_F64, 2, ls);
+    ct_tensor g0 = ct_test_alloc(CT_F64, 2, ls);
     ct_tensor g0v = ct_tensor_rows(&g0, 0, 0);
     CHECK_OK(ct_loss_forward(l, &z0, &y0, &v));
     CHECK(v.sum == 0 && v.count == 0, "empty batch: (%g, %g)", v.sum, v.count);
@@ -304,7 +299,7 @@ static void pointwise_cases(void) {
         json_decref(spec);
         if (!l) continue;
         int64_t shape[3] = {2 + below(6), 1 + below(3), last};
-        ct_tensor x = alloc(CT_F64, 3, shape), y = alloc(CT_F64, 3, shape);
+        ct_tensor x = ct_test_alloc(CT_F64, 3, shape), y = ct_test_alloc(CT_F64, 3, shape);
         fill_uniform(&y, c->target_lo, c->target_hi);
         for (int64_t i = 0; i < ct_tensor_numel(&x); i++) {
             double v, t = ct_tensor_get(&y, i);
@@ -333,7 +328,7 @@ static void pointwise_cases(void) {
     ct_loss *l;
     CHECK_OK(ct_bce_with_logits_loss_create(NULL, 0, &l));
     int64_t two[1] = {2};
-    ct_tensor x = alloc(CT_F64, 1, two), y = alloc(CT_F64, 1, two), g = alloc(CT_F64, 1, two);
+    ct_tensor x = ct_test_alloc(CT_F64, 1, two), y = ct_test_alloc(CT_F64, 1, two), g = ct_test_alloc(CT_F64, 1, two);
     ct_tensor_set(&x, 0, 800.0);
     ct_tensor_set(&x, 1, -800.0);
     ct_tensor_set(&y, 0, 0.0);
@@ -374,8 +369,8 @@ static void split_batch(void) {
             json_decref(spec);
             label = ct_loss_name(l);
             int64_t shape[2] = {n, classes};
-            pred = alloc(CT_F64, 2, shape);
-            target = alloc(CT_F64, 2, shape);
+            pred = ct_test_alloc(CT_F64, 2, shape);
+            target = ct_test_alloc(CT_F64, 2, shape);
             fill_uniform(&pred, -2, 2);
             fill_uniform(&target, 0, 1);
         }
@@ -399,7 +394,7 @@ static void split_batch(void) {
                   "%s: the mean of means equals the mean, the check proves nothing", label);
 
         /* Gradients with the global 1/count are the same rows, bit for bit. */
-        ct_tensor g = alloc(CT_F64, pred.ndim, pred.shape), gs = alloc(CT_F64, pred.ndim, pred.shape);
+        ct_tensor g = ct_test_alloc(CT_F64, pred.ndim, pred.shape), gs = ct_test_alloc(CT_F64, pred.ndim, pred.shape);
         ct_tensor ga = ct_tensor_rows(&gs, 0, cut), gb = ct_tensor_rows(&gs, cut, n - cut);
         double scale = 1.0 / whole.count;
         CHECK_OK(ct_loss_backward(l, &pred, &target, scale, &g));
@@ -420,7 +415,7 @@ static void split_batch(void) {
 static void f32_and_threads(void) {
     /* Big enough for the OpenMP path: [N, T, C] with N*T*C > CT_OMP_MIN. */
     int64_t shape[3] = {16, 64, 100};
-    ct_tensor z64 = alloc(CT_F64, 3, shape), z32 = alloc(CT_F32, 3, shape), y = alloc(CT_I64, 2, shape);
+    ct_tensor z64 = ct_test_alloc(CT_F64, 3, shape), z32 = ct_test_alloc(CT_F32, 3, shape), y = ct_test_alloc(CT_I64, 2, shape);
     fill_uniform(&z64, -5, 5);
     for (int64_t i = 0; i < ct_tensor_numel(&z64); i++) ct_tensor_set(&z32, i, ct_tensor_get(&z64, i));
     for (int64_t i = 0; i < ct_tensor_numel(&y); i++) ct_tensor_set(&y, i, i % 7 == 0 ? -100 : (double)below(100));
@@ -441,7 +436,7 @@ static void f32_and_threads(void) {
     CHECK_OK(ct_loss_forward(l, &z32, &y, &v32));
     double ref = 0;
     {
-        ct_tensor zr = alloc(CT_F64, 3, shape);
+        ct_tensor zr = ct_test_alloc(CT_F64, 3, shape);
         for (int64_t i = 0; i < ct_tensor_numel(&zr); i++) ct_tensor_set(&zr, i, ct_tensor_get(&z32, i));
         ct_loss_value vr;
         CHECK_OK(ct_loss_forward(l, &zr, &y, &vr));
@@ -449,7 +444,7 @@ static void f32_and_threads(void) {
         ct_tensor_free(&zr);
     }
     CHECK_NEAR(v32.sum, ref, 1e-12);
-    ct_tensor g32 = alloc(CT_F32, 3, shape), g64 = alloc(CT_F64, 3, shape);
+    ct_tensor g32 = ct_test_alloc(CT_F32, 3, shape), g64 = ct_test_alloc(CT_F64, 3, shape);
     CHECK_OK(ct_loss_backward(l, &z32, &y, 1.0 / v32.count, &g32));
     CHECK_OK(ct_loss_backward(l, &z64, &y, 1.0 / v1.count, &g64));
     double worst = 0, gmax = 0;
@@ -461,7 +456,7 @@ static void f32_and_threads(void) {
     /* The fused path on float32, in place, on 1 and 2 threads: the forward's sum and the backward's
      * gradient to the bit, whatever the thread count. */
     for (int th = 1; th <= 2; th++) {
-        ct_tensor f32 = alloc(CT_F32, 3, shape);
+        ct_tensor f32 = ct_test_alloc(CT_F32, 3, shape);
         memcpy(f32.data, z32.data, (size_t)ct_tensor_numel(&z32) * sizeof(float));
         ct_loss_value fv;
         ct_set_num_threads(th);
@@ -478,7 +473,7 @@ static void f32_and_threads(void) {
     ct_loss_free(l);
 
     /* Elementwise on the OpenMP path, f32. */
-    ct_tensor t32 = alloc(CT_F32, 3, shape);
+    ct_tensor t32 = ct_test_alloc(CT_F32, 3, shape);
     fill_uniform(&t32, 0, 1);
     CHECK_OK(ct_bce_with_logits_loss_create(NULL, 0, &l));
     ct_set_num_threads(1);
@@ -502,8 +497,8 @@ static void nan_propagates(void) {
         CHECK_OK(ct_loss_from_json(spec, "loss", &l));
         json_decref(spec);
         int64_t shape[2] = {3, 4};
-        ct_tensor x = alloc(CT_F32, 2, shape), g = alloc(CT_F32, 2, shape);
-        ct_tensor y = k == 0 ? alloc(CT_I64, 1, shape) : alloc(CT_F32, 2, shape);
+        ct_tensor x = ct_test_alloc(CT_F32, 2, shape), g = ct_test_alloc(CT_F32, 2, shape);
+        ct_tensor y = k == 0 ? ct_test_alloc(CT_I64, 1, shape) : ct_test_alloc(CT_F32, 2, shape);
         fill_uniform(&x, -1, 1);
         if (k > 0) fill_uniform(&y, 0, 1);
         /* first element of a row: the case a max-by-comparison would skip */
@@ -551,7 +546,7 @@ static void vtable(void) {
     ct_loss_base_init(&c->base, &old);
     c->value = 2.5;
     int64_t shape[2] = {3, 2};
-    ct_tensor x = alloc(CT_F32, 2, shape), g = alloc(CT_F32, 2, shape);
+    ct_tensor x = ct_test_alloc(CT_F32, 2, shape), g = ct_test_alloc(CT_F32, 2, shape);
     ct_loss_value v;
     CHECK(strcmp(ct_loss_name(&c->base), "custom") == 0, "NULL name reads 'custom'");
     CHECK_OK(ct_loss_forward(&c->base, &x, &x, &v));
@@ -586,9 +581,9 @@ static ct_status from_json_text(const char *text, ct_loss **out) {
 static void errors(void) {
     ct_loss *l = NULL;
     int64_t s84[2] = {8, 4}, s8[1] = {8}, s9[1] = {9}, s85[3] = {8, 5, 4};
-    ct_tensor z = alloc(CT_F32, 2, s84), y = alloc(CT_I64, 1, s8), y9 = alloc(CT_I64, 1, s9);
-    ct_tensor yf = alloc(CT_F32, 1, s8), zt = alloc(CT_F32, 3, s85), yt = alloc(CT_I32, 2, s85);
-    ct_tensor zi = alloc(CT_I64, 2, s84), g = alloc(CT_F32, 2, s84), g64 = alloc(CT_F64, 2, s84);
+    ct_tensor z = ct_test_alloc(CT_F32, 2, s84), y = ct_test_alloc(CT_I64, 1, s8), y9 = ct_test_alloc(CT_I64, 1, s9);
+    ct_tensor yf = ct_test_alloc(CT_F32, 1, s8), zt = ct_test_alloc(CT_F32, 3, s85), yt = ct_test_alloc(CT_I32, 2, s85);
+    ct_tensor zi = ct_test_alloc(CT_I64, 2, s84), g = ct_test_alloc(CT_F32, 2, s84), g64 = ct_test_alloc(CT_F64, 2, s84);
     fill_uniform(&z, -1, 1);
     fill_uniform(&zt, -1, 1);
     ct_loss_value v;

@@ -251,3 +251,13 @@ char *ct_test_capture_stderr(void (*fn)(void *), void *arg) {
     fclose(cap);
     return out;
 }
+
+int64_t ct_test_between(ct_rng *rng, int64_t lo, int64_t hi) {
+    return lo + (int64_t)ct_rng_below(rng, (uint64_t)(hi - lo + 1));
+}
+
+ct_tensor ct_test_alloc(ct_dtype dt, int ndim, const int64_t *shape) {
+    ct_tensor t;
+    CT_ASSERT(ct_tensor_alloc(&t, dt, CT_CPU, ndim, shape) == CT_OK);
+    return t;
+}

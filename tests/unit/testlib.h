@@ -93,6 +93,11 @@ double ct_gradcheck_module(const char *label, ct_module *m, const ct_shape *in, 
  * i64), which is what a SUM over both ranks gives (MIN and MAX keep the value). */
 void ct_test_mirror_sum(ct_tensor *t);
 
+/* A uniform integer in [lo, hi] from rng. */
+int64_t ct_test_between(ct_rng *rng, int64_t lo, int64_t hi);
+/* A host tensor of the given shape (contents unset); aborts when memory runs out. */
+ct_tensor ct_test_alloc(ct_dtype dt, int ndim, const int64_t *shape);
+
 /* Runs fn(arg) with stderr (descriptor 2) captured; returns what it printed (malloc'd), for checks
  * of warnings. */
 char *ct_test_capture_stderr(void (*fn)(void *), void *arg);
