@@ -8,10 +8,11 @@
  * Without attention dropout, on a backend that has it (the CPU), one op does it all
  * (ct_op_causal_attention_forward / _backward): per (sample, head) block on one thread, heads read
  * and written in place in qkv, y and d(qkv), keeping only P for the backward. Otherwise the heads are
- * copied apart and the scores go through one GEMM per (sample, head) on contiguous [T, D] blocks
- * (batched in one ct_op_gemm_batched where the backend has it); the causal softmax (core/ops/ops_attn.h) ignores the masked scores and writes zeros
- * there, so the GEMM's values above the diagonal never matter. The backward is the exact chain
- * rule of the same steps, with P (the softmax output) and the dropped P' kept from the forward:
+ * copied apart and the scores go through one GEMM per (sample, head) on contiguous [T, D] blocks,
+ * batched in one ct_op_gemm_batched; the causal softmax (core/ops/ops_attn.h) ignores the masked
+ * scores and writes zeros there, so the GEMM's values above the diagonal never matter. The backward
+ * is the exact chain rule of the same steps, with P (the softmax output) and the dropped P' kept
+ * from the forward:
  *   dP' = dy v^T, dv = P'^T dy, dP = attn_dropout'(dP'), dS = softmax'(P, dP),
  *   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), and the heads merged into d(qkv).
  * Every buffer is reserved for the largest batch at the context length the model was built for;
@@ -110,33 +111,9 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     return ct_reserve_backward(ctx, m->dtype, m->device, &scores, &a->datt);
 }
 
-/* Matrix `index` of a tensor of rows x cols matrices stored one after another. */
-static ct_tensor mat(const ct_tensor *t, int64_t index, int64_t rows, int64_t cols) {
-    int64_t shape[2] = {rows, cols};
-    char *base = (char *)t->data + (size_t)(index * rows * cols) * ct_dtype_size(t->dtype);
-    return ct_tensor_view(base, t->dtype, t->device, 2, shape);
-}
-
-/* The n products of the (sample, head) blocks of a, b and c, each [rows, cols] of their last two
- * dimensions: in one batched op where the backend has it (the CPU's, which runs them in one parallel
- * region), else one GEMM per block. */
-static void gemm_heads(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
-                       ct_tensor *c, int64_t n) {
-    if (CT_BACKEND_HAS(c->device, gemm_batched)) {
-        ct_op_gemm_batched(trans_a, trans_b, alpha, a, b, 0.0, c);
-        return;
-    }
-    const int64_t ar = a->shape[a->ndim - 2], ac = a->shape[a->ndim - 1], br = b->shape[b->ndim - 2];
-    const int64_t bc = b->shape[b->ndim - 1], cr = c->shape[c->ndim - 2], cc = c->shape[c->ndim - 1];
-    for (int64_t i = 0; i < n; i++) {
-        ct_tensor ai = mat(a, i, ar, ac), bi = mat(b, i, br, bc), ci = mat(c, i, cr, cc);
-        ct_op_gemm(trans_a, trans_b, alpha, &ai, &bi, 0.0, &ci);
-    }
-}
-
 static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     attention *a = attn_self(m);
-    const int64_t B = x->shape[0], D = a->head_dim, C = a->n_embd, n = B * a->n_head;
+    const int64_t B = x->shape[0], D = a->head_dim, C = a->n_embd;
     const double scale = 1.0 / sqrt((double)D);
     ct_tensor qkv, proj;
     CT_TRY(ct_module_forward(a->c_attn, x, &qkv));
@@ -153,12 +130,12 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     ct_op_heads_split(&qkv, C, &k);
     ct_op_heads_split(&qkv, 2 * C, &v);
     ct_tensor att = ct_tensor_rows(&a->att, 0, B);
-    gemm_heads(false, true, scale, &q, &k, &att, n);
+    ct_op_gemm_batched(false, true, scale, &q, &k, 0.0, &att);
     ct_op_causal_softmax_forward(&att, &att);
     CT_TRY(ct_module_forward(a->attn_dropout, &att, &a->pd));
     ct_tensor yh = ct_tensor_rows(&a->yh, 0, B);
     ct_tensor pd = ct_tensor_rows(&a->pd, 0, B);
-    gemm_heads(false, false, 1.0, &pd, &v, &yh, n);
+    ct_op_gemm_batched(false, false, 1.0, &pd, &v, 0.0, &yh);
     ct_op_heads_merge(&yh, 0, &ym);
     CT_TRY(ct_module_forward(a->c_proj, &ym, &proj));
     return ct_module_forward(a->resid_dropout, &proj, y);
@@ -166,7 +143,7 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 
 static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     attention *a = attn_self(m);
-    const int64_t B = dy->shape[0], D = a->head_dim, C = a->n_embd, n = B * a->n_head;
+    const int64_t B = dy->shape[0], D = a->head_dim, C = a->n_embd;
     const double scale = 1.0 / sqrt((double)D);
     ct_tensor dproj, dym, dp;
     CT_TRY(ct_module_backward(a->resid_dropout, dy, &dproj));
@@ -181,16 +158,16 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
     ct_tensor datt = ct_tensor_rows(&a->datt, 0, B), dv = ct_tensor_rows(&a->dv, 0, B);
     ct_op_heads_split(&dym, 0, &dyh);
     ct_tensor pd = ct_tensor_rows(&a->pd, 0, B);
-    gemm_heads(false, true, 1.0, &dyh, &v, &datt, n);
-    gemm_heads(true, false, 1.0, &pd, &dyh, &dv, n);
+    ct_op_gemm_batched(false, true, 1.0, &dyh, &v, 0.0, &datt);
+    ct_op_gemm_batched(true, false, 1.0, &pd, &dyh, 0.0, &dv);
     CT_TRY(ct_module_backward(a->attn_dropout, &datt, &dp));
     /* dS overwrites datt (dp is datt itself when the dropout was the identity: allowed) */
     ct_tensor att = ct_tensor_rows(&a->att, 0, B);
     ct_op_causal_softmax_backward(&att, &dp, &datt);
     ct_tensor q = ct_tensor_rows(&a->q, 0, B), k = ct_tensor_rows(&a->k, 0, B);
     ct_tensor dq = ct_tensor_rows(&a->dq, 0, B), dk = ct_tensor_rows(&a->dk, 0, B);
-    gemm_heads(false, false, scale, &datt, &k, &dq, n);
-    gemm_heads(true, false, scale, &datt, &q, &dk, n);
+    ct_op_gemm_batched(false, false, scale, &datt, &k, 0.0, &dq);
+    ct_op_gemm_batched(true, false, scale, &datt, &q, 0.0, &dk);
     ct_op_heads_merge(&dq, 0, &dqkv);
     ct_op_heads_merge(&dk, C, &dqkv);
     ct_op_heads_merge(&dv, 2 * C, &dqkv);

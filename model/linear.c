@@ -81,12 +81,7 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     l->x = *x;
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     ct_tensor xm = as_matrix(x, l->in_features), ym = as_matrix(y, l->out_features);
-    if (CT_BACKEND_HAS(m->device, linear_forward)) {
-        ct_op_linear_forward(&xm, &l->weight, l->has_bias ? &l->bias : NULL, l->relu ? CT_ACT_RELU : CT_ACT_NONE, &ym);
-        return CT_OK;
-    }
-    ct_op_gemm(false, true, 1.0, &xm, &l->weight, 0.0, &ym);
-    if (l->has_bias) ct_op_bias_add(&ym, &l->bias, 1);
+    ct_op_linear_forward(&xm, &l->weight, l->has_bias ? &l->bias : NULL, l->relu ? CT_ACT_RELU : CT_ACT_NONE, &ym);
     return CT_OK;
 }
 

@@ -83,7 +83,21 @@ void ct_op_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tenso
     const int64_t count = ct_tensor_numel(c) / (cr * cc > 0 ? cr * cc : 1);
     CT_ASSERT(ar * ac * count == ct_tensor_numel(a) && br * bc * count == ct_tensor_numel(b));
     CT_ASSERT((trans_a ? ar : ac) == (trans_b ? bc : br) && cr == (trans_a ? ac : ar) && cc == (trans_b ? br : bc));
-    CALL(c, gemm_batched, trans_a, trans_b, alpha, a, b, beta, c);
+    if (backend_of(c, "gemm_batched")->gemm_batched) {
+        CALL(c, gemm_batched, trans_a, trans_b, alpha, a, b, beta, c);
+        return;
+    }
+    /* a backend without the kernel: one GEMM per matrix, on views of each */
+    const size_t es = ct_dtype_size(c->dtype);
+    for (int64_t i = 0; i < count; i++) {
+        ct_tensor ai = ct_tensor_view((char *)a->data + (size_t)(i * ar * ac) * es, a->dtype, a->device, 2,
+                                      (int64_t[]){ar, ac});
+        ct_tensor bi = ct_tensor_view((char *)b->data + (size_t)(i * br * bc) * es, b->dtype, b->device, 2,
+                                      (int64_t[]){br, bc});
+        ct_tensor ci = ct_tensor_view((char *)c->data + (size_t)(i * cr * cc) * es, c->dtype, c->device, 2,
+                                      (int64_t[]){cr, cc});
+        ct_op_gemm(trans_a, trans_b, alpha, &ai, &bi, beta, &ci);
+    }
 }
 
 void ct_op_fill(ct_tensor *t, double value) { CALL(t, fill, t, value); }
@@ -129,7 +143,14 @@ void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_
     CT_ASSERT(x->shape[1] == weight->shape[1] && y->shape[0] == x->shape[0] && y->shape[1] == weight->shape[0]);
     CT_ASSERT(!bias || ct_tensor_numel(bias) == weight->shape[0]);
     CT_ASSERT(act == CT_ACT_NONE || act == CT_ACT_RELU);
-    CALL(y, linear_forward, x, weight, bias, act, y);
+    if (backend_of(y, "linear_forward")->linear_forward) {
+        CALL(y, linear_forward, x, weight, bias, act, y);
+        return;
+    }
+    /* a backend without the kernel: the same values in three passes */
+    ct_op_gemm(false, true, 1.0, x, weight, 0.0, y);
+    if (bias) ct_op_bias_add(y, bias, 1);
+    if (act != CT_ACT_NONE) ct_op_activation_forward(act, y, y);
 }
 
 void ct_op_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner) {

@@ -60,8 +60,7 @@ void ct_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, co
  * after another, and C_i = alpha * op(A_i) @ op(B_i) + beta * C_i for each. Each C_i is what
  * ct_op_gemm computes for it; the CPU computes the matrices in one parallel region, a GEMM per
  * thread at a time, where one GEMM each would open a thread team per small product (attention's
- * per-(sample, head) products). Backends without it (CT_BACKEND_HAS(d, gemm_batched)): one
- * ct_op_gemm per matrix. */
+ * per-(sample, head) products). On backends without the kernel: one ct_op_gemm per matrix. */
 void ct_op_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                         double beta, ct_tensor *c);
 
@@ -101,8 +100,8 @@ void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_t
 /* y = act(x weight^T + bias): a linear layer's forward, x [rows, in], weight [out, in], bias [out] or
  * NULL, y [rows, out], act CT_ACT_NONE or CT_ACT_RELU. The same values as ct_op_gemm, ct_op_bias_add
  * and ct_op_activation_forward in turn, in one pass over y: the bias is the GEMM's starting value and
- * the ReLU is applied while the rows are in cache. Only backends with the kernel (CT_BACKEND_HAS(d,
- * linear_forward)) take it. */
+ * the ReLU is applied while the rows are in cache, on backends with the kernel (the CPU); elsewhere
+ * those three ops in turn. */
 void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
                           ct_tensor *y);
 

@@ -1,7 +1,10 @@
 /* Linear, activations, Flatten and Sequential: finite-difference gradients in float64, PyTorch's
- * init bounds, and the errors bad inputs get. */
+ * init bounds, the errors bad inputs get, and ct_op_linear_forward's path for backends without the
+ * kernel (gemm, bias_add, activation) against the CPU's kernel. */
+#include <math.h>
 #include <string.h>
 
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "model/layers.h"
 #include "model/model.h"
@@ -188,11 +191,54 @@ static void model_misuse(void) {
     CHECK_ERR(ct_tensor_alloc(&x, CT_F32, CT_CPU, 3, huge), CT_ERR_SHAPE, "too large");
 }
 
+/* ct_op_linear_forward with and without the backend's kernel (the CPU's table swapped for a copy
+ * that lacks it): the same values, float64, with and without bias and ReLU, on rows the kernel splits
+ * over threads. */
+static void linear_forward_fallback(void) {
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 7, CT_RNG_USER);
+    const int64_t rows = 300, in = 70, out = 90;
+    ct_tensor x = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, in}), w = ct_test_alloc(CT_F64, 2, (int64_t[]){out, in});
+    ct_tensor b = ct_test_alloc(CT_F64, 1, (int64_t[]){out}), y1 = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, out});
+    ct_tensor y2 = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, out});
+    for (int64_t i = 0; i < rows * in; i++) ct_tensor_set(&x, i, ct_rng_normal(&rng));
+    for (int64_t i = 0; i < out * in; i++) ct_tensor_set(&w, i, ct_rng_normal(&rng));
+    for (int64_t i = 0; i < out; i++) ct_tensor_set(&b, i, ct_rng_normal(&rng));
+    const ct_backend_ops *cpu = ct_backends[CT_DEVICE_CPU];
+    ct_backend_ops without = *cpu;
+    without.linear_forward = NULL;
+    for (int with_bias = 0; with_bias < 2; with_bias++)
+        for (int relu = 0; relu < 2; relu++) {
+            const ct_activation act = relu ? CT_ACT_RELU : CT_ACT_NONE;
+            ct_op_linear_forward(&x, &w, with_bias ? &b : NULL, act, &y1);
+            ct_backends[CT_DEVICE_CPU] = &without;
+            ct_op_linear_forward(&x, &w, with_bias ? &b : NULL, act, &y2);
+            ct_backends[CT_DEVICE_CPU] = cpu;
+            double worst = 0;
+            int64_t negative = 0;
+            for (int64_t i = 0; i < rows * out; i++) {
+                const double d = fabs(ct_tensor_get(&y1, i) - ct_tensor_get(&y2, i));
+                worst = d > worst ? d : worst;
+                negative += ct_tensor_get(&y2, i) < 0;
+            }
+            CHECK(worst <= 1e-12, "linear_forward bias=%d relu=%d: kernel and three-op path differ by %.3g", with_bias,
+                  relu, worst);
+            CHECK(relu ? negative == 0 : negative > 0, "linear_forward bias=%d relu=%d: %lld negative outputs",
+                  with_bias, relu, (long long)negative);
+        }
+    ct_tensor_free(&x);
+    ct_tensor_free(&w);
+    ct_tensor_free(&b);
+    ct_tensor_free(&y1);
+    ct_tensor_free(&y2);
+}
+
 int main(void) {
     ct_test_begin("test_dense_layers");
     model_misuse();
     gradchecks();
     init_bounds_and_names();
     bad_inputs();
+    linear_forward_fallback();
     return ct_test_finish();
 }
