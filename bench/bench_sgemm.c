@@ -1,7 +1,8 @@
-/* sgemm throughput, the physical limit of CPU training: GFLOP/s of ct_op_gemm (OpenBLAS's kernels,
- * split into a block per thread by backends/cpu/blas.c where the product is large enough) at the
- * shapes of the Fashion-MNIST MLP's forward and backward GEMMs (batch 128) and at a large square
- * size, and the kernel set OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
+/* sgemm throughput, the physical limit of CPU training: GFLOP/s of ct_op_gemm (the float GEMM engine's
+ * kernels, oneDNN's or OpenBLAS's (backends/cpu/gemm_engine.c), split into a block per thread by
+ * backends/cpu/blas.c where the product is large enough) at the shapes of the Fashion-MNIST MLP's
+ * forward and backward GEMMs (batch 128) and at a large square size, the engine, and the kernel set
+ * OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
  * Usage: bench_sgemm [THREADS]. Prints one JSON line. */
 #include <cblas.h>
 #include <stdio.h>
@@ -54,8 +55,8 @@ int main(int argc, char **argv) {
         secs += f / (g1 * 1e9) + f / (g2 * 1e9) + (l ? f / (g3 * 1e9) : 0);
     }
     double square = measure(false, false, 1024, 1024, 1024, 1.0);
-    printf("{\"threads\": %d, \"openblas_core\": \"%s\", \"sgemm_gflops_mlp_shapes\": %.1f, "
+    printf("{\"threads\": %d, \"gemm_engine\": \"%s\", \"openblas_core\": \"%s\", \"sgemm_gflops_mlp_shapes\": %.1f, "
            "\"sgemm_gflops_1024\": %.1f}\n",
-           threads, openblas_get_corename(), flops / secs * 1e-9, square);
+           threads, ct_cpu_gemm_engine(), openblas_get_corename(), flops / secs * 1e-9, square);
     return 0;
 }

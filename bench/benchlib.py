@@ -58,7 +58,8 @@ def level_env(env, level, blas_note):
 
 
 def ctrainer_level(ctrainer, env):
-    """The level ctrainer's kernels run at under env, as `ctrainer version` says."""
+    """The level ctrainer's kernels run at under env and its float GEMMs' engine, as `ctrainer version`
+    says ("x86-64-v4 (AVX-512), float GEMMs: oneDNN 2.6.3 sgemm (avx512_core)")."""
     if not os.path.exists(ctrainer):
         return f"unknown (no {ctrainer})"
     out = subprocess.run([ctrainer, "version"], capture_output=True, text=True, env=env)
@@ -66,7 +67,7 @@ def ctrainer_level(ctrainer, env):
         sys.exit(f"failed: {ctrainer} version\n{out.stderr}")
     for line in out.stdout.splitlines():
         if line.startswith("CPU:") and "kernels " in line:
-            return line.split("kernels ", 1)[1].split(", OpenBLAS")[0]
+            return line.split("kernels ", 1)[1].split(", BLAS:")[0]
     return "unknown"
 
 

@@ -44,7 +44,7 @@ ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model",
 peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
 
 print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW, "
-      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels; "
+      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels (PyTorch's GEMMs); "
       f"ctrainer kernels {isa}")
 print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
 for key in ("train_samples_per_s", "eval_samples_per_s"):

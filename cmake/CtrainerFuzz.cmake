@@ -4,7 +4,7 @@
 # in <build>/fuzz/. Included by the top-level CMakeLists.txt before the library's targets are
 # defined, so that the flags reach every object; the fuzz directory is added at the end.
 #
-#   CC=clang cmake -B build-fuzz -DCTRAINER_FUZZ=ON -DCTRAINER_CUDA=OFF -DCTRAINER_MPI=OFF \
+#   CC=clang cmake -B build-fuzz -DCTRAINER_FUZZ=ON -DCTRAINER_CUDA=OFF -DCTRAINER_MPI=OFF -DCTRAINER_ONEDNN=OFF \
 #         -DCTRAINER_TESTS=OFF -DCTRAINER_BENCH=OFF -DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF
 #
 # scripts/fuzz.sh does exactly that and runs every target for a while.

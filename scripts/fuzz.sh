@@ -37,8 +37,8 @@ done
 # Configure once with clang (CTRAINER_FUZZ refuses any other compiler); build only the targets.
 if [ ! -e "$dir/CMakeCache.txt" ]; then
   CC=${CC:-clang} cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCTRAINER_FUZZ=ON -DCTRAINER_CUDA=OFF \
-    -DCTRAINER_MPI=OFF -DCTRAINER_TESTS=OFF -DCTRAINER_BENCH=OFF -DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF \
-    -DCTRAINER_NATIVE=OFF >/dev/null
+    -DCTRAINER_MPI=OFF -DCTRAINER_ONEDNN=OFF -DCTRAINER_TESTS=OFF -DCTRAINER_BENCH=OFF -DCTRAINER_TENSORBOARD=OFF \
+    -DCTRAINER_PLOT=OFF -DCTRAINER_NATIVE=OFF >/dev/null
 fi
 cmake --build "$dir" -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config          # toolchain
   libopenblas-openmp-dev                    # CPU GEMM; OpenMP build shares threads with our loops
+  libdnnl-dev                               # oneDNN's sgemm, the float GEMMs' opt-in engine (CT_CPU_GEMM=onednn)
   libjansson-dev                            # JSON configs
   libhdf5-dev hdf5-tools                    # checkpoints and datasets (h5dump to inspect them)
   libopenmpi-dev openmpi-bin                # multi-process training

@@ -13,7 +13,7 @@
 #define FN(name) name##_f32
 /* float: the polynomial the compiler vectorises (expf.h); the softmax subtracts the row's max first */
 #define EXP ct_cpu_expf_neg
-#define GEMM cblas_sgemm
+#define GEMM ct_cpu_sgemm
 #include "backends/cpu/attn_tmpl.h"
 #undef R
 #undef FN

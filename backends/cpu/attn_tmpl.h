@@ -91,7 +91,7 @@ static void FN(causal_softmax_bwd)(const R *y, const R *dy, R *dx, int64_t rows,
 }
 
 /* Fused causal self-attention (ct_op_causal_attention_forward / _backward): the (batch, head) blocks
- * are split over the threads, and each block's GEMMs run on one thread (OpenBLAS does not start a
+ * are split over the threads, and each block's GEMMs run on one thread (neither GEMM engine starts a
  * team inside a parallel region) reading q, k and v where the projection left them (rows 3C apart)
  * and writing y, dq, dk and dv there too, so no head is copied. Queries are taken in chunks of
  * ATTN_ROWS rows, and a chunk's GEMMs stop at its last query's keys: the masked scores (half of

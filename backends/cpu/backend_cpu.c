@@ -42,14 +42,14 @@ static void cpu_memset_zero(int index, void *dst, size_t bytes) {
 /* Host ops have finished when they return. */
 static ct_status cpu_synchronize(void) { return CT_OK; }
 
-/* The level this table's kernels are compiled for and the CPU's best (isa.c), so that `ctrainer
- * version` and the benchmarks say which path ran. */
+/* The level this table's kernels are compiled for and the CPU's best (isa.c), and the float GEMMs'
+ * engine (gemm_engine.c), so that `ctrainer version` and the benchmarks say which path ran. */
 static void cpu_describe(int index, char *buf, size_t cap) {
     (void)index;
     int best = ct_cpu_isa_best();
-    snprintf(buf, cap, "%d OpenMP thread(s), kernels %s%s%s, %s", omp_get_max_threads(),
+    snprintf(buf, cap, "%d OpenMP thread(s), kernels %s%s%s, %s, BLAS: %s", omp_get_max_threads(),
              ct_cpu_isa_level_name(CT_CPU_ISA_LEVEL), CT_CPU_ISA_LEVEL < best ? " of this CPU's " : "",
-             CT_CPU_ISA_LEVEL < best ? ct_cpu_isa_level_name(best) : "", openblas_get_config());
+             CT_CPU_ISA_LEVEL < best ? ct_cpu_isa_level_name(best) : "", ct_cpu_gemm_engine(), openblas_get_config());
 }
 
 const ct_backend_ops ct_backend_cpu = {

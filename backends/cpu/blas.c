@@ -1,17 +1,18 @@
-/* GEMM through OpenBLAS's CBLAS interface (OpenBLAS picks its own kernels for the CPU at run time;
- * the thread count it shares with our OpenMP loops is set in threads.c), and a linear layer's
- * forward with its bias and ReLU (linear_tmpl.h).
+/* GEMM through the CBLAS interface (float: oneDNN's sgemm or OpenBLAS's, gemm_engine.c; double:
+ * OpenBLAS's; both pick their kernels for the CPU at run time and share the OpenMP thread team of
+ * our loops, threads.c), and a linear layer's forward with its bias and ReLU (linear_tmpl.h).
  *
  * A product large enough for the team is split here into one block of rows or columns per thread,
- * each computed by a single-threaded GEMM (OpenBLAS's OpenMP build runs single-threaded inside a
- * parallel region): the team meets once per product instead of at every synchronisation point of
+ * each computed by a single-threaded GEMM (both engines run single-threaded inside a parallel
+ * region): the team meets once per product instead of at every synchronisation point of
  * OpenBLAS's own threading, where a thread waiting for the other yields its core (on a loaded
  * machine, for a whole time slice), and the linear forward adds its bias and applies its ReLU to
  * the block a thread has just written, while it is in that thread's cache. The split is along the
  * larger of C's two dimensions, so that the operand every thread packs whole is the smaller one;
  * blocks start at multiples of CT_GEMM_BLOCK. Products below CT_GEMM_SPLIT_MIN multiply-adds, and
- * any product inside a parallel region, are one call, where OpenBLAS decides. Each element of C is
- * the same dot product over k whichever block holds it.
+ * any product inside a parallel region, are one call, where the engine decides. On OpenBLAS (the
+ * default engine, gemm_engine.c) each element of C is the same dot product over k whichever block
+ * holds it.
  *
  * A batch of small products (attention's per-(sample, head) GEMMs where the fused attention does
  * not apply) runs in one parallel region, each product on one thread: called one at a time,
@@ -46,8 +47,8 @@ static void gemm_raw(ct_dtype dt, bool trans_a, bool trans_b, int64_t m, int64_t
     CBLAS_TRANSPOSE ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
     int ilda = (int)(lda ? lda : 1), ildb = (int)(ldb ? ldb : 1), ildc = (int)(ldc ? ldc : 1);
     if (dt == CT_F32)
-        cblas_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, ilda, b, ildb, (float)beta, c,
-                    ildc);
+        ct_cpu_sgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, (float)alpha, a, ilda, b, ildb, (float)beta, c,
+                     ildc);
     else if (dt == CT_F64)
         cblas_dgemm(CblasRowMajor, ta, tb, (int)m, (int)n, (int)k, alpha, a, ilda, b, ildb, beta, c, ildc);
     else
@@ -129,8 +130,8 @@ void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tens
 #undef FN
 
 /* One thread's block of y = act(x w^T + b): the bias is the GEMM's starting value (beta 1 adds the
- * product to it with the one rounding a separate bias pass makes, and OpenBLAS then skips the pass
- * that clears C for beta 0), the ReLU follows on the block while it is in cache. */
+ * product to it with the one rounding a separate bias pass makes, and the engine then skips the
+ * pass that clears C for beta 0), the ReLU follows on the block while it is in cache. */
 static void linear_block(const gemm_args *g, const ct_tensor *bias, ct_activation act, int64_t m0, int64_t m1,
                          int64_t n0, int64_t n1) {
     if (bias) CT_REAL_DISPATCH(g->c, bias_rows, bias->data, g->c->data, g->n, m0, m1, n0, n1);

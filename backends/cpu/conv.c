@@ -1,6 +1,6 @@
-/* 2-D convolution on the CPU: a sample per thread at a time, im2col and single-threaded OpenBLAS
- * GEMMs on its planes, col2im for the input gradient (see ops_conv.h for the layout and conv_tmpl.h
- * for the scheme). Kernels are in conv_tmpl.h, instantiated for float and double. */
+/* 2-D convolution on the CPU: a sample per thread at a time, im2col and single-threaded GEMMs
+ * (gemm_engine.c) on its planes, col2im for the input gradient (see ops_conv.h for the layout and
+ * conv_tmpl.h for the scheme). Kernels are in conv_tmpl.h, instantiated for float and double. */
 #include <cblas.h>
 #include <omp.h>
 #include <stdbool.h>
@@ -74,7 +74,7 @@ static int64_t conv_slot_numel(const ct_conv2d_geom *g) { return conv_sparse_off
 
 #define R float
 #define FN(name) name##_f32
-#define GEMM cblas_sgemm
+#define GEMM ct_cpu_sgemm
 #include "backends/cpu/conv_tmpl.h"
 #undef R
 #undef FN

@@ -325,7 +325,7 @@ static void FN(sparse_backward)(const ct_conv2d_geom *g, const R *xb, const R *y
         for (int64_t q = 0; q < HW; q++) dxb[c * HW + q] = dxt[q * C + c];
 }
 
-/* The threads of a kernel: no more than the workspace has slots for, and one (whose GEMMs OpenBLAS
+/* The threads of a kernel: no more than the workspace has slots for, and one (whose GEMMs the engine
  * then runs on all the threads) when the batch has fewer samples than that, or the work does not pay
  * for a team (below CT_OMP_MIN multiply-adds). */
 static int FN(conv_threads)(const ct_conv2d_geom *g, const ct_tensor *ws, int64_t B) {

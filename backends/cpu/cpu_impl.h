@@ -38,6 +38,7 @@
 #define CT_CPU_VEC_BYTES 16
 #endif
 
+#include <cblas.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -85,6 +86,13 @@ void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_
 void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
 void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
                                       const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+/* gemm_engine.c (compiled once): the float GEMM of every kernel, CBLAS's prototype, on the engine
+ * ct_cpu_gemm_engine_init chose for the level the kernels run at (isa.c calls it when the library
+ * loads); ct_cpu_gemm_engine_check reports a CT_CPU_GEMM it could not honour. */
+void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+void ct_cpu_gemm_engine_init(int level);
+ct_status ct_cpu_gemm_engine_check(int level);
 /* blas.c */
 void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                  ct_tensor *c);

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_impl.h"
 #include "core/ops/backend.h"
 #include "core/ops/ops.h"
 
@@ -99,6 +100,7 @@ const ct_backend_ops *ct_backend_cpu_select(void) {
     int best = cpu_best_level(), level;
     if (ct_cpu_isa_choose(forced, best, &level) != CT_OK) ct_error_clear(); /* reported by ct_cpu_isa_check */
     chosen_level = level;
+    ct_cpu_gemm_engine_init(level);
     return level_table(level);
 }
 
@@ -110,5 +112,6 @@ int ct_cpu_isa_best(void) { return cpu_best_level(); }
 
 ct_status ct_cpu_isa_check(void) {
     int level;
-    return ct_cpu_isa_choose(forced, cpu_best_level(), &level);
+    CT_TRY(ct_cpu_isa_choose(forced, cpu_best_level(), &level));
+    return ct_cpu_gemm_engine_check(chosen_level);
 }

@@ -183,6 +183,13 @@ const ct_backend_ops *ct_backend_cpu_select(void);
 ct_status ct_cpu_isa_choose(const char *want, int best, int *level);
 const char *ct_cpu_isa_level_name(int level);
 
+/* The rule for the float GEMMs' engine (backends/cpu/gemm_engine.c), applied by
+ * ct_backend_cpu_select once the level is known: what CT_CPU_GEMM's value `want` (NULL or "":
+ * unset, "openblas", "onednn") gets at the kernels' `level` (0 to 4), *onednn true for oneDNN's
+ * sgemm. Unset is OpenBLAS; oneDNN needs a build with it and a level other than 1 (its kernels
+ * need SSE4.1). On an error *onednn is false. */
+ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn);
+
 /* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in
  * or its module is not loaded yet. The CPU's entry is settled when the library loads
  * (CTRAINER_CHECKED_DEVICE is read then, and puts the checked device in CUDA's); a module's entry is

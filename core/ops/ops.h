@@ -44,9 +44,18 @@ int ct_cpu_isa_level(void);
 int ct_cpu_isa_best(void);
 const char *ct_cpu_isa(void);
 
+/* The library that runs the CPU's float GEMMs (backends/cpu/gemm_engine.c), as a line for `ctrainer
+ * version` and the benchmarks ("float GEMMs: OpenBLAS"): OpenBLAS's sgemm, or oneDNN's where the
+ * build has it (CTRAINER_ONEDNN), the level is v2 or above and the environment variable
+ * CT_CPU_GEMM=onednn asks for it (faster, but a row of C then changes in its last bits with the
+ * number of rows computed with it: the batch size, the processes or threads that share a batch).
+ * float64 GEMMs are always OpenBLAS's. */
+const char *ct_cpu_gemm_engine(void);
+
 /* CT_OK, or CT_ERR_INVALID_ARG with a message when CT_CPU_ISA names no level, one above the CPU's
- * best, or any in a build without levels; the kernels then run at the best level. The CLI and
- * ct_trainer_init stop on it. */
+ * best, or any in a build without levels (the kernels then run at the best level), or when
+ * CT_CPU_GEMM names no engine or one the build or level lacks (the default engine then runs). The
+ * CLI and ct_trainer_init stop on it. */
 ct_status ct_cpu_isa_check(void);
 
 /* --- dense linear algebra ---------------------------------------------------------------------- */

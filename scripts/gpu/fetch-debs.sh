@@ -51,9 +51,9 @@ mkdir -p "$(dirname "$exclude")"
 grep -qxF '/.gpu-debs/' "$exclude" 2>/dev/null || echo '/.gpu-debs/' >>"$exclude"
 
 # Headers and the unversioned .so names the linker wants; not followed (see above).
-dev=(libopenblas-openmp-dev libjansson-dev libhdf5-dev zlib1g-dev)
+dev=(libopenblas-openmp-dev libdnnl-dev libjansson-dev libhdf5-dev zlib1g-dev)
 # Runtime roots, followed through their dependencies.
-runtime=(libopenblas0-openmp libjansson4 libhdf5-103-1 libhdf5-hl-100 zlib1g)
+runtime=(libopenblas0-openmp libdnnl2 libjansson4 libhdf5-103-1 libhdf5-hl-100 zlib1g)
 if ((with_mpi)); then
   dev+=(libopenmpi-dev)
   runtime+=(libopenmpi3 openmpi-bin openmpi-common)

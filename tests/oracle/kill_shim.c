@@ -7,7 +7,8 @@
  *   rename_to:TEXT    rename() whose new name ends with TEXT (".deleting": rotation set a victim aside)
  *   rename_from:TEXT  rename() whose old name ends with TEXT (".tmp": a save's commit)
  *   remove_in:TEXT    remove() of a path that contains TEXT (".deleting/": a victim half deleted)
- *   gemm_off_main:    cblas_sgemm() called by a thread other than the process's first and not by an
+ *   gemm_off_main:    a float GEMM (cblas_sgemm() or oneDNN's dnnl_sgemm(), whichever engine runs)
+ *                     called by a thread other than the process's first and not by an
  *                     OpenMP worker, before it runs (TEXT empty): in a run of linear layers only,
  *                     the forwards of the asynchronous evaluator (eval_async), one call per layer and
  *                     batch, as training's run on the main thread (a GEMM the CPU backend splits
@@ -18,6 +19,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,12 +71,28 @@ static int omp_thread_num(void) {
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float *, int, const float *, int, float, float *,
                          int);
 
+static void count_gemm(void) {
+    if (strcmp(what, "gemm_off_main") == 0) count(syscall(SYS_gettid) != getpid() && omp_thread_num() == 0);
+}
+
 void cblas_sgemm(int order, int ta, int tb, int m, int n, int k, float alpha, const float *a, int lda, const float *b,
                  int ldb, float beta, float *c, int ldc) {
     static sgemm_fn real;
     if (!real) real = (sgemm_fn)dlsym(RTLD_NEXT, "cblas_sgemm");
-    if (strcmp(what, "gemm_off_main") == 0) count(syscall(SYS_gettid) != getpid() && omp_thread_num() == 0);
+    count_gemm();
     real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+/* oneDNN's prototype: its status enum as the int it is returned as, dnnl_dim_t as int64_t. */
+typedef int (*dnnl_sgemm_fn)(char, char, int64_t, int64_t, int64_t, float, const float *, int64_t, const float *,
+                             int64_t, float, float *, int64_t);
+
+int dnnl_sgemm(char ta, char tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+    static dnnl_sgemm_fn real;
+    if (!real) real = (dnnl_sgemm_fn)dlsym(RTLD_NEXT, "dnnl_sgemm");
+    count_gemm();
+    return real(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int remove(const char *path) {

@@ -1,7 +1,9 @@
 /* The CPU kernels' instruction-set level (backends/cpu/isa.c): the rule that turns CT_CPU_ISA and
  * the CPU's best level into the level that runs, with its errors, for every best level a CPU may
- * have (so that a machine with AVX-512 checks what an AVX2 or SSE4.2 machine would be told); and
- * that the table registered for the CPU is the chosen level's, which its description names.
+ * have (so that a machine with AVX-512 checks what an AVX2 or SSE4.2 machine would be told); the
+ * rule that picks the float GEMMs' engine (CT_CPU_GEMM, backends/cpu/gemm_engine.c) at each level;
+ * and that the table registered for the CPU is the chosen level's, which its description names
+ * with the engine.
  * Run once per level the machine offers under the isa label (tests/isa/at_level.sh), this also
  * checks that CT_CPU_ISA reaches the dispatch. */
 #include <stdlib.h>
@@ -50,6 +52,41 @@ static void test_choose(void) {
     CHECK(level == 0, "a build without levels runs level 0, not %d", level);
 }
 
+/* The float GEMMs' engine for every level and CT_CPU_GEMM value: OpenBLAS by default and on
+ * request; oneDNN on request where the build has it, except at level 1 (its kernels need SSE4.1). */
+static void test_gemm_engine_choose(void) {
+#ifdef CT_HAVE_ONEDNN
+    const bool built = true;
+#else
+    const bool built = false;
+#endif
+    for (int level = 0; level <= 4; level++) {
+        const char *unset[] = {NULL, "", "openblas"};
+        for (size_t i = 0; i < sizeof unset / sizeof *unset; i++) {
+            bool onednn = true;
+            CHECK_OK(ct_cpu_gemm_engine_choose(unset[i], level, &onednn));
+            CHECK(!onednn, "'%s' at level %d runs OpenBLAS", unset[i] ? unset[i] : "(unset)", level);
+        }
+        bool onednn = false;
+        if (built && level != 1) {
+            CHECK_OK(ct_cpu_gemm_engine_choose("onednn", level, &onednn));
+            CHECK(onednn, "onednn at level %d runs oneDNN", level);
+        } else {
+            onednn = true;
+            CHECK_ERR(ct_cpu_gemm_engine_choose("onednn", level, &onednn), CT_ERR_INVALID_ARG, "CT_CPU_GEMM=onednn",
+                      built ? "SSE4.1" : "no oneDNN");
+            CHECK(!onednn, "an engine the build or level lacks leaves OpenBLAS at level %d", level);
+        }
+        const char *bad[] = {"OpenBLAS", "mkl", "onednn ", "blas", "1"};
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            onednn = true;
+            CHECK_ERR(ct_cpu_gemm_engine_choose(bad[i], level, &onednn), CT_ERR_INVALID_ARG, bad[i],
+                      "not a GEMM engine", "openblas", "onednn");
+            CHECK(!onednn, "'%s' leaves OpenBLAS at level %d", bad[i], level);
+        }
+    }
+}
+
 /* This process: the level CT_CPU_ISA asked for (the isa label's runs), else the CPU's best; the
  * registered table is that level's and says so. */
 static void test_this_process(void) {
@@ -69,11 +106,18 @@ static void test_this_process(void) {
     char kernels[128];
     snprintf(kernels, sizeof kernels, "kernels %s", ct_cpu_isa());
     CHECK(strstr(what, kernels) != NULL, "the registered CPU table describes '%s': %s", kernels, what);
+    /* and the GEMM engine CT_CPU_GEMM asked for at that level, which the description names too */
+    bool onednn;
+    if (ct_cpu_gemm_engine_choose(getenv("CT_CPU_GEMM"), expect, &onednn) != CT_OK) ct_error_clear();
+    CHECK(strstr(ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS") != NULL, "engine '%s', expected %s",
+          ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS");
+    CHECK(strstr(what, ct_cpu_gemm_engine()) != NULL, "the CPU table names the engine: %s", what);
 }
 
 int main(void) {
     ct_test_begin("test_cpu_isa");
     test_choose();
+    test_gemm_engine_choose();
     test_this_process();
     return ct_test_finish();
 }

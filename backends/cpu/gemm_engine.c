@@ -1,0 +1,119 @@
+/* The engine of the CPU's float GEMMs: OpenBLAS's sgemm by default, oneDNN's where the build has it
+ * (CTRAINER_ONEDNN, cmake/CtrainerOneDNN.cmake) and CT_CPU_GEMM=onednn asks for it. Every float GEMM
+ * of the CPU kernels (blas.c, attn.c, conv.c) goes through ct_cpu_sgemm; float64 GEMMs stay with
+ * OpenBLAS, which oneDNN lacks.
+ *
+ * oneDNN's JIT sgemm is 10-15% faster than OpenBLAS 0.3.21 at the example models' shapes on AVX-512
+ * and SSE4.2, about even on AVX2 (bench/README.md), but it rounds a row of C differently with the
+ * call's row count (other kernels below 16 rows, another blocking of k from about 200 rows at some
+ * shapes, thresholds that depend on the CPU). A row of a model's output would then change in its
+ * last bits with the batch size and with the number of processes or threads that share a batch,
+ * and evaluation promises numbers that do not (docs/ARCHITECTURE.md; unit.test_trainer's batch
+ * independence checks it). OpenBLAS keeps a row's bits at any row count, so it is the default and
+ * oneDNN the opt-in of a user who trades that for speed. Its JIT kernels start at SSE4.1, so level
+ * v1 (SSE2) cannot take it. oneDNN is capped at the instruction set of the level the CPU kernels
+ * run at (dnnl_set_max_cpu_isa, before its first use), so that CT_CPU_ISA steers it as it steers
+ * ours. ct_cpu_isa_check reports a CT_CPU_GEMM value that cannot be honoured.
+ *
+ * Threads: both run on the process's OpenMP team and single-threaded inside a parallel region
+ * (oneDNN does not nest, and we link OpenBLAS's OpenMP build), where blas.c's split of a product
+ * into a block per thread calls them. Compiled once, at the baseline flags, beside isa.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_impl.h"
+#include "core/ops/backend.h"
+
+#ifdef CT_HAVE_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+static bool use_onednn;       /* the engine: oneDNN's sgemm, else OpenBLAS's */
+static const char *asked;     /* CT_CPU_GEMM as read when the library loaded */
+static char description[160]; /* for ct_cpu_gemm_engine */
+
+ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
+    *onednn = false;
+    if (!want || !*want || strcmp(want, "openblas") == 0) return CT_OK;
+    if (strcmp(want, "onednn") != 0)
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "CT_CPU_GEMM='%s' is not a GEMM engine: use openblas or onednn, or unset it", want);
+#ifndef CT_HAVE_ONEDNN
+    (void)level;
+    return ct_error(CT_ERR_INVALID_ARG,
+                    "CT_CPU_GEMM=onednn: this build has no oneDNN (configure with libdnnl-dev installed, or "
+                    "-DCTRAINER_ONEDNN=ON); unset it for OpenBLAS");
+#else
+    if (level == 1) /* 0: a build without levels, for its own target */
+        return ct_error(CT_ERR_INVALID_ARG,
+                        "CT_CPU_GEMM=onednn: oneDNN's kernels need SSE4.1, above the level the CPU kernels run at "
+                        "(x86-64, SSE2); unset it, or CT_CPU_ISA");
+    *onednn = true;
+    return CT_OK;
+#endif
+}
+
+#ifdef CT_HAVE_ONEDNN
+static const char *isa_name(dnnl_cpu_isa_t isa) {
+    switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    default: return "another instruction set";
+    }
+}
+
+/* Caps oneDNN at the instruction set of the CPU kernels' level (0: a build without levels, whose
+ * kernels are the build target's; oneDNN then takes the CPU's best too). */
+static void cap_onednn(int level) {
+    static const dnnl_cpu_isa_t caps[5] = {dnnl_cpu_isa_all, dnnl_cpu_isa_sse41, dnnl_cpu_isa_sse41,
+                                           dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core};
+    /* It fails only once oneDNN has run (in a program that used it before us): it keeps its ISA. */
+    if (level >= 2 && level <= 4) (void)dnnl_set_max_cpu_isa(caps[level]);
+}
+#endif
+
+void ct_cpu_gemm_engine_init(int level) {
+    asked = getenv("CT_CPU_GEMM");
+    if (ct_cpu_gemm_engine_choose(asked, level, &use_onednn) != CT_OK)
+        ct_error_clear(); /* reported by ct_cpu_isa_check; the default engine runs meanwhile */
+#ifdef CT_HAVE_ONEDNN
+    if (use_onednn) {
+        cap_onednn(level);
+        const dnnl_version_t *v = dnnl_version();
+        snprintf(description, sizeof description, "float GEMMs: oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor,
+                 v->patch, isa_name(dnnl_get_effective_cpu_isa()));
+        return;
+    }
+#endif
+    snprintf(description, sizeof description, "float GEMMs: OpenBLAS");
+}
+
+ct_status ct_cpu_gemm_engine_check(int level) {
+    bool onednn;
+    return ct_cpu_gemm_engine_choose(asked, level, &onednn);
+}
+
+const char *ct_cpu_gemm_engine(void) { return description[0] ? description : "float GEMMs: OpenBLAS"; }
+
+void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+#ifdef CT_HAVE_ONEDNN
+    if (use_onednn) {
+        char ca = ta == CblasNoTrans ? 'N' : 'T', cb = tb == CblasNoTrans ? 'N' : 'T';
+        /* oneDNN's sgemm is row-major; a column-major C is the row-major C^T = op(B)^T op(A)^T */
+        dnnl_status_t s = order == CblasRowMajor ? dnnl_sgemm(ca, cb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+                                                 : dnnl_sgemm(cb, ca, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
+        /* it checks only what CBLAS checks (sizes, leading dimensions): a failure is a caller's bug */
+        if (s != dnnl_success) ct_abort_at(__FILE__, __LINE__, "oneDNN sgemm failed (status %d)", (int)s);
+        return;
+    }
+#endif
+    cblas_sgemm(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}

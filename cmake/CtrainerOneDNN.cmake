@@ -1,0 +1,46 @@
+# Optional oneDNN sgemm, the opt-in engine of the CPU's float GEMMs (CT_CPU_GEMM=onednn at run time;
+# backends/cpu/gemm_engine.c says why OpenBLAS stays the default): CTRAINER_ONEDNN=AUTO builds it in
+# where oneDNN's headers and library are found and it runs on OpenMP (Debian's libdnnl-dev), ON
+# requires it, OFF leaves it out. Its JIT sgemm is 10-15% faster than OpenBLAS's at the example
+# models' shapes on AVX-512 and SSE4.2 CPUs (bench/README.md).
+#
+# Only oneDNN's C API is used, from the library file itself: Debian's CMake package for it asks for
+# OpenCL (its GPU runtime), which the CPU's sgemm does not need. A oneDNN built on TBB or its
+# sequential runtime would run beside our OpenMP team or single-threaded, so only an OpenMP build
+# is taken. Defines CTRAINER_ONEDNN_ENABLED and, when ON, CT_HAVE_ONEDNN=1 for ctrainer_objects.
+# Included by the top-level CMakeLists.txt after ctrainer_objects is defined.
+
+set(CTRAINER_ONEDNN_ENABLED OFF)
+if(NOT CTRAINER_ONEDNN MATCHES "^(AUTO|ON|OFF)$")
+  message(FATAL_ERROR "CTRAINER_ONEDNN must be AUTO, ON or OFF, got '${CTRAINER_ONEDNN}'")
+endif()
+if(CTRAINER_ONEDNN STREQUAL "OFF")
+  message(STATUS "ctrainer: float GEMMs with OpenBLAS only (CTRAINER_ONEDNN=OFF)")
+  return()
+endif()
+
+find_path(DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.h)
+find_library(DNNL_LIBRARY NAMES dnnl)
+set(_ct_dnnl_problem "")
+if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
+  set(_ct_dnnl_problem "oneDNN was not found (oneapi/dnnl/dnnl.h and libdnnl)")
+else()
+  file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_config.h _ct_dnnl_runtime
+       REGEX "^#define DNNL_CPU_THREADING_RUNTIME ")
+  if(NOT _ct_dnnl_runtime MATCHES "DNNL_RUNTIME_OMP")
+    set(_ct_dnnl_problem "the oneDNN at ${DNNL_LIBRARY} does not thread with OpenMP (${_ct_dnnl_runtime})")
+  endif()
+endif()
+if(_ct_dnnl_problem)
+  if(CTRAINER_ONEDNN STREQUAL "ON")
+    message(FATAL_ERROR "CTRAINER_ONEDNN=ON, but ${_ct_dnnl_problem}. Install it with: apt-get install libdnnl-dev "
+                        "(scripts/setup.sh does), or build with OpenBLAS only: -DCTRAINER_ONEDNN=OFF.")
+  endif()
+  message(STATUS "ctrainer: ${_ct_dnnl_problem}; float GEMMs with OpenBLAS only (-DCTRAINER_ONEDNN=ON requires oneDNN)")
+  return()
+endif()
+set(CTRAINER_ONEDNN_ENABLED ON)
+message(STATUS "ctrainer: oneDNN's sgemm for float GEMMs under CT_CPU_GEMM=onednn (${DNNL_LIBRARY})")
+target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_ONEDNN=1)
+target_include_directories(ctrainer_objects PUBLIC ${DNNL_INCLUDE_DIR})
+target_link_libraries(ctrainer_objects PUBLIC ${DNNL_LIBRARY})
