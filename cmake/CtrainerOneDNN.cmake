@@ -4,11 +4,13 @@
 # requires it, OFF leaves it out. Its JIT sgemm is 10-15% faster than OpenBLAS's at the example
 # models' shapes on AVX-512 and SSE4.2 CPUs (bench/README.md).
 #
-# Only oneDNN's C API is used, from the library file itself: Debian's CMake package for it asks for
-# OpenCL (its GPU runtime), which the CPU's sgemm does not need. A oneDNN built on TBB or its
-# sequential runtime would run beside our OpenMP team or single-threaded, so only an OpenMP build
-# is taken. Defines CTRAINER_ONEDNN_ENABLED and, when ON, CT_HAVE_ONEDNN=1 for ctrainer_objects.
-# Included by the top-level CMakeLists.txt after ctrainer_objects is defined.
+# The library is not linked: gemm_engine.c opens it (its soname, libdnnl.so.<major>) when
+# CT_CPU_GEMM=onednn asks for it, so a program that does not ask neither loads it (4 MiB of
+# resident memory, and OpenCL's loader, which Debian's build links) nor needs it installed. Only
+# its C headers are used here: Debian's CMake package for it asks for OpenCL too. A oneDNN built on
+# TBB or its sequential runtime would run beside our OpenMP team or single-threaded, so only an
+# OpenMP build is taken. Defines CTRAINER_ONEDNN_ENABLED and, when ON, CT_HAVE_ONEDNN=1 for
+# ctrainer_objects. Included by the top-level CMakeLists.txt after ctrainer_objects is defined.
 
 set(CTRAINER_ONEDNN_ENABLED OFF)
 if(NOT CTRAINER_ONEDNN MATCHES "^(AUTO|ON|OFF)$")
@@ -27,6 +29,8 @@ if(NOT DNNL_INCLUDE_DIR OR NOT DNNL_LIBRARY)
 else()
   file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_config.h _ct_dnnl_runtime
        REGEX "^#define DNNL_CPU_THREADING_RUNTIME ")
+  file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h _ct_dnnl_major REGEX "^#define DNNL_VERSION_MAJOR ")
+  string(REGEX REPLACE ".* ([0-9]+).*" "\\1" _ct_dnnl_major "${_ct_dnnl_major}")
   if(NOT _ct_dnnl_runtime MATCHES "DNNL_RUNTIME_OMP")
     set(_ct_dnnl_problem "the oneDNN at ${DNNL_LIBRARY} does not thread with OpenMP (${_ct_dnnl_runtime})")
   endif()
@@ -40,7 +44,10 @@ if(_ct_dnnl_problem)
   return()
 endif()
 set(CTRAINER_ONEDNN_ENABLED ON)
-message(STATUS "ctrainer: oneDNN's sgemm for float GEMMs under CT_CPU_GEMM=onednn (${DNNL_LIBRARY})")
 target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_ONEDNN=1)
-target_include_directories(ctrainer_objects PUBLIC ${DNNL_INCLUDE_DIR})
-target_link_libraries(ctrainer_objects PUBLIC ${DNNL_LIBRARY})
+target_include_directories(ctrainer_objects PRIVATE ${DNNL_INCLUDE_DIR}) # only gemm_engine.c includes it
+set(_ct_dnnl_soname "${CMAKE_SHARED_LIBRARY_PREFIX}dnnl${CMAKE_SHARED_LIBRARY_SUFFIX}.${_ct_dnnl_major}")
+message(STATUS "ctrainer: oneDNN's sgemm for float GEMMs under CT_CPU_GEMM=onednn (${DNNL_LIBRARY}, "
+               "opened as ${_ct_dnnl_soname})")
+set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/backends/cpu/gemm_engine.c APPEND PROPERTY
+             COMPILE_DEFINITIONS CT_ONEDNN_SONAME="${_ct_dnnl_soname}")

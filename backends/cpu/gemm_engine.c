@@ -13,7 +13,8 @@
  * oneDNN the opt-in of a user who trades that for speed. Its JIT kernels start at SSE4.1, so level
  * v1 (SSE2) cannot take it. oneDNN is capped at the instruction set of the level the CPU kernels
  * run at (dnnl_set_max_cpu_isa, before its first use), so that CT_CPU_ISA steers it as it steers
- * ours. ct_cpu_isa_check reports a CT_CPU_GEMM value that cannot be honoured.
+ * ours. The library is opened only then (onednn_open). ct_cpu_isa_check reports a CT_CPU_GEMM
+ * value that cannot be honoured, and a library that cannot be opened.
  *
  * Threads: both run on the process's OpenMP team and single-threaded inside a parallel region
  * (oneDNN does not nest, and we link OpenBLAS's OpenMP build), where blas.c's split of a product
@@ -26,12 +27,14 @@
 #include "core/ops/backend.h"
 
 #ifdef CT_HAVE_ONEDNN
+#include <dlfcn.h>
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
 static bool use_onednn;       /* the engine: oneDNN's sgemm, else OpenBLAS's */
 static const char *asked;     /* CT_CPU_GEMM as read when the library loaded */
 static char description[160]; /* for ct_cpu_gemm_engine */
+static char load_failure[400]; /* why oneDNN, asked for, could not be opened */
 
 ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
     *onednn = false;
@@ -55,6 +58,35 @@ ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
 }
 
 #ifdef CT_HAVE_ONEDNN
+/* oneDNN's functions we call, from the library opened when CT_CPU_GEMM=onednn asks for it (CMake
+ * links nothing of it: cmake/CtrainerOneDNN.cmake). It is opened into the global scope and the
+ * names are looked up there, so a preloaded definition comes first, as with a linked library
+ * (tests/oracle/kill_shim.c counts dnnl_sgemm's calls that way). */
+static struct {
+    typeof(dnnl_sgemm) *sgemm;
+    typeof(dnnl_set_max_cpu_isa) *set_max_cpu_isa;
+    typeof(dnnl_get_effective_cpu_isa) *get_effective_cpu_isa;
+    typeof(dnnl_version) *version;
+} dnnl;
+
+static bool onednn_open(void) {
+    if (!dlopen(CT_ONEDNN_SONAME, RTLD_NOW | RTLD_GLOBAL)) {
+        snprintf(load_failure, sizeof load_failure, "cannot open %s (%s); install libdnnl2, or unset it",
+                 CT_ONEDNN_SONAME, dlerror());
+        return false;
+    }
+    dnnl.sgemm = (typeof(dnnl.sgemm))dlsym(RTLD_DEFAULT, "dnnl_sgemm");
+    dnnl.set_max_cpu_isa = (typeof(dnnl.set_max_cpu_isa))dlsym(RTLD_DEFAULT, "dnnl_set_max_cpu_isa");
+    dnnl.get_effective_cpu_isa = (typeof(dnnl.get_effective_cpu_isa))dlsym(RTLD_DEFAULT, "dnnl_get_effective_cpu_isa");
+    dnnl.version = (typeof(dnnl.version))dlsym(RTLD_DEFAULT, "dnnl_version");
+    if (!dnnl.sgemm || !dnnl.set_max_cpu_isa || !dnnl.get_effective_cpu_isa || !dnnl.version) {
+        snprintf(load_failure, sizeof load_failure, "%s lacks oneDNN's C API (dnnl_sgemm and friends)",
+                 CT_ONEDNN_SONAME);
+        return false;
+    }
+    return true;
+}
+
 static const char *isa_name(dnnl_cpu_isa_t isa) {
     switch (isa) {
     case dnnl_cpu_isa_sse41: return "sse41";
@@ -75,7 +107,7 @@ static void cap_onednn(int level) {
     static const dnnl_cpu_isa_t caps[5] = {dnnl_cpu_isa_all, dnnl_cpu_isa_sse41, dnnl_cpu_isa_sse41,
                                            dnnl_cpu_isa_avx2, dnnl_cpu_isa_avx512_core};
     /* It fails only once oneDNN has run (in a program that used it before us): it keeps its ISA. */
-    if (level >= 2 && level <= 4) (void)dnnl_set_max_cpu_isa(caps[level]);
+    if (level >= 2 && level <= 4) (void)dnnl.set_max_cpu_isa(caps[level]);
 }
 #endif
 
@@ -84,11 +116,12 @@ void ct_cpu_gemm_engine_init(int level) {
     if (ct_cpu_gemm_engine_choose(asked, level, &use_onednn) != CT_OK)
         ct_error_clear(); /* reported by ct_cpu_isa_check; the default engine runs meanwhile */
 #ifdef CT_HAVE_ONEDNN
+    if (use_onednn && !onednn_open()) use_onednn = false; /* ct_cpu_isa_check reports it */
     if (use_onednn) {
         cap_onednn(level);
-        const dnnl_version_t *v = dnnl_version();
+        const dnnl_version_t *v = dnnl.version();
         snprintf(description, sizeof description, "float GEMMs: oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor,
-                 v->patch, isa_name(dnnl_get_effective_cpu_isa()));
+                 v->patch, isa_name(dnnl.get_effective_cpu_isa()));
         return;
     }
 #endif
@@ -97,7 +130,9 @@ void ct_cpu_gemm_engine_init(int level) {
 
 ct_status ct_cpu_gemm_engine_check(int level) {
     bool onednn;
-    return ct_cpu_gemm_engine_choose(asked, level, &onednn);
+    CT_TRY(ct_cpu_gemm_engine_choose(asked, level, &onednn));
+    if (load_failure[0]) return ct_error(CT_ERR_INVALID_ARG, "CT_CPU_GEMM=onednn: %s", load_failure);
+    return CT_OK;
 }
 
 const char *ct_cpu_gemm_engine(void) { return description[0] ? description : "float GEMMs: OpenBLAS"; }
@@ -108,8 +143,8 @@ void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int
     if (use_onednn) {
         char ca = ta == CblasNoTrans ? 'N' : 'T', cb = tb == CblasNoTrans ? 'N' : 'T';
         /* oneDNN's sgemm is row-major; a column-major C is the row-major C^T = op(B)^T op(A)^T */
-        dnnl_status_t s = order == CblasRowMajor ? dnnl_sgemm(ca, cb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-                                                 : dnnl_sgemm(cb, ca, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
+        dnnl_status_t s = order == CblasRowMajor ? dnnl.sgemm(ca, cb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+                                                 : dnnl.sgemm(cb, ca, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
         /* it checks only what CBLAS checks (sizes, leading dimensions): a failure is a caller's bug */
         if (s != dnnl_success) ct_abort_at(__FILE__, __LINE__, "oneDNN sgemm failed (status %d)", (int)s);
         return;
