@@ -76,6 +76,16 @@ ct_status ct_dataset_base_init(ct_dataset *ds, const ct_dataset_ops *ops);
 /* The same check of an existing dataset (NULL is an error too), errors prefixed "dataset '<source>': ". */
 ct_status ct_dataset_check(const ct_dataset *ds);
 int64_t ct_dataset_length(ct_dataset *ds);
+/* For get_batch implementations that copy rows out of memory: asks the CPU to start loading the
+ * first bytes of the row it copies next (at most 4 KiB; the hardware prefetcher follows a row
+ * once it has begun). A shuffled batch's rows lie scattered over the data, each a cache miss the
+ * hardware cannot foresee, which stalled the Fashion-MNIST MLP's step by about a tenth. A hint:
+ * it never faults. */
+static inline void ct_dataset_prefetch_row(const void *row, size_t bytes) {
+    size_t n = bytes < 4096 ? bytes : 4096;
+    for (size_t off = 0; off < n; off += 64) __builtin_prefetch((const char *)row + off);
+}
+
 /* Validates the indices and tensors, calls get_batch, prefixes errors with the dataset's source. */
 ct_status ct_dataset_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, const ct_fetch_ctx *ctx,
                                ct_tensor *features, ct_tensor *labels);

@@ -28,9 +28,12 @@ static ct_status get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, co
     idx_dataset *d = self(ds);
     float *dst = features->data;
     int64_t *lab = labels->data;
+    const size_t row_bytes = (size_t)d->row * ct_dtype_size(d->images.dtype);
     for (int64_t i = 0; i < n; i++) {
         int64_t k = indices[i];
         float *out = dst + i * d->row;
+        if (i + 1 < n)
+            ct_dataset_prefetch_row((const char *)d->images.data + (size_t)indices[i + 1] * row_bytes, row_bytes);
         switch (d->images.dtype) {
         case CT_U8: {
             const uint8_t *src = (const uint8_t *)d->images.data + k * d->row;

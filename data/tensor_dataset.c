@@ -22,6 +22,8 @@ static ct_status get_batch(ct_dataset *ds, const int64_t *indices, int64_t n, co
     (void)ctx;
     tensor_dataset *d = self(ds);
     for (int64_t i = 0; i < n; i++) {
+        if (i + 1 < n)
+            ct_dataset_prefetch_row((const char *)d->features.data + (size_t)indices[i + 1] * d->frow, d->frow);
         memcpy((char *)features->data + (size_t)i * d->frow, (const char *)d->features.data + (size_t)indices[i] * d->frow,
                d->frow);
         memcpy((char *)labels->data + (size_t)i * d->lrow, (const char *)d->labels.data + (size_t)indices[i] * d->lrow,
