@@ -6,7 +6,8 @@ import sys
 
 # Variables some machines set to pin OpenBLAS to an older kernel set than the CPU has (a workaround
 # for OpenBLAS builds that mis-detect or mishandle new processors). Both sides of a benchmark use
-# the same OpenBLAS (ctrainer for every GEMM, PyTorch for its linear layers), so they go together.
+# the same OpenBLAS (ctrainer for every GEMM unless CT_CPU_GEMM=onednn, PyTorch for its linear
+# layers), so they go together.
 OPENBLAS_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 

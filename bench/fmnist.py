@@ -2,7 +2,8 @@
 """Side-by-side benchmark on Fashion-MNIST: ctrainer (`ctrainer demo --json`) and the PyTorch peer
 (shared/bench/peer_torch_fmnist.py) train the same model with the same batch size, optimizer and
 thread count in the same run; prints both, their ratio, and the fraction of the GEMM-bound limit (the
-model's training FLOPs per sample against OpenBLAS sgemm GFLOP/s measured in this run).
+model's training FLOPs per sample against the sgemm GFLOP/s of ctrainer's GEMM engine measured in
+this run: OpenBLAS's, or oneDNN's under CT_CPU_GEMM=onednn).
 
 Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]
                       [--wait-policy PASSIVE|ACTIVE|default] [--openblas detect|environment]
@@ -44,7 +45,7 @@ ours = run_json([os.path.join(a.build, "ctrainer"), "demo", "--json", "--model",
 peer = run_json(["/usr/bin/python3", a.peer, a.model, str(a.epochs), str(a.batch), str(a.threads)], env)
 
 print(f"Fashion-MNIST {a.model}, batch {a.batch}, {a.epochs} epoch(s), {a.threads} threads, AdamW, "
-      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels (PyTorch's GEMMs); "
+      f"OMP_WAIT_POLICY={a.wait_policy}; {blas_note}; OpenBLAS {sgemm['openblas_core']} kernels; "
       f"ctrainer kernels {isa}")
 print(f"{'':24}{'ctrainer':>12}{'pytorch':>12}{'ratio':>8}")
 for key in ("train_samples_per_s", "eval_samples_per_s"):

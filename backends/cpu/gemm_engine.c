@@ -3,15 +3,14 @@
  * of the CPU kernels (blas.c, attn.c, conv.c) goes through ct_cpu_sgemm; float64 GEMMs stay with
  * OpenBLAS, which oneDNN lacks.
  *
- * oneDNN's JIT sgemm is 10-15% faster than OpenBLAS 0.3.21 at the example models' shapes on AVX-512
- * and SSE4.2, about even on AVX2 (bench/README.md), but it rounds a row of C differently with the
- * call's row count (other kernels below 16 rows, another blocking of k from about 200 rows at some
- * shapes, thresholds that depend on the CPU). A row of a model's output would then change in its
- * last bits with the batch size and with the number of processes or threads that share a batch,
- * and evaluation promises numbers that do not (docs/ARCHITECTURE.md; unit.test_trainer's batch
- * independence checks it). OpenBLAS keeps a row's bits at any row count, so it is the default and
- * oneDNN the opt-in of a user who trades that for speed. Its JIT kernels start at SSE4.1, so level
- * v1 (SSE2) cannot take it. oneDNN is capped at the instruction set of the level the CPU kernels
+ * oneDNN's JIT sgemm is faster than OpenBLAS 0.3.21 at the example models' shapes on AVX-512 and
+ * SSE4.2, about even on AVX2 (bench/README.md). Both round a row of C by the kernel the call's shape
+ * selects, but oneDNN switches kernels at row counts where OpenBLAS does not (below 16 rows, and
+ * from about 200 rows at some shapes), so a sample's outputs would change in their last bits
+ * between evaluation batch sizes where they do not today (unit.test_trainer checks that they do
+ * not; on oneDNN it fails at batches 1 and 7). So OpenBLAS is the default and oneDNN the opt-in of a
+ * user who trades that for speed; the independence from the world size holds on either. oneDNN's
+ * JIT kernels start at SSE4.1, so level v1 (SSE2) cannot take it. oneDNN is capped at the instruction set of the level the CPU kernels
  * run at (dnnl_set_max_cpu_isa, before its first use), so that CT_CPU_ISA steers it as it steers
  * ours. The library is opened only then (onednn_open). ct_cpu_isa_check reports a CT_CPU_GEMM
  * value that cannot be honoured, and a library that cannot be opened.
@@ -141,10 +140,10 @@ void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
 #ifdef CT_HAVE_ONEDNN
     if (use_onednn) {
-        char ca = ta == CblasNoTrans ? 'N' : 'T', cb = tb == CblasNoTrans ? 'N' : 'T';
-        /* oneDNN's sgemm is row-major; a column-major C is the row-major C^T = op(B)^T op(A)^T */
-        dnnl_status_t s = order == CblasRowMajor ? dnnl.sgemm(ca, cb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-                                                 : dnnl.sgemm(cb, ca, n, m, k, alpha, b, ldb, a, lda, beta, c, ldc);
+        /* oneDNN's sgemm is row-major, as every caller here is */
+        if (order != CblasRowMajor) ct_abort_at(__FILE__, __LINE__, "ct_cpu_sgemm: row-major only");
+        dnnl_status_t s = dnnl.sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha, a,
+                                     lda, b, ldb, beta, c, ldc);
         /* it checks only what CBLAS checks (sizes, leading dimensions): a failure is a caller's bug */
         if (s != dnnl_success) ct_abort_at(__FILE__, __LINE__, "oneDNN sgemm failed (status %d)", (int)s);
         return;

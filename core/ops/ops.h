@@ -46,9 +46,9 @@ const char *ct_cpu_isa(void);
 
 /* The library that runs the CPU's float GEMMs (backends/cpu/gemm_engine.c), as a line for `ctrainer
  * version` and the benchmarks ("float GEMMs: OpenBLAS"): OpenBLAS's sgemm, or oneDNN's where the
- * build has it (CTRAINER_ONEDNN), the level is v2 or above and the environment variable
- * CT_CPU_GEMM=onednn asks for it (faster, but a row of C then changes in its last bits with the
- * number of rows computed with it: the batch size, the processes or threads that share a batch).
+ * build has it (CTRAINER_ONEDNN), the level is not 1 and the environment variable
+ * CT_CPU_GEMM=onednn asks for it (faster, but a row of C then changes in its last bits between
+ * row counts where OpenBLAS's does not: evaluation batch sizes).
  * float64 GEMMs are always OpenBLAS's. */
 const char *ct_cpu_gemm_engine(void);
 

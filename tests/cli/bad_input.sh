@@ -9,7 +9,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
-       env_cpu_isa_unknown
+       env_cpu_isa_unknown env_cpu_gemm_unknown
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full convert_csv_disk_full
@@ -365,6 +365,13 @@ env_cpu_isa_unknown)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 2 "^ctrainer: CT_CPU_ISA='avx2' is not a level: use v1 \(x86-64, SSE2\), v2 \(SSE4\.2\), v3 \(AVX2, FMA\) or v4 \(AVX-512\)" \
          env CT_CPU_ISA=avx2 "$ctrainer" train run.json || exit 1
+  [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
+env_cpu_gemm_unknown)
+  # a GEMM engine that is none: refused before anything runs or is written, rather than a run on
+  # another library than the one asked for
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "^ctrainer: CT_CPU_GEMM='mkl' is not a GEMM engine: use openblas or onednn, or unset it" \
+         env CT_CPU_GEMM=mkl "$ctrainer" train run.json || exit 1
   [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_hdf5_cache_garbage)
   # not a positive number of MiB: the default block cache, silently

@@ -112,6 +112,11 @@ static void test_this_process(void) {
     CHECK(strstr(ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS") != NULL, "engine '%s', expected %s",
           ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS");
     CHECK(strstr(what, ct_cpu_gemm_engine()) != NULL, "the CPU table names the engine: %s", what);
+    /* oneDNN capped at the level's instruction set (CT_CPU_ISA steers it too) */
+    static const char *const caps[5] = {NULL, NULL, "(sse41)", "(avx2)", "(avx512_core)"};
+    if (onednn && expect >= 2)
+        CHECK(strstr(ct_cpu_gemm_engine(), caps[expect]) != NULL, "level %d: oneDNN runs %s, expected %s", expect,
+              ct_cpu_gemm_engine(), caps[expect]);
 }
 
 int main(void) {

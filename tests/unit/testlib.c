@@ -27,6 +27,9 @@ void ct_test_begin(const char *name) {
     }
     printf("%s: seed %llu (rerun with CT_TEST_SEED=%llu)\n", name, (unsigned long long)ct_test_seed,
            (unsigned long long)ct_test_seed);
+    /* a CT_CPU_ISA or CT_CPU_GEMM that cannot be honoured (oneDNN asked for and not opened, say)
+     * would test another path than the one asked for, under its label's name */
+    if (ct_cpu_isa_check() != CT_OK) ct_test_fail(__FILE__, __LINE__, "%s", ct_last_error());
 }
 
 void ct_test_fail(const char *file, int line, const char *fmt, ...) {

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/ops.h"
 #include "oracle.h"
 
 ct_dtype oracle_dtype(const json_t *spec) {
@@ -21,6 +22,11 @@ int main(int argc, char **argv) {
     } modes[] = {{"layer", oracle_layer}, {"loss", oracle_loss}, {"optim", oracle_optim}, {"sched", oracle_sched},
                    {"scaler", oracle_scaler}};
     ct_h5_quiet();
+    /* a CT_CPU_ISA or CT_CPU_GEMM that cannot be honoured would test another path than asked for */
+    if (ct_cpu_isa_check() != CT_OK) {
+        fprintf(stderr, "ct_oracle: %s\n", ct_last_error());
+        return 1;
+    }
     oracle_io io = {.in = H5Fopen(argv[2], H5F_ACC_RDONLY, H5P_DEFAULT)};
     if (io.in < 0) {
         fprintf(stderr, "ct_oracle: cannot open %s\n", argv[2]);
