@@ -10,10 +10,11 @@
  * between evaluation batch sizes where they do not today (unit.test_trainer checks that they do
  * not; on oneDNN it fails at batches 1 and 7). So OpenBLAS is the default and oneDNN the opt-in of a
  * user who trades that for speed; the independence from the world size holds on either. oneDNN's
- * JIT kernels start at SSE4.1, so level v1 (SSE2) cannot take it. oneDNN is capped at the instruction set of the level the CPU kernels
- * run at (dnnl_set_max_cpu_isa, before its first use), so that CT_CPU_ISA steers it as it steers
- * ours. The library is opened only then (onednn_open). ct_cpu_isa_check reports a CT_CPU_GEMM
- * value that cannot be honoured, and a library that cannot be opened.
+ * JIT kernels start at SSE4.1, so level v1 (SSE2) cannot take it. oneDNN is capped at the
+ * instruction set of the level the CPU kernels run at (dnnl_set_max_cpu_isa, before its first use),
+ * so that CT_CPU_ISA steers it as it steers ours. The library is opened only when asked for
+ * (onednn_open). ct_cpu_isa_check reports a CT_CPU_GEMM value that cannot be honoured, and a
+ * library that cannot be opened.
  *
  * Threads: both run on the process's OpenMP team and single-threaded inside a parallel region
  * (oneDNN does not nest, and we link OpenBLAS's OpenMP build), where blas.c's split of a product
@@ -47,7 +48,7 @@ ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
                     "CT_CPU_GEMM=onednn: this build has no oneDNN (configure with libdnnl-dev installed, or "
                     "-DCTRAINER_ONEDNN=ON); unset it for OpenBLAS");
 #else
-    if (level == 1) /* 0: a build without levels, for its own target */
+    if (level == 1) /* level 0, a build without levels, runs its target's kernels: oneDNN picks its own */
         return ct_error(CT_ERR_INVALID_ARG,
                         "CT_CPU_GEMM=onednn: oneDNN's kernels need SSE4.1, above the level the CPU kernels run at "
                         "(x86-64, SSE2); unset it, or CT_CPU_ISA");
