@@ -32,11 +32,12 @@ else()
   file(STRINGS ${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h _ct_dnnl_major REGEX "^#define DNNL_VERSION_MAJOR ")
   string(REGEX REPLACE ".* ([0-9]+).*" "\\1" _ct_dnnl_major "${_ct_dnnl_major}")
   get_filename_component(_ct_dnnl_dir "${DNNL_LIBRARY}" DIRECTORY)
+  # the name gemm_engine.c opens: the library's soname, libdnnl.so.<major>
+  set(_ct_dnnl_soname "${CMAKE_SHARED_LIBRARY_PREFIX}dnnl${CMAKE_SHARED_LIBRARY_SUFFIX}.${_ct_dnnl_major}")
   if(NOT _ct_dnnl_major MATCHES "^[0-9]+$")
     set(_ct_dnnl_problem "${DNNL_INCLUDE_DIR}/oneapi/dnnl/dnnl_version.h names no DNNL_VERSION_MAJOR")
-  elseif(NOT EXISTS "${_ct_dnnl_dir}/${CMAKE_SHARED_LIBRARY_PREFIX}dnnl${CMAKE_SHARED_LIBRARY_SUFFIX}.${_ct_dnnl_major}")
-    set(_ct_dnnl_problem "no ${CMAKE_SHARED_LIBRARY_PREFIX}dnnl${CMAKE_SHARED_LIBRARY_SUFFIX}.${_ct_dnnl_major} beside "
-                         "${DNNL_LIBRARY} (the headers are of version ${_ct_dnnl_major})")
+  elseif(NOT EXISTS "${_ct_dnnl_dir}/${_ct_dnnl_soname}")
+    set(_ct_dnnl_problem "no ${_ct_dnnl_soname} beside ${DNNL_LIBRARY} (the headers are of version ${_ct_dnnl_major})")
   elseif(NOT _ct_dnnl_runtime MATCHES "DNNL_RUNTIME_OMP")
     set(_ct_dnnl_problem "the oneDNN at ${DNNL_LIBRARY} does not thread with OpenMP (${_ct_dnnl_runtime})")
   endif()
@@ -52,7 +53,6 @@ endif()
 set(CTRAINER_ONEDNN_ENABLED ON)
 target_compile_definitions(ctrainer_objects PUBLIC CT_HAVE_ONEDNN=1)
 target_include_directories(ctrainer_objects PRIVATE ${DNNL_INCLUDE_DIR}) # only gemm_engine.c includes it
-set(_ct_dnnl_soname "${CMAKE_SHARED_LIBRARY_PREFIX}dnnl${CMAKE_SHARED_LIBRARY_SUFFIX}.${_ct_dnnl_major}")
 message(STATUS "ctrainer: oneDNN's sgemm for float GEMMs under CT_CPU_GEMM=onednn (${DNNL_LIBRARY}, "
                "opened as ${_ct_dnnl_soname})")
 set_property(SOURCE ${CMAKE_CURRENT_SOURCE_DIR}/backends/cpu/gemm_engine.c APPEND PROPERTY

@@ -33,7 +33,7 @@
 
 static bool use_onednn;       /* the engine: oneDNN's sgemm, else OpenBLAS's */
 static const char *asked;     /* CT_CPU_GEMM as read when the library loaded */
-static char description[160]; /* for ct_cpu_gemm_engine */
+static char description[160] = "float GEMMs: OpenBLAS"; /* for ct_cpu_gemm_engine */
 static char load_failure[400]; /* why oneDNN, asked for, could not be opened */
 
 ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
@@ -122,10 +122,8 @@ void ct_cpu_gemm_engine_init(int level) {
         const dnnl_version_t *v = dnnl.version();
         snprintf(description, sizeof description, "float GEMMs: oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor,
                  v->patch, isa_name(dnnl.get_effective_cpu_isa()));
-        return;
     }
 #endif
-    snprintf(description, sizeof description, "float GEMMs: OpenBLAS");
 }
 
 ct_status ct_cpu_gemm_engine_check(int level) {
@@ -135,7 +133,7 @@ ct_status ct_cpu_gemm_engine_check(int level) {
     return CT_OK;
 }
 
-const char *ct_cpu_gemm_engine(void) { return description[0] ? description : "float GEMMs: OpenBLAS"; }
+const char *ct_cpu_gemm_engine(void) { return description; }
 
 void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
