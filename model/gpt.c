@@ -237,13 +237,14 @@ static ct_status head_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status head_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     lm_head *h = head_self(m);
     ct_tensor dym = as_matrix(dy, h->vocab), xm = as_matrix(&h->x, h->n_embd);
-    ct_op_gemm(true, false, 1.0, &dym, &xm, 1.0, h->dweight); /* wte's gradient += dy^T x */
+    ct_tensor dxm;
     if (dx) {
         CT_ASSERT(m->need_input_grad);
         *dx = ct_tensor_rows(&h->dinput, 0, dy->shape[0]);
-        ct_tensor dxm = as_matrix(dx, h->n_embd);
-        ct_op_gemm(false, false, 1.0, &dym, h->weight, 0.0, &dxm);
+        dxm = as_matrix(dx, h->n_embd);
     }
+    /* wte's gradient += dy^T x; dx = dy wte */
+    ct_op_linear_backward(&dym, &xm, h->weight, h->dweight, NULL, dx ? &dxm : NULL);
     return CT_OK;
 }
 

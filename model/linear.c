@@ -95,14 +95,13 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
         ct_op_activation_backward(CT_ACT_RELU, &y, &y, &dym, &dpre);
         dym = dpre;
     }
-    ct_op_gemm(true, false, 1.0, &dym, &xm, 1.0, &l->dweight);
-    if (l->has_bias) ct_op_bias_grad(&dym, &l->dbias, 1);
+    ct_tensor dxm;
     if (dx) {
         CT_ASSERT(m->need_input_grad);
         *dx = ct_tensor_rows(&l->dinput, 0, dy->shape[0]);
-        ct_tensor dxm = as_matrix(dx, l->in_features);
-        ct_op_gemm(false, false, 1.0, &dym, &l->weight, 0.0, &dxm);
+        dxm = as_matrix(dx, l->in_features);
     }
+    ct_op_linear_backward(&dym, &xm, &l->weight, &l->dweight, l->has_bias ? &l->dbias : NULL, dx ? &dxm : NULL);
     return CT_OK;
 }
 

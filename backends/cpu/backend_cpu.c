@@ -118,4 +118,5 @@ const ct_backend_ops ct_backend_cpu = {
     .causal_attention_backward = ct_cpu_causal_attention_backward,
     .linear_forward = ct_cpu_linear_forward,
     .gemm_batched = ct_cpu_gemm_batched,
+    .linear_backward = ct_cpu_linear_backward,
 };

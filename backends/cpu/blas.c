@@ -160,3 +160,76 @@ void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct
             linear_block(&g, bias, act, 0, m, lo, hi);
     }
 }
+
+/* Thread t of T's columns of a bias gradient: all of them on one thread where the sum is too small to
+ * share (then the last thread, which the linear backward gives the least GEMM work). */
+static void bias_grad_part(const ct_tensor *dy, ct_tensor *dbias, bool shared, int t, int T) {
+    int64_t rows = dy->shape[0], c = dy->shape[1], lo = 0, hi = c;
+    if (shared)
+        gemm_part(c, t, T, &lo, &hi);
+    else if (t != T - 1)
+        return;
+    CT_REAL_DISPATCH(dy, bias_grad_cols, dy->data, dbias->data, rows, c, lo, hi);
+}
+
+/* Whether a rows x c bias gradient is worth a thread team. */
+static bool bias_grad_shared(const ct_tensor *dy) {
+    return (double)dy->shape[0] * (double)dy->shape[1] > CT_OMP_MIN && dy->shape[1] / CT_GEMM_BLOCK >= 2;
+}
+
+void ct_cpu_bias_grad_linear(const ct_tensor *dy, ct_tensor *dbias) {
+    if (!bias_grad_shared(dy) || omp_in_parallel() || omp_get_max_threads() < 2) {
+        bias_grad_part(dy, dbias, false, 0, 1);
+        return;
+    }
+#pragma omp parallel
+    bias_grad_part(dy, dbias, true, omp_get_thread_num(), omp_get_num_threads());
+}
+
+/* Thread t of T's share of the product g, which nt threads split (nt 1: one thread does it whole, the
+ * thread `whole`). The blocks are ct_cpu_gemm's, so each element of C is the same dot product. */
+static void gemm_part_of(const gemm_args *g, int64_t m, int nt, bool by_rows, int whole, int t, int T) {
+    if (nt == 1) {
+        if (t == whole) gemm_block(g, 0, m, 0, g->n);
+        return;
+    }
+    int64_t lo, hi;
+    gemm_part(by_rows ? m : g->n, t, T, &lo, &hi);
+    if (by_rows)
+        gemm_block(g, lo, hi, 0, g->n);
+    else
+        gemm_block(g, 0, m, lo, hi);
+}
+
+/* A linear layer's backward (ct_op_linear_backward): dweight += dy^T x, dbias += dy's column sums, dx =
+ * dy weight, each split over the threads as ct_cpu_gemm and ct_cpu_bias_grad would split it (so the
+ * same bits), but in one parallel region: the three are independent (they read dy, x and weight and
+ * write different tensors), so no thread waits for another between them, and the team is woken once
+ * instead of three times (under OMP_WAIT_POLICY=PASSIVE, each wake of a sleeping thread costs tens of
+ * microseconds on a virtual machine). A product too small to split runs whole on one thread, the
+ * weight gradient's on the first and the input gradient's on the last. */
+void ct_cpu_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                            ct_tensor *dbias, ct_tensor *dx) {
+    const int64_t rows = dy->shape[0], out = dy->shape[1], in = x->shape[1];
+    if (rows == 0) return; /* dweight and dbias gain nothing, dx has no rows */
+    const gemm_args gw = {true, false, 1.0, 1.0, dy, x, dweight, in, rows};
+    const gemm_args gx = {false, false, 1.0, 0.0, dy, weight, dx, in, out};
+    bool w_rows = false, x_rows = false;
+    const int nw = gemm_threads(out, in, rows, &w_rows), nx = dx ? gemm_threads(rows, in, out, &x_rows) : 1;
+    const bool b_shared = dbias && bias_grad_shared(dy) && !omp_in_parallel();
+    int nt = nw > nx ? nw : nx;
+    if (b_shared && nt < omp_get_max_threads()) nt = omp_get_max_threads();
+    if (nt == 1) {
+        gemm_block(&gw, 0, out, 0, in);
+        if (dbias) bias_grad_part(dy, dbias, false, 0, 1);
+        if (dx) gemm_block(&gx, 0, rows, 0, in);
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        const int t = omp_get_thread_num(), T = omp_get_num_threads();
+        gemm_part_of(&gw, out, nw, w_rows, 0, t, T);
+        if (dbias) bias_grad_part(dy, dbias, b_shared, t, T);
+        if (dx) gemm_part_of(&gx, rows, nx, x_rows, T - 1, t, T);
+    }
+}

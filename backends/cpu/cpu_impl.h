@@ -98,6 +98,9 @@ void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, c
                  ct_tensor *c);
 void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
                            ct_tensor *y);
+void ct_cpu_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                            ct_tensor *dbias, ct_tensor *dx);
+void ct_cpu_bias_grad_linear(const ct_tensor *dy, ct_tensor *dbias);
 void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                          double beta, ct_tensor *c);
 /* conv.c */

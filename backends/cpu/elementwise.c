@@ -115,6 +115,10 @@ void ct_cpu_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner) {
 
 void ct_cpu_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner) {
     int64_t c = ct_tensor_numel(dbias);
+    if (inner == 1) {
+        ct_cpu_bias_grad_linear(dy, dbias);
+        return;
+    }
     CT_REAL_DISPATCH(dy, bias_grad, dy->data, dbias->data, ct_tensor_numel(dy) / (c * inner), c, inner);
 }
 

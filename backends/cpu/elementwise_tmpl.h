@@ -46,27 +46,9 @@ static void FN(bias_add)(R *y, const R *bias, int64_t rows, int64_t c, int64_t i
         }
 }
 
+/* Per channel of a [rows, c, inner] gradient with inner > 1 (a convolution's); the linear layer's
+ * case, inner 1, is ct_cpu_bias_grad_linear (blas.c). */
 static void FN(bias_grad)(const R *dy, R *db, int64_t rows, int64_t c, int64_t inner) {
-    if (inner == 1) {
-        /* The linear layer's case: walk rows contiguously into a block of float64 accumulators
-         * (vectorises; a per-channel walk would stride through memory). Blocks of up to BLOCK
-         * columns, narrower where that gives every thread one (128 features made one block, so one
-         * thread summed them all); a column's sum is the same whatever block holds it. */
-        enum { BLOCK = 256 };
-        int64_t bw = (c + omp_get_max_threads() - 1) / omp_get_max_threads();
-        bw = bw < 16 ? 16 : bw > BLOCK ? BLOCK : (bw + 15) / 16 * 16;
-#pragma omp parallel for if (rows * c > CT_OMP_MIN)
-        for (int64_t j0 = 0; j0 < c; j0 += bw) {
-            int64_t w = c - j0 < bw ? c - j0 : bw;
-            double acc[BLOCK] = {0};
-            for (int64_t r = 0; r < rows; r++) {
-                const R *restrict p = dy + r * c + j0;
-                for (int64_t j = 0; j < w; j++) acc[j] += p[j];
-            }
-            for (int64_t j = 0; j < w; j++) db[j0 + j] += (R)acc[j];
-        }
-        return;
-    }
     /* Parallel over channels: each thread owns its db[j], so no reduction races. */
 #pragma omp parallel for if (rows * c * inner > CT_OMP_MIN)
     for (int64_t j = 0; j < c; j++) {

@@ -159,6 +159,11 @@ typedef struct ct_backend_ops {
     /* --- appended: a batch of GEMMs (NULL: the op's callers loop over gemm; see ct_op_gemm_batched) -- */
     void (*gemm_batched)(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                          double beta, ct_tensor *c);
+
+    /* --- appended: a linear layer's backward, its GEMMs and bias gradient together (NULL: gemm,
+     * bias_grad and gemm one after the other; see ct_op_linear_backward) ------------------------- */
+    void (*linear_backward)(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                            ct_tensor *dbias, ct_tensor *dx);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -9,7 +9,11 @@
  *
  * The dispatching tensor is the op's output where there is one that must live on the device
  * (ct_op_gemm's c, ct_op_copy's dst), else its first input; a backend without the op (a NULL
- * member: the fused conv + ReLU + pooling ops exist on the CPU only) aborts naming both. */
+ * member: the fused conv + ReLU + pooling ops exist on the CPU only) aborts naming both.
+ *
+ * Why one file of over 600 lines: each entry point is a few lines of checks and one call through the
+ * macros below, and the checks of every op family side by side are what a new backend reads to learn
+ * what it may rely on; split by family, the macros would move to a header of their own for no gain. */
 #include <stdint.h>
 
 #include "core/ops/backend.h"
@@ -151,6 +155,30 @@ void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_
     ct_op_gemm(false, true, 1.0, x, weight, 0.0, y);
     if (bias) ct_op_bias_add(y, bias, 1);
     if (act != CT_ACT_NONE) ct_op_activation_forward(act, y, y);
+}
+
+void ct_op_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                           ct_tensor *dbias, ct_tensor *dx) {
+    SAME_KIND(dy, x);
+    SAME_KIND(dy, weight);
+    SAME_KIND(dy, dweight);
+    SAME_KIND(dy, dbias);
+    SAME_KIND(dy, dx);
+    CT_ASSERT(dy->ndim == 2 && x->ndim == 2 && weight->ndim == 2 && dweight->ndim == 2);
+    CT_ASSERT(x->dtype == dy->dtype && weight->dtype == dy->dtype && dweight->dtype == dy->dtype);
+    CT_ASSERT(x->shape[0] == dy->shape[0] && weight->shape[0] == dy->shape[1] && weight->shape[1] == x->shape[1]);
+    CT_ASSERT(dweight->shape[0] == weight->shape[0] && dweight->shape[1] == weight->shape[1]);
+    CT_ASSERT(!dbias || (ct_tensor_numel(dbias) == dy->shape[1] && dbias->dtype == dy->dtype));
+    CT_ASSERT(!dx || (dx->ndim == 2 && dx->shape[0] == x->shape[0] && dx->shape[1] == x->shape[1] &&
+                      dx->dtype == dy->dtype));
+    if (backend_of(dy, "linear_backward")->linear_backward) {
+        CALL(dy, linear_backward, dy, x, weight, dweight, dbias, dx);
+        return;
+    }
+    /* a backend without the kernel: the same values in three ops */
+    ct_op_gemm(true, false, 1.0, dy, x, 1.0, dweight);
+    if (dbias) ct_op_bias_grad(dy, dbias, 1);
+    if (dx) ct_op_gemm(false, false, 1.0, dy, weight, 0.0, dx);
 }
 
 void ct_op_bias_grad(const ct_tensor *dy, ct_tensor *dbias, int64_t inner) {

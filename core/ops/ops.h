@@ -113,6 +113,13 @@ void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_t
  * those three ops in turn. */
 void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
                           ct_tensor *y);
+/* A linear layer's backward from its output gradient dy [rows, out] and input x [rows, in]:
+ * dweight [out, in] += dy^T x, dbias [out] += dy's column sums (when not NULL), dx [rows, in] = dy
+ * weight (when not NULL). The same values as ct_op_gemm, ct_op_bias_grad and ct_op_gemm in turn; on
+ * backends with the kernel (the CPU) the three share one parallel region, so the thread team meets
+ * once instead of three times. */
+void ct_op_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                           ct_tensor *dbias, ct_tensor *dx);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* Linear, activations, Flatten and Sequential: finite-difference gradients in float64, PyTorch's
- * init bounds, the errors bad inputs get, and ct_op_linear_forward's path for backends without the
- * kernel (gemm, bias_add, activation) against the CPU's kernel. */
+ * init bounds, the errors bad inputs get, and the paths of ct_op_linear_forward and
+ * ct_op_linear_backward for backends without the kernel (gemm, bias_add, activation; gemm,
+ * bias_grad, gemm) against the CPU's kernels. */
 #include <math.h>
 #include <string.h>
 
@@ -233,6 +234,104 @@ static void linear_forward_fallback(void) {
     ct_tensor_free(&y2);
 }
 
+/* ct_op_linear_backward with and without the backend's kernel, float32, at 1 to 3 threads: the same
+ * bits (the kernel splits each product as ct_op_gemm would, in one parallel region), with and
+ * without the bias and input gradients, at shapes whose products split by rows, by columns or not at
+ * all, and whose bias gradient is shared by the threads or not. dweight and dbias accumulate onto
+ * random values. */
+static void linear_backward_fallback(void) {
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 8, CT_RNG_USER);
+    const int64_t shapes[][3] = {{300, 70, 90}, {40, 200, 24}, {1000, 8, 600}, {5, 3, 4}, {4096, 128, 257}};
+    const ct_backend_ops *cpu = ct_backends[CT_DEVICE_CPU];
+    ct_backend_ops without = *cpu;
+    without.linear_backward = NULL;
+    const int threads = ct_get_num_threads();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int64_t rows = shapes[s][0], in = shapes[s][1], out = shapes[s][2];
+        ct_tensor dy = ct_test_alloc(CT_F32, 2, (int64_t[]){rows, out});
+        ct_tensor x = ct_test_alloc(CT_F32, 2, (int64_t[]){rows, in});
+        ct_tensor w = ct_test_alloc(CT_F32, 2, (int64_t[]){out, in});
+        ct_tensor dw0 = ct_test_alloc(CT_F32, 2, (int64_t[]){out, in});
+        ct_tensor db0 = ct_test_alloc(CT_F32, 1, (int64_t[]){out});
+        ct_tensor *fill[] = {&dy, &x, &w, &dw0, &db0};
+        for (size_t f = 0; f < sizeof fill / sizeof fill[0]; f++)
+            for (int64_t i = 0; i < ct_tensor_numel(fill[f]); i++) ct_tensor_set(fill[f], i, ct_rng_normal(&rng));
+        ct_tensor dw[2], db[2], dx[2];
+        for (int k = 0; k < 2; k++) {
+            dw[k] = ct_test_alloc(CT_F32, 2, (int64_t[]){out, in});
+            db[k] = ct_test_alloc(CT_F32, 1, (int64_t[]){out});
+            dx[k] = ct_test_alloc(CT_F32, 2, (int64_t[]){rows, in});
+        }
+        /* the products and sums in float64 from the definitions, for the kernel's float32 results */
+        ct_tensor rw = ct_test_alloc(CT_F64, 2, (int64_t[]){out, in}), rb = ct_test_alloc(CT_F64, 1, (int64_t[]){out});
+        ct_tensor rx = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, in});
+        for (int64_t o = 0; o < out; o++) {
+            double sb = ct_tensor_get(&db0, o);
+            for (int64_t r = 0; r < rows; r++) sb += ct_tensor_get(&dy, r * out + o);
+            ct_tensor_set(&rb, o, sb);
+            for (int64_t i = 0; i < in; i++) {
+                double sw = ct_tensor_get(&dw0, o * in + i);
+                for (int64_t r = 0; r < rows; r++)
+                    sw += ct_tensor_get(&dy, r * out + o) * ct_tensor_get(&x, r * in + i);
+                ct_tensor_set(&rw, o * in + i, sw);
+            }
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < in; i++) {
+                double sx = 0;
+                for (int64_t o = 0; o < out; o++)
+                    sx += ct_tensor_get(&dy, r * out + o) * ct_tensor_get(&w, o * in + i);
+                ct_tensor_set(&rx, r * in + i, sx);
+            }
+        for (int nt = 1; nt <= 3; nt++)
+            for (int with_bias = 0; with_bias < 2; with_bias++)
+                for (int with_dx = 0; with_dx < 2; with_dx++) {
+                    ct_set_num_threads(nt);
+                    for (int k = 0; k < 2; k++) {
+                        ct_op_copy(&dw[k], &dw0);
+                        ct_op_copy(&db[k], &db0);
+                        ct_op_fill(&dx[k], NAN); /* dx is overwritten, never read */
+                        ct_backends[CT_DEVICE_CPU] = k ? &without : cpu;
+                        ct_op_linear_backward(&dy, &x, &w, &dw[k], with_bias ? &db[k] : NULL, with_dx ? &dx[k] : NULL);
+                        ct_backends[CT_DEVICE_CPU] = cpu;
+                    }
+                    CHECK(memcmp(dw[0].data, dw[1].data, ct_tensor_nbytes(&dw[0])) == 0 &&
+                              memcmp(db[0].data, db[1].data, ct_tensor_nbytes(&db[0])) == 0 &&
+                              (!with_dx || memcmp(dx[0].data, dx[1].data, ct_tensor_nbytes(&dx[0])) == 0),
+                          "linear_backward %lldx%lld->%lld, %d threads, bias=%d dx=%d: kernel and three-op path differ",
+                          (long long)rows, (long long)in, (long long)out, nt, with_bias, with_dx);
+                    CHECK(memcmp(dw[0].data, dw0.data, ct_tensor_nbytes(&dw0)) != 0 &&
+                              (memcmp(db[0].data, db0.data, ct_tensor_nbytes(&db0)) != 0) == with_bias &&
+                              (!with_dx || ct_op_all_finite(&dx[0])),
+                          "linear_backward %lldx%lld->%lld, %d threads, bias=%d dx=%d: a gradient not written",
+                          (long long)rows, (long long)in, (long long)out, nt, with_bias, with_dx);
+                    /* error bound: float32 rounding of sums of up to `rows` (or `out`) terms of size ~1 */
+                    double worst = 0;
+                    const ct_tensor *got[3] = {&dw[0], with_bias ? &db[0] : NULL, with_dx ? &dx[0] : NULL};
+                    const ct_tensor *want[3] = {&rw, &rb, &rx};
+                    for (int g = 0; g < 3; g++)
+                        for (int64_t i = 0; got[g] && i < ct_tensor_numel(got[g]); i++) {
+                            const double d = fabs(ct_tensor_get(got[g], i) - ct_tensor_get(want[g], i));
+                            worst = d > worst ? d : worst;
+                        }
+                    CHECK(worst <= 1e-5 * (double)(rows > out ? rows : out),
+                          "linear_backward %lldx%lld->%lld, %d threads, bias=%d dx=%d: %.3g from the float64 sums",
+                          (long long)rows, (long long)in, (long long)out, nt, with_bias, with_dx, worst);
+                }
+        ct_tensor_free(&rw);
+        ct_tensor_free(&rb);
+        ct_tensor_free(&rx);
+        ct_set_num_threads(threads);
+        for (int k = 0; k < 2; k++) {
+            ct_tensor_free(&dw[k]);
+            ct_tensor_free(&db[k]);
+            ct_tensor_free(&dx[k]);
+        }
+        for (size_t f = 0; f < sizeof fill / sizeof fill[0]; f++) ct_tensor_free(fill[f]);
+    }
+}
+
 int main(void) {
     ct_test_begin("test_dense_layers");
     model_misuse();
@@ -240,5 +339,6 @@ int main(void) {
     init_bounds_and_names();
     bad_inputs();
     linear_forward_fallback();
+    linear_backward_fallback();
     return ct_test_finish();
 }
