@@ -1,6 +1,7 @@
 /* GEMM through the CBLAS interface (float: oneDNN's sgemm or OpenBLAS's, gemm_engine.c; double:
  * OpenBLAS's; both pick their kernels for the CPU at run time and share the OpenMP thread team of
- * our loops, threads.c), and a linear layer's forward with its bias and ReLU (linear_tmpl.h).
+ * our loops, threads.c), a linear layer's forward with its bias and ReLU (linear_tmpl.h), and its
+ * backward (weight, bias and input gradients in one parallel region).
  *
  * A product large enough for the team is split here into one block of rows or columns per thread,
  * each computed by a single-threaded GEMM (both engines run single-threaded inside a parallel
@@ -161,8 +162,8 @@ void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct
     }
 }
 
-/* Thread t of T's columns of a bias gradient: all of them on one thread where the sum is too small to
- * share (then the last thread, which the linear backward gives the least GEMM work). */
+/* Thread t of T's columns of a bias gradient: all of them on the last thread where the sum is too small
+ * to share. */
 static void bias_grad_part(const ct_tensor *dy, ct_tensor *dbias, bool shared, int t, int T) {
     int64_t rows = dy->shape[0], c = dy->shape[1], lo = 0, hi = c;
     if (shared)
