@@ -9,7 +9,7 @@
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
-       env_cpu_isa_unknown env_cpu_gemm_unknown
+       env_cpu_isa_unknown env_cpu_gemm_unknown env_cpu_gemm_library_missing
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
        tokens_beyond_vocab tokens_beyond_model_vocab tokens_odd_size dataset_cache_full convert_csv_disk_full
@@ -372,6 +372,24 @@ env_cpu_gemm_unknown)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 2 "^ctrainer: CT_CPU_GEMM='mkl' is not a GEMM engine: use openblas or onednn, or unset it" \
          env CT_CPU_GEMM=mkl "$ctrainer" train run.json || exit 1
+  [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
+env_cpu_gemm_library_missing)
+  # oneDNN asked for where its library cannot be opened (the package removed after the build):
+  # refused before anything runs or is written. The removal is an empty file bind-mounted over the
+  # library in a mount namespace of this test's own (private: nothing outside sees it). Skipped (77)
+  # in a build without oneDNN, where no libdnnl.so.2 is installed, or where no mount namespace may be
+  # made (not root, or a container that forbids it).
+  lib=$(ldconfig -p | awk '/^[[:space:]]*libdnnl\.so\.2 .*x86-64/ {print $NF; exit}')
+  [ -n "$lib" ] || { echo "no libdnnl.so.2 installed: skipped"; exit 77; }
+  env CT_CPU_GEMM=onednn "$ctrainer" version >/dev/null 2>&1 || { echo "a build without oneDNN: skipped"; exit 77; }
+  : >empty
+  : >probe
+  unshare -m sh -c 'mount --bind "$1" "$2"' sh "$tmp/empty" "$tmp/probe" 2>/dev/null ||
+    { echo "no mount namespace here: skipped"; exit 77; }
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "^ctrainer: CT_CPU_GEMM=onednn: cannot open libdnnl\.so\.2 \(.+\); install libdnnl2, or unset it" \
+         unshare -m sh -c 'mount --bind "$1" "$2" && exec env CT_CPU_GEMM=onednn "$3" train run.json' \
+         sh "$tmp/empty" "$lib" "$ctrainer" || exit 1
   [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_hdf5_cache_garbage)
   # not a positive number of MiB: the default block cache, silently
