@@ -11,9 +11,6 @@
 # ctrainer_objects is defined (it adds one of the two sources to the objects).
 
 set(CTRAINER_PLOT_ENABLED OFF)
-if(NOT CTRAINER_PLOT MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "CTRAINER_PLOT must be AUTO, ON or OFF, got '${CTRAINER_PLOT}'")
-endif()
 
 # Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
 # The model card names the ctrainer version that trained the model.

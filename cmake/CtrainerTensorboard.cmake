@@ -14,9 +14,6 @@
 # defined (it adds one of the two sources to the objects).
 
 set(CTRAINER_TENSORBOARD_ENABLED OFF)
-if(NOT CTRAINER_TENSORBOARD MATCHES "^(AUTO|ON|OFF)$")
-  message(FATAL_ERROR "CTRAINER_TENSORBOARD must be AUTO, ON or OFF, got '${CTRAINER_TENSORBOARD}'")
-endif()
 
 # Leaves `file` out of ctrainer_objects (the areas' sources are globbed, both variants with them).
 if(CTRAINER_TENSORBOARD STREQUAL "OFF")
