@@ -1,7 +1,8 @@
 /* sgemm throughput, the physical limit of CPU training: GFLOP/s of ct_op_gemm (the float GEMM engine's
- * kernels, oneDNN's or OpenBLAS's (backends/cpu/gemm_engine.c), split into a block per thread by
- * backends/cpu/blas.c where the product is large enough) at the shapes of the Fashion-MNIST MLP's
- * forward and backward GEMMs (batch 128) and at a large square size, the engine, and the kernel set
+ * kernels: the built-in ones, or OpenBLAS's or oneDNN's under CT_CPU_GEMM (backends/cpu/sgemm.c,
+ * gemm_engine.c), split into a block per thread by backends/cpu/blas.c where the product is large
+ * enough) at the shapes of the Fashion-MNIST MLP's forward and backward GEMMs (batch 128), at those
+ * of the GPT example's linear layers and at a large square size, the engine, and the kernel set
  * OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
  * Usage: bench_sgemm [THREADS]. Prints one JSON line. */
 #include <cblas.h>
@@ -54,9 +55,22 @@ int main(int argc, char **argv) {
         flops += f * (l ? 3 : 2);
         secs += f / (g1 * 1e9) + f / (g2 * 1e9) + (l ? f / (g3 * 1e9) : 0);
     }
+    /* The GPT example's linear layers and LM head (examples/configs/fortunes_gpt.json: 4096 rows of batch
+     * 32 x context 128, width 128, vocabulary 257): forward, weight gradient, input gradient. */
+    const int64_t gpt[5][2] = {{128, 384}, {128, 128}, {128, 512}, {512, 128}, {128, 257}};
+    double gpt_flops = 0, gpt_secs = 0;
+    for (int l = 0; l < 5; l++) {
+        int64_t in = gpt[l][0], out = gpt[l][1];
+        double f = 2.0 * 4096 * in * out;
+        gpt_flops += 3 * f;
+        gpt_secs += f / (measure(false, true, 4096, out, in, 0.2) * 1e9) +
+                    f / (measure(true, false, out, in, 4096, 0.2) * 1e9) +
+                    f / (measure(false, false, 4096, in, out, 0.2) * 1e9);
+    }
     double square = measure(false, false, 1024, 1024, 1024, 1.0);
     printf("{\"threads\": %d, \"gemm_engine\": \"%s\", \"openblas_core\": \"%s\", \"sgemm_gflops_mlp_shapes\": %.1f, "
-           "\"sgemm_gflops_1024\": %.1f}\n",
-           threads, ct_cpu_gemm_engine(), openblas_get_corename(), flops / secs * 1e-9, square);
+           "\"sgemm_gflops_gpt_shapes\": %.1f, \"sgemm_gflops_1024\": %.1f}\n",
+           threads, ct_cpu_gemm_engine(), openblas_get_corename(), flops / secs * 1e-9, gpt_flops / gpt_secs * 1e-9,
+           square);
     return 0;
 }

@@ -5,9 +5,9 @@ import subprocess
 import sys
 
 # Variables some machines set to pin OpenBLAS to an older kernel set than the CPU has (a workaround
-# for OpenBLAS builds that mis-detect or mishandle new processors). Both sides of a benchmark use
-# the same OpenBLAS (ctrainer for every GEMM unless CT_CPU_GEMM=onednn, PyTorch for its linear
-# layers), so they go together.
+# for OpenBLAS builds that mis-detect or mishandle new processors). PyTorch runs its linear layers
+# on OpenBLAS, and ctrainer its float64 GEMMs (and its float ones under CT_CPU_GEMM=openblas), so
+# both sides go together.
 OPENBLAS_PINS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 

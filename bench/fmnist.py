@@ -3,7 +3,7 @@
 (shared/bench/peer_torch_fmnist.py) train the same model with the same batch size, optimizer and
 thread count in the same run; prints both, their ratio, and the fraction of the GEMM-bound limit (the
 model's training FLOPs per sample against the sgemm GFLOP/s of ctrainer's GEMM engine measured in
-this run: OpenBLAS's, or oneDNN's under CT_CPU_GEMM=onednn).
+this run: its own by default, OpenBLAS's or oneDNN's under CT_CPU_GEMM=openblas|onednn).
 
 Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]
                       [--wait-policy PASSIVE|ACTIVE|default] [--openblas detect|environment]

@@ -1,19 +1,20 @@
-/* GEMM through the CBLAS interface (float: oneDNN's sgemm or OpenBLAS's, gemm_engine.c; double:
- * OpenBLAS's; both pick their kernels for the CPU at run time and share the OpenMP thread team of
- * our loops, threads.c), a linear layer's forward with its bias and ReLU (linear_tmpl.h), and its
- * backward (weight, bias and input gradients in one parallel region).
+/* GEMM through the CBLAS interface (float: ct_cpu_sgemm, the built-in kernels of sgemm.c or the
+ * library CT_CPU_GEMM names; double: OpenBLAS's, which picks its kernels for the CPU at run time;
+ * the libraries share the OpenMP thread team of our loops, threads.c), a linear layer's forward
+ * with its bias and ReLU (linear_tmpl.h), and its backward (weight, bias and input gradients in one
+ * parallel region).
  *
  * A product large enough for the team is split here into one block of rows or columns per thread,
- * each computed by a single-threaded GEMM (both engines run single-threaded inside a parallel
+ * each computed by a single-threaded GEMM (every engine runs single-threaded inside a parallel
  * region): the team meets once per product instead of at every synchronisation point of
  * OpenBLAS's own threading, where a thread waiting for the other yields its core (on a loaded
  * machine, for a whole time slice), and the linear forward adds its bias and applies its ReLU to
  * the block a thread has just written, while it is in that thread's cache. The split is along the
  * larger of C's two dimensions, so that the operand every thread packs whole is the smaller one;
  * blocks start at multiples of CT_GEMM_BLOCK. Products below CT_GEMM_SPLIT_MIN multiply-adds, and
- * any product inside a parallel region, are one call, where the engine decides. On OpenBLAS (the
- * default engine, gemm_engine.c) each element of C is the same dot product over k whichever block
- * holds it.
+ * any product inside a parallel region, are one call (the built-in engine runs it on the calling
+ * thread; a library may thread it). On the built-in engine (sgemm.c) and on OpenBLAS each element
+ * of C is the same dot product over k whichever block holds it.
  *
  * A batch of small products (attention's per-(sample, head) GEMMs where the fused attention does
  * not apply) runs in one parallel region, each product on one thread: called one at a time,
@@ -130,11 +131,20 @@ void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tens
 #undef R
 #undef FN
 
-/* One thread's block of y = act(x w^T + b): the bias is the GEMM's starting value (beta 1 adds the
- * product to it with the one rounding a separate bias pass makes, and the engine then skips the
- * pass that clears C for beta 0), the ReLU follows on the block while it is in cache. */
+/* One thread's block of y = act(x w^T + b). On the built-in engine (float) the bias and the ReLU are
+ * the tiles' last step. Elsewhere the bias is the GEMM's starting value (beta 1 adds the product to
+ * it with the one rounding a separate bias pass makes, and the engine then skips the pass that
+ * clears C for beta 0), the ReLU follows on the block while it is in cache. */
 static void linear_block(const gemm_args *g, const ct_tensor *bias, ct_activation act, int64_t m0, int64_t m1,
                          int64_t n0, int64_t n1) {
+    if (g->c->dtype == CT_F32) {
+        const int64_t k = g->k, ldc = g->n;
+        const float *x = (const float *)g->a->data + m0 * k, *w = (const float *)g->b->data + n0 * k;
+        if (ct_cpu_sgemm_linear((int)(m1 - m0), (int)(n1 - n0), (int)k, x, (int)(k ? k : 1), w, (int)(k ? k : 1),
+                                bias ? (const float *)bias->data + n0 : NULL, act == CT_ACT_RELU,
+                                (float *)g->c->data + m0 * ldc + n0, (int)ldc))
+            return;
+    }
     if (bias) CT_REAL_DISPATCH(g->c, bias_rows, bias->data, g->c->data, g->n, m0, m1, n0, n1);
     gemm_block(g, m0, m1, n0, n1);
     if (act == CT_ACT_RELU) CT_REAL_DISPATCH(g->c, relu_rows, g->c->data, g->n, m0, m1, n0, n1);

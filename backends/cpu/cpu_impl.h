@@ -42,6 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "core/status.h"
 #include "core/tensor.h"
@@ -86,11 +87,21 @@ void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_
 void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
 void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
                                       const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
-/* gemm_engine.c (compiled once): the float GEMM of every kernel, CBLAS's prototype, on the engine
- * ct_cpu_gemm_engine_init chose for the level the kernels run at (isa.c calls it when the library
- * loads); ct_cpu_gemm_engine_check reports a CT_CPU_GEMM it could not honour. */
+/* sgemm.c: the float GEMM of every kernel, CBLAS's prototype (row-major only), on the engine
+ * gemm_engine.c chose: the built-in kernels, or the library ct_cpu_sgemm_library calls. */
 void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
                   const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+/* y = act(x w^T + bias) for float x [m, k], w [n, k], bias [n] (or NULL), y [m, n] on the built-in
+ * engine, the bias and ReLU applied to each tile as it is stored (the same bits as the bias copied
+ * into y and added with beta 1); false, and nothing done, on another engine or where k is 0. */
+bool ct_cpu_sgemm_linear(int m, int n, int k, const float *x, int ldx, const float *w, int ldw, const float *bias,
+                         bool relu, float *y, int ldy);
+/* gemm_engine.c (compiled once): the engine ct_cpu_gemm_engine_init chose for the level the kernels
+ * run at (isa.c calls it when the library loads), the chosen library's sgemm (OpenBLAS or oneDNN),
+ * and ct_cpu_gemm_engine_check, which reports a CT_CPU_GEMM it could not honour. */
+ct_cpu_gemm_kind ct_cpu_gemm_engine_kind(void);
+void ct_cpu_sgemm_library(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
 void ct_cpu_gemm_engine_init(int level);
 ct_status ct_cpu_gemm_engine_check(int level);
 /* blas.c */

@@ -1,24 +1,23 @@
-/* The engine of the CPU's float GEMMs: OpenBLAS's sgemm by default, oneDNN's where the build has it
- * (CTRAINER_ONEDNN, cmake/CtrainerOneDNN.cmake) and CT_CPU_GEMM=onednn asks for it. Every float GEMM
- * of the CPU kernels (blas.c, attn.c, conv.c) goes through ct_cpu_sgemm; float64 GEMMs stay with
- * OpenBLAS, which oneDNN lacks.
+/* The engine of the CPU's float GEMMs, chosen once when the library loads: the built-in kernels by
+ * default (sgemm.c, whose ct_cpu_sgemm every float GEMM of the kernels goes through), OpenBLAS's sgemm
+ * under CT_CPU_GEMM=openblas, oneDNN's where the build has it (CTRAINER_ONEDNN,
+ * cmake/CtrainerOneDNN.cmake) under CT_CPU_GEMM=onednn; ct_cpu_sgemm_library calls the chosen
+ * library. float64 GEMMs stay with OpenBLAS, which the built-in engine and oneDNN lack.
  *
- * oneDNN's JIT sgemm is faster than OpenBLAS 0.3.21 at the example models' shapes on AVX-512 and
- * SSE4.2, about even on AVX2 (bench/README.md). Both round a row of C by the kernel the call's shape
- * selects, but oneDNN switches kernels at row counts where OpenBLAS does not (below 16 rows, and
- * from about 200 rows at some shapes), so a sample's outputs would change in their last bits
- * between evaluation batch sizes where they do not today (unit.test_trainer checks that they do
- * not; on oneDNN it fails at batches 1 and 7). So OpenBLAS is the default and oneDNN the opt-in of a
- * user who trades that for speed; the independence from the world size holds on either. oneDNN's
- * JIT kernels start at SSE4.1, so level v1 (SSE2) cannot take it. oneDNN is capped at the
- * instruction set of the level the CPU kernels run at (dnnl_set_max_cpu_isa, before its first use),
- * so that CT_CPU_ISA steers it as it steers ours. The library is opened only when asked for
- * (onednn_open). ct_cpu_isa_check reports a CT_CPU_GEMM value that cannot be honoured, and a
- * library that cannot be opened.
+ * The libraries stay as opt-ins for comparison and for a user who trusts them over ours. oneDNN's
+ * JIT sgemm rounds a row of C by the kernel the call's row count selects (below 16 rows, and from
+ * about 200 rows at some shapes, bench/README.md), so a sample's outputs change in their last bits
+ * between evaluation batch sizes (unit.test_trainer checks that they do not; on oneDNN it fails at
+ * batches 1 and 7); the independence from the world size holds on every engine. oneDNN's JIT
+ * kernels start at SSE4.1, so level v1 (SSE2) cannot take it. oneDNN is capped at the instruction
+ * set of the level the CPU kernels run at (dnnl_set_max_cpu_isa, before its first use), so that
+ * CT_CPU_ISA steers it as it steers ours. The library is opened only when asked for (onednn_open).
+ * ct_cpu_isa_check reports a CT_CPU_GEMM value that cannot be honoured, and a library that cannot
+ * be opened.
  *
- * Threads: both run on the process's OpenMP team and single-threaded inside a parallel region
- * (oneDNN does not nest, and we link OpenBLAS's OpenMP build), where blas.c's split of a product
- * into a block per thread calls them. Compiled once, at the baseline flags, beside isa.c. */
+ * Threads: every engine runs single-threaded inside a parallel region (oneDNN does not nest, and we
+ * link OpenBLAS's OpenMP build), where blas.c's split of a product into a block per thread calls
+ * it. Compiled once, at the baseline flags, beside isa.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,28 +30,32 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-static bool use_onednn;       /* the engine: oneDNN's sgemm, else OpenBLAS's */
+static ct_cpu_gemm_kind in_use; /* the engine */
 static const char *asked;     /* CT_CPU_GEMM as read when the library loaded */
-static char description[160] = "float GEMMs: OpenBLAS"; /* for ct_cpu_gemm_engine */
+static char description[160] = "float GEMMs: built-in"; /* for ct_cpu_gemm_engine */
 static char load_failure[400]; /* why oneDNN, asked for, could not be opened */
 
-ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn) {
-    *onednn = false;
-    if (!want || !*want || strcmp(want, "openblas") == 0) return CT_OK;
+ct_status ct_cpu_gemm_engine_choose(const char *want, int level, ct_cpu_gemm_kind *engine) {
+    *engine = CT_GEMM_BUILTIN;
+    if (!want || !*want || strcmp(want, "builtin") == 0) return CT_OK;
+    if (strcmp(want, "openblas") == 0) {
+        *engine = CT_GEMM_OPENBLAS;
+        return CT_OK;
+    }
     if (strcmp(want, "onednn") != 0)
         return ct_error(CT_ERR_INVALID_ARG,
-                        "CT_CPU_GEMM='%s' is not a GEMM engine: use openblas or onednn, or unset it", want);
+                        "CT_CPU_GEMM='%s' is not a GEMM engine: use builtin, openblas or onednn, or unset it", want);
 #ifndef CT_HAVE_ONEDNN
     (void)level;
     return ct_error(CT_ERR_INVALID_ARG,
                     "CT_CPU_GEMM=onednn: this build has no oneDNN (configure with libdnnl-dev installed, or "
-                    "-DCTRAINER_ONEDNN=ON); unset it for OpenBLAS");
+                    "-DCTRAINER_ONEDNN=ON); unset it for the built-in engine");
 #else
     if (level == 1) /* level 0, a build without levels, runs its target's kernels: oneDNN picks its own */
         return ct_error(CT_ERR_INVALID_ARG,
                         "CT_CPU_GEMM=onednn: oneDNN's kernels need SSE4.1, above the level the CPU kernels run at "
                         "(x86-64, SSE2); unset it, or CT_CPU_ISA");
-    *onednn = true;
+    *engine = CT_GEMM_ONEDNN;
     return CT_OK;
 #endif
 }
@@ -113,11 +116,12 @@ static void cap_onednn(int level) {
 
 void ct_cpu_gemm_engine_init(int level) {
     asked = getenv("CT_CPU_GEMM");
-    if (ct_cpu_gemm_engine_choose(asked, level, &use_onednn) != CT_OK)
+    if (ct_cpu_gemm_engine_choose(asked, level, &in_use) != CT_OK)
         ct_error_clear(); /* reported by ct_cpu_isa_check; the default engine runs meanwhile */
+    if (in_use == CT_GEMM_OPENBLAS) snprintf(description, sizeof description, "float GEMMs: OpenBLAS");
 #ifdef CT_HAVE_ONEDNN
-    if (use_onednn && !onednn_open()) use_onednn = false; /* ct_cpu_isa_check reports it */
-    if (use_onednn) {
+    if (in_use == CT_GEMM_ONEDNN && !onednn_open()) in_use = CT_GEMM_BUILTIN; /* ct_cpu_isa_check reports it */
+    if (in_use == CT_GEMM_ONEDNN) {
         cap_onednn(level);
         const dnnl_version_t *v = dnnl.version();
         snprintf(description, sizeof description, "float GEMMs: oneDNN %d.%d.%d sgemm (%s)", v->major, v->minor,
@@ -127,18 +131,20 @@ void ct_cpu_gemm_engine_init(int level) {
 }
 
 ct_status ct_cpu_gemm_engine_check(int level) {
-    bool onednn;
-    CT_TRY(ct_cpu_gemm_engine_choose(asked, level, &onednn));
+    ct_cpu_gemm_kind want;
+    CT_TRY(ct_cpu_gemm_engine_choose(asked, level, &want));
     if (load_failure[0]) return ct_error(CT_ERR_INVALID_ARG, "CT_CPU_GEMM=onednn: %s", load_failure);
     return CT_OK;
 }
 
 const char *ct_cpu_gemm_engine(void) { return description; }
 
-void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
-                  const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
+ct_cpu_gemm_kind ct_cpu_gemm_engine_kind(void) { return in_use; }
+
+void ct_cpu_sgemm_library(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
+                          const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc) {
 #ifdef CT_HAVE_ONEDNN
-    if (use_onednn) {
+    if (in_use == CT_GEMM_ONEDNN) {
         /* oneDNN's sgemm is row-major, as every caller here is */
         if (order != CblasRowMajor) ct_abort_at(__FILE__, __LINE__, "ct_cpu_sgemm: row-major only");
         dnnl_status_t s = dnnl.sgemm(ta == CblasNoTrans ? 'N' : 'T', tb == CblasNoTrans ? 'N' : 'T', m, n, k, alpha, a,

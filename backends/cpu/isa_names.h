@@ -67,6 +67,8 @@
 #define ct_cpu_pointwise_loss_forward CT_CPU_ISA_NAME(ct_cpu_pointwise_loss_forward)
 #define ct_cpu_scale CT_CPU_ISA_NAME(ct_cpu_scale)
 #define ct_cpu_sgd_step CT_CPU_ISA_NAME(ct_cpu_sgd_step)
+#define ct_cpu_sgemm CT_CPU_ISA_NAME(ct_cpu_sgemm)
+#define ct_cpu_sgemm_linear CT_CPU_ISA_NAME(ct_cpu_sgemm_linear)
 #define ct_cpu_sum_squares_det CT_CPU_ISA_NAME(ct_cpu_sum_squares_det)
 #endif
 

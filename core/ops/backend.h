@@ -188,12 +188,16 @@ const ct_backend_ops *ct_backend_cpu_select(void);
 ct_status ct_cpu_isa_choose(const char *want, int best, int *level);
 const char *ct_cpu_isa_level_name(int level);
 
+/* The float GEMMs' engines (backends/cpu/sgemm.c, gemm_engine.c): ctrainer's own kernels, OpenBLAS's
+ * sgemm, oneDNN's. */
+typedef enum { CT_GEMM_BUILTIN, CT_GEMM_OPENBLAS, CT_GEMM_ONEDNN } ct_cpu_gemm_kind;
+
 /* The rule for the float GEMMs' engine (backends/cpu/gemm_engine.c), applied by
  * ct_backend_cpu_select once the level is known: what CT_CPU_GEMM's value `want` (NULL or "":
- * unset, "openblas", "onednn") gets at the kernels' `level` (0 to 4), *onednn true for oneDNN's
- * sgemm. Unset is OpenBLAS; oneDNN needs a build with it and a level other than 1 (its kernels
- * need SSE4.1). On an error *onednn is false. */
-ct_status ct_cpu_gemm_engine_choose(const char *want, int level, bool *onednn);
+ * unset, "builtin", "openblas", "onednn") gets at the kernels' `level` (0 to 4), in *engine. Unset is
+ * the built-in engine; oneDNN needs a build with it and a level other than 1 (its kernels need
+ * SSE4.1). On an error *engine is CT_GEMM_BUILTIN. */
+ct_status ct_cpu_gemm_engine_choose(const char *want, int level, ct_cpu_gemm_kind *engine);
 
 /* The registry, indexed by device kind (core/ops/backend.c): NULL where a kind is not compiled in
  * or its module is not loaded yet. The CPU's entry is settled when the library loads

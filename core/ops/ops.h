@@ -44,12 +44,13 @@ int ct_cpu_isa_level(void);
 int ct_cpu_isa_best(void);
 const char *ct_cpu_isa(void);
 
-/* The library that runs the CPU's float GEMMs (backends/cpu/gemm_engine.c), as a line for `ctrainer
- * version` and the benchmarks ("float GEMMs: OpenBLAS"): OpenBLAS's sgemm, or oneDNN's where the
- * build has it (CTRAINER_ONEDNN), the level is not 1 and the environment variable
- * CT_CPU_GEMM=onednn asks for it (faster, but a row of C then changes in its last bits between
- * row counts where OpenBLAS's does not: evaluation batch sizes).
- * float64 GEMMs are always OpenBLAS's. */
+/* The engine of the CPU's float GEMMs (backends/cpu/sgemm.c, gemm_engine.c), as a line for `ctrainer
+ * version` and the benchmarks ("float GEMMs: built-in"): ctrainer's own kernels by default, in which
+ * an element of C has the same bits whatever the row count of the call or the thread count;
+ * OpenBLAS's sgemm under the environment variable CT_CPU_GEMM=openblas; oneDNN's under
+ * CT_CPU_GEMM=onednn where the build has it (CTRAINER_ONEDNN) and the level is not 1 (a row of C
+ * then changes in its last bits between row counts: evaluation batch sizes). float64 GEMMs are
+ * always OpenBLAS's. */
 const char *ct_cpu_gemm_engine(void);
 
 /* CT_OK, or CT_ERR_INVALID_ARG with a message when CT_CPU_ISA names no level, one above the CPU's

@@ -370,7 +370,7 @@ env_cpu_gemm_unknown)
   # a GEMM engine that is none: refused before anything runs or is written, rather than a run on
   # another library than the one asked for
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
-  expect 2 "^ctrainer: CT_CPU_GEMM='mkl' is not a GEMM engine: use openblas or onednn, or unset it" \
+  expect 2 "^ctrainer: CT_CPU_GEMM='mkl' is not a GEMM engine: use builtin, openblas or onednn, or unset it" \
          env CT_CPU_GEMM=mkl "$ctrainer" train run.json || exit 1
   [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_cpu_gemm_library_missing)

@@ -7,7 +7,8 @@
  *   rename_to:TEXT    rename() whose new name ends with TEXT (".deleting": rotation set a victim aside)
  *   rename_from:TEXT  rename() whose old name ends with TEXT (".tmp": a save's commit)
  *   remove_in:TEXT    remove() of a path that contains TEXT (".deleting/": a victim half deleted)
- *   gemm_off_main:    a float GEMM (cblas_sgemm() or oneDNN's dnnl_sgemm(), whichever engine runs)
+ *   gemm_off_main:    a float GEMM of a library engine (cblas_sgemm() under CT_CPU_GEMM=openblas,
+ *                     dnnl_sgemm() under onednn; the built-in engine has no point to interpose)
  *                     called by a thread other than the process's first and not by an
  *                     OpenMP worker, before it runs (TEXT empty): in a run of linear layers only,
  *                     the forwards of the asynchronous evaluator (eval_async), one call per layer and

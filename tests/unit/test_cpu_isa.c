@@ -52,8 +52,9 @@ static void test_choose(void) {
     CHECK(level == 0, "a build without levels runs level 0, not %d", level);
 }
 
-/* The float GEMMs' engine for every level and CT_CPU_GEMM value: OpenBLAS by default and on
- * request; oneDNN on request where the build has it, except at level 1 (its kernels need SSE4.1). */
+/* The float GEMMs' engine for every level and CT_CPU_GEMM value: the built-in one by default and on
+ * request, OpenBLAS on request; oneDNN on request where the build has it, except at level 1 (its
+ * kernels need SSE4.1). */
 static void test_gemm_engine_choose(void) {
 #ifdef CT_HAVE_ONEDNN
     const bool built = true;
@@ -61,28 +62,32 @@ static void test_gemm_engine_choose(void) {
     const bool built = false;
 #endif
     for (int level = 0; level <= 4; level++) {
-        const char *unset[] = {NULL, "", "openblas"};
+        const char *unset[] = {NULL, "", "builtin"};
         for (size_t i = 0; i < sizeof unset / sizeof *unset; i++) {
-            bool onednn = true;
-            CHECK_OK(ct_cpu_gemm_engine_choose(unset[i], level, &onednn));
-            CHECK(!onednn, "'%s' at level %d runs OpenBLAS", unset[i] ? unset[i] : "(unset)", level);
+            ct_cpu_gemm_kind engine = CT_GEMM_ONEDNN;
+            CHECK_OK(ct_cpu_gemm_engine_choose(unset[i], level, &engine));
+            CHECK(engine == CT_GEMM_BUILTIN, "'%s' at level %d runs the built-in engine",
+                  unset[i] ? unset[i] : "(unset)", level);
         }
-        bool onednn = false;
+        ct_cpu_gemm_kind engine = CT_GEMM_BUILTIN;
+        CHECK_OK(ct_cpu_gemm_engine_choose("openblas", level, &engine));
+        CHECK(engine == CT_GEMM_OPENBLAS, "openblas at level %d runs OpenBLAS", level);
         if (built && level != 1) {
-            CHECK_OK(ct_cpu_gemm_engine_choose("onednn", level, &onednn));
-            CHECK(onednn, "onednn at level %d runs oneDNN", level);
+            CHECK_OK(ct_cpu_gemm_engine_choose("onednn", level, &engine));
+            CHECK(engine == CT_GEMM_ONEDNN, "onednn at level %d runs oneDNN", level);
         } else {
-            onednn = true;
-            CHECK_ERR(ct_cpu_gemm_engine_choose("onednn", level, &onednn), CT_ERR_INVALID_ARG, "CT_CPU_GEMM=onednn",
+            engine = CT_GEMM_ONEDNN;
+            CHECK_ERR(ct_cpu_gemm_engine_choose("onednn", level, &engine), CT_ERR_INVALID_ARG, "CT_CPU_GEMM=onednn",
                       built ? "SSE4.1" : "no oneDNN");
-            CHECK(!onednn, "an engine the build or level lacks leaves OpenBLAS at level %d", level);
+            CHECK(engine == CT_GEMM_BUILTIN, "an engine the build or level lacks leaves the built-in one at level %d",
+                  level);
         }
-        const char *bad[] = {"OpenBLAS", "mkl", "onednn ", "blas", "1"};
+        const char *bad[] = {"OpenBLAS", "mkl", "onednn ", "blas", "1", "built-in"};
         for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-            onednn = true;
-            CHECK_ERR(ct_cpu_gemm_engine_choose(bad[i], level, &onednn), CT_ERR_INVALID_ARG, bad[i],
-                      "not a GEMM engine", "openblas", "onednn");
-            CHECK(!onednn, "'%s' leaves OpenBLAS at level %d", bad[i], level);
+            engine = CT_GEMM_ONEDNN;
+            CHECK_ERR(ct_cpu_gemm_engine_choose(bad[i], level, &engine), CT_ERR_INVALID_ARG, bad[i],
+                      "not a GEMM engine", "builtin", "openblas", "onednn");
+            CHECK(engine == CT_GEMM_BUILTIN, "'%s' leaves the built-in engine at level %d", bad[i], level);
         }
     }
 }
@@ -107,11 +112,13 @@ static void test_this_process(void) {
     snprintf(kernels, sizeof kernels, "kernels %s", ct_cpu_isa());
     CHECK(strstr(what, kernels) != NULL, "the registered CPU table describes '%s': %s", kernels, what);
     /* and the GEMM engine CT_CPU_GEMM asked for at that level, which the description names too */
-    bool onednn;
-    if (ct_cpu_gemm_engine_choose(getenv("CT_CPU_GEMM"), expect, &onednn) != CT_OK) ct_error_clear();
-    CHECK(strstr(ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS") != NULL, "engine '%s', expected %s",
-          ct_cpu_gemm_engine(), onednn ? "oneDNN" : "OpenBLAS");
+    ct_cpu_gemm_kind engine;
+    if (ct_cpu_gemm_engine_choose(getenv("CT_CPU_GEMM"), expect, &engine) != CT_OK) ct_error_clear();
+    static const char *const names[] = {"built-in", "OpenBLAS", "oneDNN"};
+    CHECK(strstr(ct_cpu_gemm_engine(), names[engine]) != NULL, "engine '%s', expected %s", ct_cpu_gemm_engine(),
+          names[engine]);
     CHECK(strstr(what, ct_cpu_gemm_engine()) != NULL, "the CPU table names the engine: %s", what);
+    const bool onednn = engine == CT_GEMM_ONEDNN;
     /* oneDNN capped at the level's instruction set (CT_CPU_ISA steers it too) */
     static const char *const caps[5] = {NULL, NULL, "(sse41)", "(avx2)", "(avx512_core)"};
     if (onednn && expect >= 2)
