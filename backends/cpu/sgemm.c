@@ -233,6 +233,7 @@ static float *buffer_of(size_t floats) {
         if (!t || pthread_setspecific(buffer_key, t) != 0) ct_abort_at(__FILE__, __LINE__, "sgemm: out of memory");
     }
     if (t->floats < floats) {
+        floats = (floats + 15) / 16 * 16; /* aligned_alloc wants a multiple of the alignment */
         free(t->data);
         t->data = aligned_alloc(64, floats * sizeof(float));
         if (!t->data)
