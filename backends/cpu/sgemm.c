@@ -43,7 +43,7 @@
 #define VFMA(s, b, acc) ((acc) + (s) * (b))
 #endif
 #define NR (2 * W)
-#define KC 256      /* the K block: a B panel of KC x NR floats (32 KiB at v4) stays in L1 */
+#define KC 256      /* the K block: a row tile's KC steps of op(A) (14 KiB at v4) stay in L1 */
 #define MC (MR * 8) /* rows of A per pass over a packed B block */
 
 typedef float vf __attribute__((vector_size(W * 4)));
@@ -212,19 +212,20 @@ static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mr, i
 
 /* Each thread's buffers (packed B, packed A, running sums, an edge tile), kept between calls, grown
  * when a call needs more, and freed when the thread ends. */
-static pthread_key_t buffer_key;
-static pthread_once_t buffer_once = PTHREAD_ONCE_INIT;
-static void buffer_free(void *p) {
-    if (p) free(*(float **)p);
-    free(p);
-}
-static void buffer_key_make(void) {
-    if (pthread_key_create(&buffer_key, buffer_free) != 0) ct_abort_at(__FILE__, __LINE__, "sgemm: no thread key");
-}
 typedef struct thread_buffer {
     float *data;
     size_t floats;
 } thread_buffer;
+static pthread_key_t buffer_key;
+static pthread_once_t buffer_once = PTHREAD_ONCE_INIT;
+static void buffer_free(void *p) {
+    thread_buffer *t = p;
+    free(t->data);
+    free(t);
+}
+static void buffer_key_make(void) {
+    if (pthread_key_create(&buffer_key, buffer_free) != 0) ct_abort_at(__FILE__, __LINE__, "sgemm: no thread key");
+}
 static float *buffer_of(size_t floats) {
     pthread_once(&buffer_once, buffer_key_make);
     thread_buffer *t = pthread_getspecific(buffer_key);
