@@ -120,6 +120,13 @@ bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool) {
     return o->size > offsetof(ct_module_ops, fuse_maxpool) && o->fuse_maxpool && o->fuse_maxpool(m, pool);
 }
 
+bool ct_module_may_have_params(const ct_module *m) {
+    if (m->ops->declare) return true;
+    for (int i = 0; i < m->n_children; i++)
+        if (ct_module_may_have_params(m->children[i])) return true;
+    return false;
+}
+
 double ct_module_forward_flops(const ct_module *m) {
     const ct_module_ops *o = m->ops;
     double f = o->size > offsetof(ct_module_ops, forward_flops) && o->forward_flops ? o->forward_flops(m) : 0.0;

@@ -116,7 +116,7 @@ struct ct_module {
     /* Set by ct_module_infer: */
     ct_shape in_shape, out_shape;
     int64_t max_batch;
-    bool need_input_grad; /* false for the first layer: skip computing dx */
+    bool need_input_grad; /* false where nothing before it can use a gradient (the first layer): skip dx */
     int64_t batch;        /* rows of the last forward, which backward must match */
     /* Set by ct_module_declare and ct_model_build: the parameters this subtree declared (indices
      * into the store) and the element range of their gradients in the flat buffer (lo == hi: none). */
@@ -132,6 +132,9 @@ struct ct_module {
 bool ct_module_fuse_activation(ct_module *m, int act);
 /* m's fuse_maxpool, likewise. */
 bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
+/* Whether m or a descendant may hold parameters (its table declares some): a gradient that reaches
+ * only modules for which this is false has nobody to update. */
+bool ct_module_may_have_params(const ct_module *m);
 /* The matrix-product FLOPs of one forward pass over one sample through m and its descendants (see
  * forward_flops above); after infer. */
 double ct_module_forward_flops(const ct_module *m);

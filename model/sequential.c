@@ -8,9 +8,14 @@
 
 static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     ct_shape cur = *in;
+    /* A child needs its input's gradient when a module before it may hold parameters or the sequence's
+     * caller wants its own: a first linear layer after a flatten computes no dx (a third of the MLP's
+     * backward), and the parameter-free layers ahead of it keep no gradient buffers. */
+    bool grad_flows = m->need_input_grad;
     for (int i = 0; i < m->n_children; i++) {
         ct_module *c = m->children[i];
-        c->need_input_grad = i > 0 || m->need_input_grad;
+        c->need_input_grad = grad_flows;
+        grad_flows = grad_flows || ct_module_may_have_params(c);
         if (i > 0) c->in_dtype = c->dtype; /* only the first child sees the model's input dtype */
         CT_TRY(ct_module_infer(c, &cur, &cur));
     }
@@ -45,7 +50,8 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     ct_tensor cur = *dy, next;
     for (int i = m->n_children - 1; i >= 0; i--) {
-        if (i == 0 && !dx) return ct_module_backward(m->children[i], &cur, NULL);
+        /* the children before one that needs no input gradient hold no parameters (infer) */
+        if (!m->children[i]->need_input_grad) return ct_module_backward(m->children[i], &cur, NULL);
         CT_TRY(ct_module_backward(m->children[i], &cur, &next));
         cur = next;
     }

@@ -332,6 +332,77 @@ static void linear_backward_fallback(void) {
     }
 }
 
+static bool any_nonzero(const ct_tensor *t) {
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++)
+        if (ct_tensor_get(t, i) != 0.0) return true;
+    return false;
+}
+
+/* A Sequential gives a child its input's gradient only where a module before it may hold parameters:
+ * in [flatten, dropout, [dropout, linear], relu, [flatten, linear]] the first linear computes no dx
+ * (and the modules ahead of it keep no gradient buffers), the parameters get the same gradients as
+ * with the model's input gradient on, and turning that on gives every child its dx. */
+static void input_grad_only_where_used(void) {
+    ct_module *seq, *first, *last, *c;
+    CHECK_OK(ct_sequential_create(&seq));
+    CHECK_OK(ct_sequential_create(&first));
+    CHECK_OK(ct_sequential_create(&last));
+    CHECK_OK(ct_flatten_create(&c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_dropout_create(0.25, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_dropout_create(0.25, &c));
+    ct_module_add_child(first, c, NULL);
+    CHECK_OK(ct_linear_create(12, 6, true, &c));
+    ct_module_add_child(first, c, NULL);
+    ct_module_add_child(seq, first, NULL);
+    CHECK_OK(ct_activation_create(CT_ACT_RELU, &c));
+    ct_module_add_child(seq, c, NULL);
+    CHECK_OK(ct_flatten_create(&c));
+    ct_module_add_child(last, c, NULL);
+    CHECK_OK(ct_linear_create(6, 3, true, &c));
+    ct_module_add_child(last, c, NULL);
+    ct_module_add_child(seq, last, NULL);
+    ct_model model;
+    ct_model_options mo = {.dtype = CT_F64, .device = CT_CPU, .max_batch = 5, .seed = 3};
+    ct_shape in = {2, {3, 4}};
+    CHECK_OK(ct_model_build(&model, seq, &in, &mo));
+    const ct_module *const modules[] = {seq->children[0], seq->children[1], first, first->children[0],
+                                        first->children[1], seq->children[3], last, last->children[0],
+                                        last->children[1]};
+    const bool needed[] = {false, false, false, false, false, true, true, true, true};
+    for (int i = 0; i < 9; i++)
+        CHECK(modules[i]->need_input_grad == needed[i], "module %d: need_input_grad %d, expected %d", i,
+              modules[i]->need_input_grad, needed[i]);
+    ct_rng rng;
+    ct_rng_init(&rng, ct_test_seed, 11, CT_RNG_USER);
+    ct_tensor x = ct_test_alloc(CT_F64, 3, (int64_t[]){5, 3, 4}), dy = ct_test_alloc(CT_F64, 2, (int64_t[]){5, 3});
+    for (int64_t i = 0; i < ct_tensor_numel(&x); i++) ct_tensor_set(&x, i, ct_rng_normal(&rng));
+    for (int64_t i = 0; i < ct_tensor_numel(&dy); i++) ct_tensor_set(&dy, i, ct_rng_normal(&rng));
+    ct_tensor grads[2], y;
+    for (int with_dx = 0; with_dx < 2; with_dx++) {
+        if (with_dx) {
+            CHECK_OK(ct_model_enable_input_grad(&model));
+            for (int i = 0; i < 9; i++) CHECK(modules[i]->need_input_grad, "module %d: no input gradient", i);
+        }
+        ct_model_zero_grad(&model);
+        CHECK_OK(ct_model_forward(&model, &x, &y));
+        CHECK_OK(ct_model_backward(&model, &dy));
+        grads[with_dx] = ct_test_alloc(CT_F64, 1, (int64_t[]){ct_tensor_numel(&model.params.grads)});
+        memcpy(grads[with_dx].data, model.params.grads.data, ct_tensor_nbytes(&grads[with_dx]));
+    }
+    CHECK(memcmp(grads[0].data, grads[1].data, ct_tensor_nbytes(&grads[0])) == 0,
+          "the parameters' gradients depend on whether the input's is computed");
+    CHECK(any_nonzero(&grads[0]), "no parameter gradient was written");
+    const ct_tensor *dx = ct_model_input_grad(&model);
+    CHECK(dx && ct_op_all_finite(dx) && any_nonzero(dx), "the input gradient, once asked for, is not computed");
+    ct_tensor_free(&x);
+    ct_tensor_free(&dy);
+    ct_tensor_free(&grads[0]);
+    ct_tensor_free(&grads[1]);
+    ct_model_free(&model);
+}
+
 int main(void) {
     ct_test_begin("test_dense_layers");
     model_misuse();
@@ -340,5 +411,6 @@ int main(void) {
     bad_inputs();
     linear_forward_fallback();
     linear_backward_fallback();
+    input_grad_only_where_used();
     return ct_test_finish();
 }
