@@ -154,9 +154,10 @@ static ct_status train(const demo_opts *o, demo_state *d) {
             ct_model_set_step(model, (uint64_t)(epoch * steps_per_epoch + b->index), epoch * n + b->index * o->batch);
             ct_model_zero_grad(model);
             CT_TRY(ct_model_forward(model, &b->features, &logits));
+            /* The mean over the batch (Fashion-MNIST labels are never the ignored index), forward and
+             * backward in one pass over the logits as the Trainer's step computes it. */
             ct_loss_value lv;
-            CT_TRY(ct_loss_forward(d->loss, &logits, &b->labels, &lv));
-            CT_TRY(ct_loss_backward(d->loss, &logits, &b->labels, 1.0 / lv.count, &dl));
+            CT_TRY(ct_loss_forward_backward(d->loss, &logits, &b->labels, 1.0 / (double)b->rows, &dl, &lv));
             CT_TRY(ct_model_backward(model, &dl));
             CT_TRY(ct_optimizer_step(d->opt, o->lr));
             epoch_loss = ct_loss_value_add(epoch_loss, lv);
