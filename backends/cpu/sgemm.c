@@ -246,6 +246,8 @@ static float *buffer_of(size_t floats) {
 }
 
 #define B_FLOATS (256 * 1024) /* a packed block of B: all of K, as many columns as fit (1 MiB) */
+#define NC_K_OUTER 512          /* columns of a block of B that holds one K block (512 KiB at most) */
+#define C_K_OUTER (128 * 1024)  /* elements of C (or of running sums) revisited once per K block */
 
 /* C = beta C where the product contributes nothing (k or alpha 0): BLAS's meaning, in which beta 0
  * clears C without reading it and A and B are not read. */
@@ -267,6 +269,7 @@ typedef struct gemm_call {
     bool relu;
     int64_t rs, cs;   /* op(A)'s element (i, k) of a tile at at[i * rs + k * cs] */
     bool sums_buffer; /* beta != 0 and more than one K block: the running sums wait in `sums` */
+    bool k_outer;     /* a block of B holds one K block, and every row of C passes it (sgemm_builtin) */
     float *bp, *ap, *sums, *edge, *edge_bias;
 } gemm_call;
 
@@ -309,12 +312,14 @@ static void one_tile(const gemm_call *g, const float *at, const float *panel, in
     for (int i = 0; i < mr; i++) memcpy(ct + i * g->ldc, g->edge + i * NR, row_bytes);
 }
 
-/* Rows [ic, ic + mc) of C against the packed block of B's columns [jc, jc + nc) (nc_pad wide): every
- * K block in turn, each row tile's rows of op(A) staying in L1 while the block's B panels stream
- * past them. */
-static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc, int64_t nc_pad) {
-    for (int64_t pc = 0; pc < g->k; pc += KC) {
-        const int kc = (int)(g->k - pc < KC ? g->k - pc : KC);
+/* Rows [ic, ic + mc) of C against the packed block of B's columns [jc, jc + nc) (nc_pad wide) and its
+ * K range [pb, pb + kb): every K block in turn, each row tile's rows of op(A) staying in L1 while the
+ * block's B panels stream past them. */
+static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc, int64_t nc_pad, int64_t pb,
+                      int64_t kb) {
+    float *sums = g->sums + (g->k_outer ? ic : 0) * nc_pad; /* this block's running sums, where kept */
+    for (int64_t pc = pb; pc < pb + kb; pc += KC) {
+        const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
         if (g->ta)
             for (int ir = 0; ir < mc; ir += MR)
@@ -322,29 +327,37 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
         for (int ir = 0; ir < mc; ir += MR) {
             const float *at = g->ta ? g->ap + (size_t)ir * kc : g->a + (ic + ir) * g->lda + pc;
             for (int jr = 0; jr < nc; jr += NR)
-                one_tile(g, at, g->bp + pc * nc_pad + jr * kc, ic + ir, jc + jr, mc - ir < MR ? mc - ir : MR,
+                one_tile(g, at, g->bp + (pc - pb) * nc_pad + jr * kc, ic + ir, jc + jr, mc - ir < MR ? mc - ir : MR,
                          nc - jr < NR ? nc - jr : NR, kc, first, last,
-                         g->sums_buffer ? g->sums + (size_t)ir * nc_pad + jr : NULL, nc_pad);
+                         g->sums_buffer ? sums + (size_t)ir * nc_pad + jr : NULL, nc_pad);
         }
     }
 }
 
 /* Every element: the chain of multiply-adds over k from zero, through C (beta 0) or the buffer of
  * running sums (beta != 0) between K blocks, then beta C added at the end. A block of B holds all of
- * K for as many columns as fit B_FLOATS, so the sums of an MC-row block of C are all the buffer keeps. */
+ * K for as many columns as fit B_FLOATS, so the sums of an MC-row block of C are all the buffer keeps,
+ * and op(A) is read once per block of columns. Where that would read op(A) more than once (a long K,
+ * as in a weight gradient over thousands of rows) and C is small, a block of B holds one K block of
+ * up to NC_K_OUTER columns instead and all rows of C pass it before the next: op(A) is read once, and
+ * C's (or the sums') elements, which stay in cache, once per K block. */
 static void sgemm_builtin(gemm_call *g) {
     if (g->m <= 0 || g->n <= 0) return;
     if (g->k <= 0 || g->alpha == 0.0f) {
         scale_c(g->m, g->n, g->beta, g->c, g->ldc);
         return;
     }
-    int64_t nc_max = B_FLOATS / g->k / NR * NR;
     const int64_t n_pad = (g->n + NR - 1) / NR * NR;
+    int64_t nc_max = B_FLOATS / g->k / NR * NR;
     if (nc_max < NR) nc_max = NR;
+    const int64_t nc_k_outer = n_pad < NC_K_OUTER ? n_pad : NC_K_OUTER;
+    g->k_outer = g->k > KC && n_pad > nc_max && g->m * nc_k_outer <= C_K_OUTER;
+    if (g->k_outer) nc_max = nc_k_outer;
     if (nc_max > n_pad) nc_max = n_pad;
+    const int64_t kb = g->k_outer ? KC : g->k; /* a block of B's K extent */
     g->sums_buffer = g->beta != 0.0f && g->k > KC;
-    const size_t b_floats = (size_t)(g->k * nc_max), a_floats = g->ta ? (size_t)MC * KC : 0;
-    const size_t s_floats = g->sums_buffer ? (size_t)(MC * nc_max) : 0;
+    const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->ta ? (size_t)MC * KC : 0;
+    const size_t s_floats = g->sums_buffer ? (size_t)((g->k_outer ? g->m : MC) * nc_max) : 0;
     g->bp = buffer_of(b_floats + a_floats + s_floats + MR * NR + NR);
     g->ap = g->bp + b_floats;
     g->sums = g->ap + a_floats;
@@ -355,14 +368,17 @@ static void sgemm_builtin(gemm_call *g) {
     for (int64_t jc = 0; jc < g->n; jc += nc_max) {
         const int nc = (int)(g->n - jc < nc_max ? g->n - jc : nc_max);
         const int64_t nc_pad = (nc + NR - 1) / NR * NR;
-        for (int64_t pc = 0; pc < g->k; pc += KC) { /* K block pc at bp + pc * nc_pad, a panel per NR columns */
-            const int kc = (int)(g->k - pc < KC ? g->k - pc : KC);
-            for (int jr = 0; jr < nc; jr += NR)
-                pack_b(g->tb, g->b, g->ldb, jc + jr, nc - jr < NR ? nc - jr : NR, pc, kc, g->alpha,
-                       g->bp + pc * nc_pad + jr * kc);
+        for (int64_t pb = 0; pb < g->k; pb += kb) {
+            const int64_t kbl = g->k - pb < kb ? g->k - pb : kb;
+            for (int64_t pc = pb; pc < pb + kbl; pc += KC) { /* K block pc at bp + (pc - pb) * nc_pad */
+                const int kc = (int)(pb + kbl - pc < KC ? pb + kbl - pc : KC);
+                for (int jr = 0; jr < nc; jr += NR) /* a panel per NR columns */
+                    pack_b(g->tb, g->b, g->ldb, jc + jr, nc - jr < NR ? nc - jr : NR, pc, kc, g->alpha,
+                           g->bp + (pc - pb) * nc_pad + jr * kc);
+            }
+            for (int64_t ic = 0; ic < g->m; ic += MC)
+                row_block(g, ic, (int)(g->m - ic < MC ? g->m - ic : MC), jc, nc, nc_pad, pb, kbl);
         }
-        for (int64_t ic = 0; ic < g->m; ic += MC)
-            row_block(g, ic, (int)(g->m - ic < MC ? g->m - ic : MC), jc, nc, nc_pad);
     }
 }
 

@@ -3,9 +3,9 @@
  * On every engine: each element of C = alpha op(A) op(B) + beta C within float32 rounding of a
  * float64 sum computed from the definition, on random shapes around the tile sizes of every level
  * (rows 1 to 2 x 14 + 1, columns 1 to 2 x 32 + 1, k across the K block of 256, columns across the
- * packed block of 512), every transpose combination, alpha and beta 0, 1 and others; beta 0 never
- * reads C (a C of NaN gives numbers). On the built-in engine alpha 0 does not read A or B either
- * (BLAS's meaning; OpenBLAS 0.3.21 does).
+ * packed block of 512, and a K of 1100 against few rows and columns), every transpose combination,
+ * alpha and beta 0, 1 and others; beta 0 never reads C (a C of NaN gives numbers). On the built-in
+ * engine alpha 0 does not read A or B either (BLAS's meaning; OpenBLAS 0.3.21 does).
  *
  * On the built-in engine, also its rounding: every element is the chain s = fma(a_ik, alpha b_kj, s)
  * over k in order from zero (a multiply then an add at levels without FMA), then fma(beta, C, s),
@@ -198,6 +198,17 @@ int main(void) {
         threads_case(ta, tb, 300, 200, 100); /* split by rows */
         threads_case(ta, tb, 64, 700, 90);   /* split by columns */
     }
+    /* A long K against few rows and columns (a weight gradient over many rows): blocks of B that hold
+     * one K block each, which every row block passes in turn, the sums kept for all rows (beta 1): the
+     * order one thread takes for the whole of the first two products, and the threads' blocks of the
+     * last two for some of their blocks only. */
+    const int threads = ct_get_num_threads();
+    ct_set_num_threads(1);
+    one_case(true, false, 120, 300, 1100, 1.0f, 1.0f, false);
+    one_case(false, true, 120, 300, 1100, 0.5f, 0.0f, true);
+    ct_set_num_threads(threads);
+    threads_case(true, false, 120, 600, 1100);
+    threads_case(false, false, 40, 600, 1100);
     for (int relu = 0; relu < 2; relu++) {
         linear_case(rows[pick(12)], cols[pick(13)], ks[pick(9)], relu);
         linear_case(128, 256, 784, relu); /* the MLP's first layer: K blocks, columns split between threads */
