@@ -1,10 +1,10 @@
 /* The float GEMM every CPU kernel calls (ct_cpu_sgemm, CBLAS's prototype, row-major), and the
  * built-in engine behind it: blocked like BLIS and OpenBLAS (op(B) packed into panels of NR columns,
- * all of K for as many columns as fit a 1 MiB block, and a register tile of MR x NR elements of C),
- * written with the compiler's vector types and compiled once per instruction-set level like every
- * kernel file here (x86-64-v4: 14 x 32 tiles of AVX-512 FMAs; v3: 6 x 16 of AVX2 FMAs; v2 and the
- * baseline: 6 x 8 of SSE multiplies and adds). CT_CPU_GEMM=openblas|onednn hands every call to that
- * library instead (gemm_engine.c).
+ * all of K for as many columns as fit a 1 MiB block, or one K block where K is long and C small, and
+ * a register tile of MR x NR elements of C), written with the compiler's vector types and compiled
+ * once per instruction-set level like every kernel file here (x86-64-v4: 14 x 32 tiles of AVX-512
+ * FMAs; v3: 6 x 16 of AVX2 FMAs; v2 and the baseline: 6 x 8 of SSE multiplies and adds).
+ * CT_CPU_GEMM=openblas|onednn hands every call to that library instead (gemm_engine.c).
  *
  * Why our own: OpenBLAS 0.3.21's kernels leave a third of an AVX-512 core unused at the example
  * models' shapes and pack both operands of every call; oneDNN's are faster but round a row by the
