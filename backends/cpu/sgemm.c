@@ -201,13 +201,17 @@ static void pack_b(bool tb, const float *b, int64_t ldb, int64_t j0, int nr, int
         for (int j = 0; j < NR; j++) dst[k * NR + j] = j < nr ? alpha * b[(j0 + j) * ldb + k0 + k] : 0.0f;
 }
 
-/* The panel of rows [i0, i0 + mr) of op(A) = A^T and k in [k0, k0 + kc): dst[k * MR + i] =
- * a[k * lda + i]. A row-major A is read in place instead (its rows are the tile's rows). */
-static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mr, int64_t k0, int kc, float *dst) {
-    if (mr == MR) /* a copy of constant size: a few vector moves, not a call */
-        for (int k = 0; k < kc; k++) memcpy(dst + k * MR, a + (k0 + k) * lda + i0, sizeof(float) * MR);
-    else
-        for (int k = 0; k < kc; k++) memcpy(dst + k * MR, a + (k0 + k) * lda + i0, sizeof(float) * (size_t)mr);
+/* The panels of rows [i0, i0 + mc) of op(A) = A^T and k in [k0, k0 + kc), one per MR rows: panel p
+ * at dst + p * MR * kc, its element (i, k) at [k * MR + i]; from A's row k0 + k, whose mc elements
+ * are read once and in order. A row-major A is read in place instead (its rows are the tile's rows). */
+static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, float *dst) {
+    for (int k = 0; k < kc; k++) {
+        const float *row = a + (k0 + k) * lda + i0;
+        int ir = 0;
+        for (; ir + MR <= mc; ir += MR) /* a copy of constant size: a few vector moves, not a call */
+            memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * MR);
+        if (ir < mc) memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * (size_t)(mc - ir));
+    }
 }
 
 /* Each thread's buffers (packed B, packed A, running sums, an edge tile), kept between calls, grown
@@ -321,9 +325,7 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
     for (int64_t pc = pb; pc < pb + kb; pc += KC) {
         const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
-        if (g->ta)
-            for (int ir = 0; ir < mc; ir += MR)
-                pack_a_transposed(g->a, g->lda, ic + ir, mc - ir < MR ? mc - ir : MR, pc, kc, g->ap + (size_t)ir * kc);
+        if (g->ta) pack_a_transposed(g->a, g->lda, ic, mc, pc, kc, g->ap);
         for (int ir = 0; ir < mc; ir += MR) {
             const float *at = g->ta ? g->ap + (size_t)ir * kc : g->a + (ic + ir) * g->lda + pc;
             for (int jr = 0; jr < nc; jr += NR)
