@@ -169,36 +169,45 @@ static inline __attribute__((always_inline)) void transpose(vf r[W]) {
     }
 }
 
-/* The B panel of columns [j0, j0 + nr) of op(B) and k in [k0, k0 + kc): dst[k * NR + j] = alpha
- * op(B)[k][j], zero in the columns past nr (their products are computed and not stored). */
-static void pack_b(bool tb, const float *b, int64_t ldb, int64_t j0, int nr, int64_t k0, int kc, float alpha,
+/* The panels of op(B)'s columns [j0, j0 + nc) and k in [k0, k0 + kc), one per NR columns: panel p at
+ * dst + p * NR * kc, its element (k, j) alpha op(B)[k][j] at [k * NR + j], zero in the columns past
+ * nc (their products are computed and not stored). */
+static void pack_b(bool tb, const float *b, int64_t ldb, int64_t j0, int nc, int64_t k0, int kc, float alpha,
                    float *dst) {
-    if (!tb) { /* op(B)[k][j] = b[k * ldb + j]: rows copied */
+    if (!tb) { /* op(B)[k][j] = b[k * ldb + j]: each row's nc elements read once and in order */
         for (int k = 0; k < kc; k++) {
             const float *s = b + (k0 + k) * ldb + j0;
-            float *d = dst + k * NR;
-            if (nr == NR) {
-                vstore(d, vload(s) * alpha);
-                vstore(d + W, vload(s + W) * alpha);
-            } else {
-                for (int j = 0; j < NR; j++) d[j] = j < nr ? alpha * s[j] : 0.0f;
+            int jr = 0;
+            for (; jr + NR <= nc; jr += NR) {
+                float *d = dst + (size_t)jr * kc + k * NR;
+                vstore(d, vload(s + jr) * alpha);
+                vstore(d + W, vload(s + jr + W) * alpha);
+            }
+            if (jr < nc) {
+                float *d = dst + (size_t)jr * kc + k * NR;
+                for (int j = 0; j < NR; j++) d[j] = jr + j < nc ? alpha * s[jr + j] : 0.0f;
             }
         }
         return;
     }
     /* op(B)[k][j] = b[j * ldb + k]: W columns by W k at a time, transposed in registers */
-    int k = 0;
-    for (; k + W <= kc; k += W)
-        for (int h = 0; h < NR; h += W) {
-            vf r[W];
+    for (int jr = 0; jr < nc; jr += NR) {
+        const int nr = nc - jr < NR ? nc - jr : NR;
+        const float *bj = b + (j0 + jr) * ldb + k0;
+        float *d = dst + (size_t)jr * kc;
+        int k = 0;
+        for (; k + W <= kc; k += W)
+            for (int h = 0; h < NR; h += W) {
+                vf r[W];
 #pragma GCC unroll 16
-            for (int j = 0; j < W; j++) r[j] = h + j < nr ? vload(b + (j0 + h + j) * ldb + k0 + k) : (vf){0};
-            transpose(r);
+                for (int j = 0; j < W; j++) r[j] = h + j < nr ? vload(bj + (h + j) * ldb + k) : (vf){0};
+                transpose(r);
 #pragma GCC unroll 16
-            for (int t = 0; t < W; t++) vstore(dst + (k + t) * NR + h, r[t] * alpha);
-        }
-    for (; k < kc; k++)
-        for (int j = 0; j < NR; j++) dst[k * NR + j] = j < nr ? alpha * b[(j0 + j) * ldb + k0 + k] : 0.0f;
+                for (int t = 0; t < W; t++) vstore(d + (k + t) * NR + h, r[t] * alpha);
+            }
+        for (; k < kc; k++)
+            for (int j = 0; j < NR; j++) d[k * NR + j] = j < nr ? alpha * bj[j * ldb + k] : 0.0f;
+    }
 }
 
 /* The panels of rows [i0, i0 + mc) of op(A) = A^T and k in [k0, k0 + kc), one per MR rows: panel p
@@ -374,9 +383,7 @@ static void sgemm_builtin(gemm_call *g) {
             const int64_t kbl = g->k - pb < kb ? g->k - pb : kb;
             for (int64_t pc = pb; pc < pb + kbl; pc += KC) { /* K block pc at bp + (pc - pb) * nc_pad */
                 const int kc = (int)(pb + kbl - pc < KC ? pb + kbl - pc : KC);
-                for (int jr = 0; jr < nc; jr += NR) /* a panel per NR columns */
-                    pack_b(g->tb, g->b, g->ldb, jc + jr, nc - jr < NR ? nc - jr : NR, pc, kc, g->alpha,
-                           g->bp + (pc - pb) * nc_pad + jr * kc);
+                pack_b(g->tb, g->b, g->ldb, jc, nc, pc, kc, g->alpha, g->bp + (pc - pb) * nc_pad);
             }
             for (int64_t ic = 0; ic < g->m; ic += MC)
                 row_block(g, ic, (int)(g->m - ic < MC ? g->m - ic : MC), jc, nc, nc_pad, pb, kbl);
