@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/expf.h"
 #include "core/ops/ops.h"
 
 #define CT_LOSS_CHUNKS 64
@@ -34,6 +35,11 @@ static inline int64_t chunk_lo(int64_t n, int k) {
 static inline int64_t target_at(const void *t, bool t64, int64_t r) {
     return t64 ? ((const int64_t *)t)[r] : (int64_t)((const int32_t *)t)[r];
 }
+
+/* e^(z - m) in double for z <= m (a logit less its row's maximum or log-sum-exp) through the exp the
+ * compiler vectorises (expf.h, about 1 ulp); a NaN, or z and m the same infinity, gives NaN. */
+static inline double exp_shifted_f32(float z, double m) { return ct_cpu_exp_neg((double)z - m); }
+static inline double exp_shifted_f64(double z, double m) { return ct_cpu_exp_neg(z - m); }
 
 #define R float
 #define FN(name) name##_f32

@@ -1,5 +1,6 @@
 /* Loss kernels over one real type R; included by loss.c for float and double. Everything is
- * computed and accumulated in double and only the gradients are stored as R. Sums go through
+ * computed and accumulated in double and only the gradients are stored as R (the cross-entropy's
+ * exps through loss.c's exp_shifted, vectorised). Sums go through
  * CT_LOSS_CHUNKS fixed partial sums (see loss.c), so they do not depend on the thread count. */
 #include <math.h>
 #include <stdint.h>
@@ -7,13 +8,18 @@
 /* --- softmax cross-entropy ---------------------------------------------------------------------- */
 
 /* max and log-sum-exp of one row. A NaN anywhere makes lse NaN (exp(NaN - m) is NaN whatever m is),
- * which is how NaN logits reach the sum instead of being skipped by the comparison. */
+ * which is how NaN logits reach the sum instead of being skipped by the comparison. The sum runs over
+ * 8 float64 lanes added in lane order at the end, so that its exps vectorise. */
 static double FN(row_lse)(const R *z, int64_t c) {
     double m = z[0];
     for (int64_t j = 1; j < c; j++)
         if (z[j] > m) m = z[j];
-    double se = 0.0;
-    for (int64_t j = 0; j < c; j++) se += exp((double)z[j] - m);
+    double lanes[8] = {0}, se = 0.0;
+    int64_t j = 0;
+    for (; j + 8 <= c; j += 8)
+        for (int l = 0; l < 8; l++) lanes[l] += FN(exp_shifted)(z[j + l], m);
+    for (int l = 0; l < 8; l++) se += lanes[l];
+    for (; j < c; j++) se += FN(exp_shifted)(z[j], m);
     return m + log(se);
 }
 
@@ -38,16 +44,16 @@ static double FN(row_loss)(const R *zr, int64_t c, int64_t y, const double *w, d
 static void FN(row_grad)(const R *zr, int64_t c, int64_t y, const double *w, double eps, double wsum, double scale,
                          double lse, R *dr) {
     double es = eps / (double)c;
-    double zy = zr[y];
+    const R zy = zr[y];
     double wy = w ? w[y] : 1.0;
     double a = scale * ((1.0 - eps) * wy + es * wsum);
     double b = scale * es;
     if (w)
-        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b * w[j]);
+        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * FN(exp_shifted)(zr[j], lse) - b * w[j]);
     else
-        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * exp((double)zr[j] - lse) - b);
+        for (int64_t j = 0; j < c; j++) dr[j] = (R)(a * FN(exp_shifted)(zr[j], lse) - b);
     /* the target's own term, added to what was computed in double */
-    double py = a * exp(zy - lse) - b * wy;
+    double py = a * FN(exp_shifted)(zy, lse) - b * wy;
     dr[y] = (R)(py - scale * (1.0 - eps) * wy);
 }
 

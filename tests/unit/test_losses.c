@@ -6,6 +6,7 @@
  *
  * Why one file of over 600 lines: every loss goes through the same finite-difference harness and
  * the naive references written here. */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -675,6 +676,50 @@ static void errors(void) {
     for (size_t i = 0; i < CT_ARRAY_LEN(all); i++) ct_tensor_free(all[i]);
 }
 
+/* Cross-entropy over logits spread far beyond exp's range (a softmax term of e^-1500 next to ones of
+ * order 1, a -inf logit, a row whose target is far below its maximum), in float and double, against
+ * the softmax and its log evaluated in long double: the loss to 1e-12 relative, each gradient element
+ * to 1e-12 of the row's scale (1e-7 for float's stored gradient). */
+static void xent_wide_logits(void) {
+    static const double rows[3][6] = {{0.0, -800.0, -1500.0, -INFINITY, 3.0, 700.0},
+                                      {-0.25, 0.5, -30.0, -708.5, -745.0, 0.125},
+                                      {1e4, -1e4, 0.0, 9999.5, -3.0, 2.0}};
+    static const int64_t labels[3] = {2, 4, 3};
+    for (int f32 = 0; f32 < 2; f32++) {
+        const ct_dtype dt = f32 ? CT_F32 : CT_F64;
+        ct_tensor z = ct_test_alloc(dt, 2, (int64_t[]){3, 6}), g = ct_test_alloc(dt, 2, (int64_t[]){3, 6});
+        ct_tensor y = ct_test_alloc(CT_I64, 1, (int64_t[]){3});
+        for (int i = 0; i < 18; i++) ct_tensor_set(&z, i, rows[i / 6][i % 6]);
+        memcpy(y.data, labels, sizeof labels);
+        ct_loss *l;
+        CHECK_OK(ct_cross_entropy_loss_create(NULL, &l));
+        ct_loss_value v;
+        CHECK_OK(ct_loss_forward_backward(l, &z, &y, 1.0, &g, &v));
+        long double want = 0;
+        double worst = 0;
+        for (int r = 0; r < 3; r++) {
+            long double m = -INFINITY, se = 0;
+            for (int j = 0; j < 6; j++) m = fmaxl(m, (long double)ct_tensor_get(&z, r * 6 + j));
+            for (int j = 0; j < 6; j++) se += expl((long double)ct_tensor_get(&z, r * 6 + j) - m);
+            const long double lse = m + logl(se);
+            want += lse - (long double)ct_tensor_get(&z, r * 6 + labels[r]);
+            for (int j = 0; j < 6; j++) {
+                const long double p = expl((long double)ct_tensor_get(&z, r * 6 + j) - lse);
+                const double d = fabs((double)(p - (j == labels[r]) - (long double)ct_tensor_get(&g, r * 6 + j)));
+                worst = d > worst ? d : worst;
+            }
+        }
+        CHECK(fabs(v.sum - (double)want) <= 1e-12 * fabs((double)want), "%s wide logits: loss %.17g, expected %.17Lg",
+              f32 ? "float" : "double", v.sum, want);
+        CHECK(worst <= (f32 ? 1e-7 : 1e-12), "%s wide logits: a gradient element %.3g from the softmax",
+              f32 ? "float" : "double", worst);
+        ct_tensor_free(&z);
+        ct_tensor_free(&g);
+        ct_tensor_free(&y);
+        ct_loss_free(l);
+    }
+}
+
 int main(void) {
     ct_test_begin("test_losses");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -683,6 +728,7 @@ int main(void) {
     split_batch();
     f32_and_threads();
     nan_propagates();
+    xent_wide_logits();
     vtable();
     errors();
     return ct_test_finish();
