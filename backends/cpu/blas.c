@@ -212,6 +212,23 @@ static void gemm_part_of(const gemm_args *g, int64_t m, int nt, bool by_rows, in
         gemm_block(g, 0, m, lo, hi);
 }
 
+/* Thread t of T's share of dweight += dy^T x, split as gemm_part_of splits it (nt 1: all of it on the
+ * first thread), on the built-in engine with the bias gradient's sums taken as the GEMM packs dy
+ * (ct_cpu_sgemm_weight_grad): those of the rows of dweight the thread computes, or all of them on the
+ * thread of the first block where the threads split its columns (each packs all of dy). */
+static void weight_grad_part(const gemm_args *g, ct_tensor *dbias, int64_t m, int nt, bool by_rows, int t, int T) {
+    int64_t lo = 0, hi = by_rows ? m : g->n;
+    if (nt == 1 && t != 0) return;
+    if (nt > 1) gemm_part(by_rows ? m : g->n, t, T, &lo, &hi);
+    const int64_t m0 = by_rows ? lo : 0, m1 = by_rows ? hi : m, n0 = by_rows ? 0 : lo, n1 = by_rows ? g->n : hi;
+    const int64_t lda = g->a->shape[1], ldb = g->b->shape[1];
+    float *db = by_rows || lo == 0 ? (float *)dbias->data + m0 : NULL;
+    bool done = ct_cpu_sgemm_weight_grad((int)(m1 - m0), (int)(n1 - n0), (int)g->k, (const float *)g->a->data + m0,
+                                         (int)lda, (const float *)g->b->data + n0, (int)ldb,
+                                         (float *)g->c->data + m0 * g->n + n0, (int)g->n, db);
+    CT_ASSERT(done); /* the caller checked the engine and the sizes */
+}
+
 /* A linear layer's backward (ct_op_linear_backward): dweight += dy^T x, dbias += dy's column sums, dx =
  * dy weight, each split over the threads as ct_cpu_gemm and ct_cpu_bias_grad would split it (so the
  * same bits), but in one parallel region: the three are independent (they read dy, x and weight and
@@ -227,20 +244,30 @@ void ct_cpu_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_te
     const gemm_args gx = {false, false, 1.0, 0.0, dy, weight, dx, in, out};
     bool w_rows = false, x_rows = false;
     const int nw = gemm_threads(out, in, rows, &w_rows), nx = dx ? gemm_threads(rows, in, out, &x_rows) : 1;
-    const bool b_shared = dbias && bias_grad_shared(dy) && !omp_in_parallel();
+    /* the built-in float GEMM takes the bias gradient's sums as it packs dy for the weight gradient */
+    const bool fused_bias = dbias && dy->dtype == CT_F32 && ct_cpu_gemm_engine_kind() == CT_GEMM_BUILTIN && in > 0;
+    const bool b_shared = dbias && !fused_bias && bias_grad_shared(dy) && !omp_in_parallel();
     int nt = nw > nx ? nw : nx;
     if (b_shared && nt < omp_get_max_threads()) nt = omp_get_max_threads();
     if (nt == 1) {
-        gemm_block(&gw, 0, out, 0, in);
-        if (dbias) bias_grad_part(dy, dbias, false, 0, 1);
+        if (fused_bias) {
+            weight_grad_part(&gw, dbias, out, 1, w_rows, 0, 1);
+        } else {
+            gemm_block(&gw, 0, out, 0, in);
+            if (dbias) bias_grad_part(dy, dbias, false, 0, 1);
+        }
         if (dx) gemm_block(&gx, 0, rows, 0, in);
         return;
     }
 #pragma omp parallel num_threads(nt)
     {
         const int t = omp_get_thread_num(), T = omp_get_num_threads();
-        gemm_part_of(&gw, out, nw, w_rows, 0, t, T);
-        if (dbias) bias_grad_part(dy, dbias, b_shared, t, T);
+        if (fused_bias) {
+            weight_grad_part(&gw, dbias, out, nw, w_rows, t, T);
+        } else {
+            gemm_part_of(&gw, out, nw, w_rows, 0, t, T);
+            if (dbias) bias_grad_part(dy, dbias, b_shared, t, T);
+        }
         if (dx) gemm_part_of(&gx, rows, nx, x_rows, T - 1, t, T);
     }
 }

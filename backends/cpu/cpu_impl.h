@@ -96,6 +96,12 @@ void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int
  * into y and added with beta 1); false, and nothing done, on another engine or where k is 0. */
 bool ct_cpu_sgemm_linear(int m, int n, int k, const float *x, int ldx, const float *w, int ldw, const float *bias,
                          bool relu, float *y, int ldy);
+/* A linear layer's weight gradient on the built-in engine, dw += dy^T x for float dy [k, m] and x
+ * [k, n] (dw [m, n]), and with dbias (or NULL) its bias gradient, dbias[i] += the float64 sum of dy's
+ * column i over the k rows in order, rounded: the sums taken as dy is packed for the GEMM, the same
+ * bits as bias_grad_cols. false, and nothing done, on another engine or where k is 0. */
+bool ct_cpu_sgemm_weight_grad(int m, int n, int k, const float *dy, int lddy, const float *x, int ldx, float *dw,
+                              int lddw, float *dbias);
 /* gemm_engine.c (compiled once): the engine ct_cpu_gemm_engine_init chose for the level the kernels
  * run at (isa.c calls it when the library loads), the chosen library's sgemm (OpenBLAS or oneDNN),
  * and ct_cpu_gemm_engine_check, which reports a CT_CPU_GEMM it could not honour. */

@@ -69,6 +69,7 @@
 #define ct_cpu_sgd_step CT_CPU_ISA_NAME(ct_cpu_sgd_step)
 #define ct_cpu_sgemm CT_CPU_ISA_NAME(ct_cpu_sgemm)
 #define ct_cpu_sgemm_linear CT_CPU_ISA_NAME(ct_cpu_sgemm_linear)
+#define ct_cpu_sgemm_weight_grad CT_CPU_ISA_NAME(ct_cpu_sgemm_weight_grad)
 #define ct_cpu_sum_squares_det CT_CPU_ISA_NAME(ct_cpu_sum_squares_det)
 #endif
 

@@ -212,14 +212,18 @@ static void pack_b(bool tb, const float *b, int64_t ldb, int64_t j0, int nc, int
 
 /* The panels of rows [i0, i0 + mc) of op(A) = A^T and k in [k0, k0 + kc), one per MR rows: panel p
  * at dst + p * MR * kc, its element (i, k) at [k * MR + i]; from A's row k0 + k, whose mc elements
- * are read once and in order. A row-major A is read in place instead (its rows are the tile's rows). */
-static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, float *dst) {
+ * are read once and in order, and added to sums[i] where sums is not NULL. A row-major A is read in
+ * place instead (its rows are the tile's rows). */
+static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, float *dst,
+                              double *restrict sums) {
     for (int k = 0; k < kc; k++) {
         const float *row = a + (k0 + k) * lda + i0;
         int ir = 0;
         for (; ir + MR <= mc; ir += MR) /* a copy of constant size: a few vector moves, not a call */
             memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * MR);
         if (ir < mc) memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * (size_t)(mc - ir));
+        if (sums)
+            for (int i = 0; i < mc; i++) sums[i] += row[i];
     }
 }
 
@@ -280,6 +284,8 @@ typedef struct gemm_call {
     int64_t ldc;
     const float *bias; /* a linear layer's forward: bias and ReLU in the last K block's tiles */
     bool relu;
+    float *a_sums_to; /* where op(A)'s row sums over k are added, rounded (a transposed A), or NULL */
+    double *a_sums;   /* those sums, taken while the first block of columns packs op(A) */
     int64_t rs, cs;   /* op(A)'s element (i, k) of a tile at at[i * rs + k * cs] */
     bool sums_buffer; /* beta != 0 and more than one K block: the running sums wait in `sums` */
     bool k_outer;     /* a block of B holds one K block, and every row of C passes it (sgemm_builtin) */
@@ -334,7 +340,8 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
     for (int64_t pc = pb; pc < pb + kb; pc += KC) {
         const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
-        if (g->ta) pack_a_transposed(g->a, g->lda, ic, mc, pc, kc, g->ap);
+        if (g->ta)
+            pack_a_transposed(g->a, g->lda, ic, mc, pc, kc, g->ap, jc == 0 && g->a_sums ? g->a_sums + ic : NULL);
         for (int ir = 0; ir < mc; ir += MR) {
             const float *at = g->ta ? g->ap + (size_t)ir * kc : g->a + (ic + ir) * g->lda + pc;
             for (int jr = 0; jr < nc; jr += NR)
@@ -369,11 +376,16 @@ static void sgemm_builtin(gemm_call *g) {
     g->sums_buffer = g->beta != 0.0f && g->k > KC;
     const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->ta ? (size_t)MC * KC : 0;
     const size_t s_floats = g->sums_buffer ? (size_t)((g->k_outer ? g->m : MC) * nc_max) : 0;
-    g->bp = buffer_of(b_floats + a_floats + s_floats + MR * NR + NR);
+    const size_t doubles_at = (b_floats + a_floats + s_floats + MR * NR + NR + 1) / 2 * 2; /* 8-byte aligned */
+    g->bp = buffer_of(doubles_at + (g->a_sums_to ? 2 * (size_t)g->m : 0));
     g->ap = g->bp + b_floats;
     g->sums = g->ap + a_floats;
     g->edge = g->sums + s_floats;
     g->edge_bias = g->edge + MR * NR;
+    if (g->a_sums_to) {
+        g->a_sums = (double *)(void *)(g->bp + doubles_at);
+        memset(g->a_sums, 0, sizeof(double) * (size_t)g->m);
+    }
     g->rs = g->ta ? 1 : g->lda;
     g->cs = g->ta ? MR : 1;
     for (int64_t jc = 0; jc < g->n; jc += nc_max) {
@@ -389,6 +401,8 @@ static void sgemm_builtin(gemm_call *g) {
                 row_block(g, ic, (int)(g->m - ic < MC ? g->m - ic : MC), jc, nc, nc_pad, pb, kbl);
         }
     }
+    if (g->a_sums_to)
+        for (int64_t i = 0; i < g->m; i++) g->a_sums_to[i] += (float)g->a_sums[i];
 }
 
 void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,
@@ -408,6 +422,15 @@ bool ct_cpu_sgemm_linear(int m, int n, int k, const float *x, int ldx, const flo
     if (ct_cpu_gemm_engine_kind() != CT_GEMM_BUILTIN || k <= 0) return false; /* k 0: the bias alone, there */
     gemm_call g = {.tb = true, .m = m, .n = n, .k = k, .alpha = 1.0f, .a = x, .b = w, .lda = ldx, .ldb = ldw, .c = y,
                    .ldc = ldy, .bias = bias, .relu = relu};
+    sgemm_builtin(&g);
+    return true;
+}
+
+bool ct_cpu_sgemm_weight_grad(int m, int n, int k, const float *dy, int lddy, const float *x, int ldx, float *dw,
+                              int lddw, float *dbias) {
+    if (ct_cpu_gemm_engine_kind() != CT_GEMM_BUILTIN || m <= 0 || n <= 0 || k <= 0) return false;
+    gemm_call g = {.ta = true, .m = m, .n = n, .k = k, .alpha = 1.0f, .beta = 1.0f, .a = dy, .b = x, .lda = lddy,
+                   .ldb = ldx, .c = dw, .ldc = lddw, .a_sums_to = dbias};
     sgemm_builtin(&g);
     return true;
 }

@@ -237,12 +237,15 @@ static void linear_forward_fallback(void) {
 /* ct_op_linear_backward with and without the backend's kernel, float32, at 1 to 3 threads: the same
  * bits (the kernel splits each product as ct_op_gemm would, in one parallel region), with and
  * without the bias and input gradients, at shapes whose products split by rows, by columns or not at
- * all, and whose bias gradient is shared by the threads or not. dweight and dbias accumulate onto
- * random values. */
+ * all, and whose bias gradient is shared by the threads or not (on the built-in engine, taken by
+ * the weight gradient's GEMM). dweight and dbias accumulate onto random values. */
 static void linear_backward_fallback(void) {
     ct_rng rng;
     ct_rng_init(&rng, ct_test_seed, 8, CT_RNG_USER);
-    const int64_t shapes[][3] = {{300, 70, 90}, {40, 200, 24}, {1000, 8, 600}, {5, 3, 4}, {4096, 128, 257}};
+    /* the last two: a long K (the built-in GEMM's blocks of B hold one K block each) and, at one
+     * thread, two blocks of columns (the bias gradient's sums are taken while the first packs dy) */
+    const int64_t shapes[][3] = {{300, 70, 90}, {40, 200, 24}, {1000, 8, 600}, {5, 3, 4}, {4096, 128, 257},
+                                 {300, 1000, 260}};
     const ct_backend_ops *cpu = ct_backends[CT_DEVICE_CPU];
     ct_backend_ops without = *cpu;
     without.linear_backward = NULL;
