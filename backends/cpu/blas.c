@@ -245,7 +245,8 @@ void ct_cpu_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_te
     bool w_rows = false, x_rows = false;
     const int nw = gemm_threads(out, in, rows, &w_rows), nx = dx ? gemm_threads(rows, in, out, &x_rows) : 1;
     /* the built-in float GEMM takes the bias gradient's sums as it packs dy for the weight gradient */
-    const bool fused_bias = dbias && dy->dtype == CT_F32 && ct_cpu_gemm_engine_kind() == CT_GEMM_BUILTIN && in > 0;
+    const bool fused_bias =
+        dbias && dy->dtype == CT_F32 && ct_cpu_gemm_engine_kind() == CT_GEMM_BUILTIN && in > 0 && out > 0;
     const bool b_shared = dbias && !fused_bias && bias_grad_shared(dy) && !omp_in_parallel();
     int nt = nw > nx ? nw : nx;
     if (b_shared && nt < omp_get_max_threads()) nt = omp_get_max_threads();
