@@ -2,11 +2,14 @@
 model.py, written out in gpt_reference.py), on random sizes, fresh random token ids and targets each run: the
 logits, the mean cross-entropy and the gradient of that mean with respect to every parameter, in
 float32 against the reference computed in float64 from the same float32 weights (relative error
-< 1e-5). The weights are either ctrainer's own GPT-2 initialisation (read back from the harness
-and loaded into the reference by name) or random values of a trained model's scale sent to
-ctrainer by name; parameter names must be nanoGPT's, one to one, with the head tied to wte. Dropout
-> 0 is checked in eval mode, where both are the identity."""
-from common import RNG, check, check_close, f32, finish, run  # first: skips the test when torch is missing
+< 1e-5, or at most 4 times PyTorch's own float32 error on a small random model conditioned so badly
+that float32 cannot reach 1e-5: see check_close_f32). The weights are either ctrainer's own GPT-2
+initialisation (read back from the harness and loaded into the reference by name) or random values of a
+trained model's scale sent to ctrainer by name; parameter names must be nanoGPT's, one to one, with the
+head tied to wte. Dropout > 0 is checked in eval mode, where both are the identity."""
+from common import RNG, check, check_close_f32, f32, finish, run  # first: skips the test when torch is missing
+import copy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -68,17 +71,27 @@ def one_case(label, c, T, ours, training=True, ignore=False):
             if n in params:
                 p.copy_(torch.from_numpy(params[n]))
     ref.train(training)
-    logits = ref(torch.from_numpy(ids))
-    loss = F.cross_entropy(logits.reshape(-1, c["vocab_size"]), torch.from_numpy(target).reshape(-1),
-                           ignore_index=-100, reduction="sum")
+    ref32 = copy.deepcopy(ref).float()  # what float32 can do on this case: the bound's measure
+    logits, loss = forward_backward(ref, c, ids, target)
+    logits32, loss32 = forward_backward(ref32, c, ids, target)
+    grads32 = dict(ref32.named_parameters())
+    check_close_f32(f"{label}: logits", out["y"], logits.detach().numpy(), logits32.detach().double().numpy())
+    check_close_f32(f"{label}: loss sum", out["loss"][:1], [loss.item()], [loss32.item()])
     count = int((target != -100).sum())
-    (loss / count).backward()
-    check_close(f"{label}: logits", out["y"], logits.detach().numpy())
-    check_close(f"{label}: loss sum", out["loss"][:1], [loss.item()])
     check(out["loss"][1] == count, f"{label}: loss count {out['loss'][1]} != {count}")
     for n, p in ref.named_parameters():
         if f"grads/{n}" in out:
-            check_close(f"{label}: gradient of {n}", out[f"grads/{n}"], p.grad.numpy())
+            check_close_f32(f"{label}: gradient of {n}", out[f"grads/{n}"], p.grad.numpy(),
+                            grads32[n].grad.double().numpy())
+
+
+def forward_backward(model, c, ids, target):
+    """The logits and the summed cross-entropy; the mean's gradient is left in the parameters' .grad."""
+    logits = model(torch.from_numpy(ids))
+    loss = F.cross_entropy(logits.reshape(-1, c["vocab_size"]), torch.from_numpy(target).reshape(-1),
+                           ignore_index=-100, reduction="sum")
+    (loss / int((target != -100).sum())).backward()
+    return logits, loss
 
 
 for rep in range(6):
