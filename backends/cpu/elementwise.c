@@ -9,31 +9,45 @@
 #include "core/ops/ops.h"
 
 /* GELU with the tanh approximation (GPT-2's), y = 0.5 v (1 + tanh(u)), u = k (v + 0.044715 v^3),
- * computed through s = 0.5 (1 + tanh(u)) = sigmoid(2u) and 1 - s, each from e = exp(-2|u|) <= 1
- * so that neither overflows nor cancels (1 + tanh(u) for u << 0 would lose every digit):
- *   s = (u >= 0 ? 1 : e) / (1 + e),   1 - s = (u >= 0 ? e : 1) / (1 + e),
+ * computed as y = v s with s = 0.5 (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + E), E = exp(-2u), and
+ * 1 - s = E s, so that nothing cancels (1 + tanh(u) for u << 0 would lose every digit):
  *   y = v s,   dy/dv = s + 2 v s (1 - s) k (1 + 3 * 0.044715 v^2).
- * Float runs on ct_cpu_expf_neg, vectorised, rather than libm's tanh per element (the function was
- * close to half of a GPT training step on the CPU); double, the finite-difference reference path,
- * keeps libm. Non-finite inputs give PyTorch's values: v = -inf is 0 * -inf = NaN, as PyTorch's
- * 0.5 v (1 + tanh(u)) is, and a NaN stays NaN. */
+ * Float runs on ct_cpu_expf_in_range, vectorised, rather than libm's tanh per element (the function
+ * was close to half of a GPT training step on the CPU), with -2u clamped to where E is a normal float
+ * and the two ends set exactly: E = 0 above u = 43.65 (s = 1, y = v) and s = 0 below u = -40 (y = -0,
+ * where v s would be below 1e-33). Without a select per end the loop stays a few plain vector
+ * operations. Non-finite inputs give PyTorch's values: v = -inf is 0 * -inf = NaN, as PyTorch's
+ * 0.5 v (1 + tanh(u)) is, +inf's derivative is NaN, a NaN stays NaN. Double, the finite-difference
+ * reference path, keeps libm. */
 static const double gelu_k = 0.7978845608028654; /* sqrt(2 / pi) */
+static const float gelu_lo = -87.3f, gelu_hi = 80.0f; /* the clamp of -2u */
+
+/* -2u as a polynomial in v, and s and E from it */
+static inline float gelu_minus_2u(float v) {
+    return v * ((float)(-2.0 * gelu_k) + (float)(-2.0 * gelu_k * 0.044715) * (v * v));
+}
+
+static inline float gelu_sigmoid(float m2u, float *e_out) {
+    const float c = m2u > gelu_lo ? (m2u < gelu_hi ? m2u : gelu_hi) : gelu_lo; /* a NaN goes to lo */
+    const float e = m2u < gelu_lo ? 0.0f : ct_cpu_expf_in_range(c);
+    *e_out = e;
+    return m2u > gelu_hi ? 0.0f : 1.0f / (1.0f + e);
+}
 
 static void gelu_tanh_fwd_f32(const float *x, float *y, int64_t n) {
 #pragma omp parallel for if (n > CT_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
-        const float v = x[i], u = (float)gelu_k * (v + 0.044715f * v * v * v);
-        const float e = ct_cpu_expf_neg(-2.0f * __builtin_fabsf(u));
-        y[i] = v * ((u >= 0 ? 1.0f : e) / (1.0f + e));
+        float e;
+        y[i] = x[i] * gelu_sigmoid(gelu_minus_2u(x[i]), &e);
     }
 }
 
 static void gelu_tanh_bwd_f32(const float *x, const float *dy, float *dx, int64_t n) {
 #pragma omp parallel for if (n > CT_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
-        const float v = x[i], u = (float)gelu_k * (v + 0.044715f * v * v * v);
-        const float e = ct_cpu_expf_neg(-2.0f * __builtin_fabsf(u)), inv = 1.0f / (1.0f + e);
-        const float s = (u >= 0 ? 1.0f : e) * inv, s1 = (u >= 0 ? e : 1.0f) * inv;
+        const float v = x[i];
+        float e;
+        const float s = gelu_sigmoid(gelu_minus_2u(v), &e), s1 = e * s;
         const float du = (float)gelu_k * (1.0f + 3.0f * 0.044715f * v * v);
         dx[i] = dy[i] * (s + 2.0f * v * s * s1 * du);
     }

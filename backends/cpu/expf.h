@@ -3,9 +3,10 @@
  * ulp; exp's rational function, about 1 ulp), written branch-free so that a loop over them becomes
  * SIMD code of the copy's level instead of a libm call per element.
  *
- * Both take x <= 0 (and NaN) only, the case of activations that evaluate exp(-|u|) and of softmaxes
- * that subtract the row's maximum, so that they never overflow: below the normal range (-87.3 for
- * float, -708.39 for double) the result is 0, NaN stays NaN. Included by the family files that need
+ * ct_cpu_expf_neg and ct_cpu_exp_neg take x <= 0 (and NaN) only, the case of softmaxes that subtract
+ * the row's maximum, so that they never overflow: below the normal range (-87.3 for float, -708.39 for
+ * double) the result is 0, NaN stays NaN. ct_cpu_expf_in_range is the float core without those
+ * checks, for a caller that clamps its argument itself (GELU). Included by the family files that need
  * them (elementwise.c: GELU; attn.c: the causal softmax; loss.c: the cross-entropy's softmax, in
  * double because its sums are). */
 #ifndef CT_CPU_EXPF_H
@@ -14,26 +15,37 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float ct_cpu_expf_neg(float x) {
-    const float lo = -87.3f; /* exp(lo) is still a normal float: the scale below stays valid */
-    /* in range and not NaN, so that the conversion of n to an integer below is defined; a NaN
-     * input is returned as it is at the end */
-    const float xc = x < lo ? lo : x == x ? x : 0.0f;
+/* exp(x) for x in [-87.3, 88.3], where both the result and 2^n below are normal floats; no check of
+ * the range (the callers clamp). n = x / ln2 rounded to an integer by adding 1.5 * 2^23, after which it
+ * sits in the low bits of the sum: no rounding instruction (the baseline has none), no conversion. */
+static inline float ct_cpu_expf_in_range(float x) {
+    const float magic = 12582912.0f;
+    const float shifted = x * 1.44269504088896341f + magic, n = shifted - magic;
     /* x = n ln2 + r, |r| <= ln2 / 2, ln2 split in two so that n ln2 is exact enough */
-    const float n = __builtin_floorf(xc * 1.44269504088896341f + 0.5f);
-    const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+    const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
     float p = 1.9875691500e-4f;
     p = p * r + 1.3981999507e-3f;
     p = p * r + 8.3334519073e-3f;
     p = p * r + 4.1665795894e-2f;
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
-    p = p * r * r + r + 1.0f;
-    /* 2^n as a float's exponent field; n in [-126, 0] here */
-    const uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    p = p * (r * r) + r + 1.0f;
+    /* 2^n as a float's exponent field: shifted's bits are magic's plus n, and magic's bits shifted
+     * left by 23 vanish from 32 bits, so (bits + 127) << 23 is (n + 127) << 23 */
+    uint32_t bits;
+    memcpy(&bits, &shifted, sizeof bits);
+    const uint32_t scale_bits = (bits + 127u) << 23;
     float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x < lo ? 0.0f : x == x ? p * scale : x;
+    memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+
+static inline float ct_cpu_expf_neg(float x) {
+    const float lo = -87.3f;
+    /* max(x, lo), a NaN to lo: in range for the approximation; the NaN comes back through x - x, which
+     * is 0 for every finite x and NaN for a NaN (and for -inf, which the last line sends to 0) */
+    const float e = ct_cpu_expf_in_range(x > lo ? x : lo) + (x - x);
+    return x < lo ? 0.0f : e;
 }
 
 static inline double ct_cpu_exp_neg(double x) {
