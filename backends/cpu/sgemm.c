@@ -9,8 +9,8 @@
  * Why our own: OpenBLAS 0.3.21's kernels leave a third of an AVX-512 core unused at the example
  * models' shapes and pack both operands of every call; oneDNN's are faster but round a row by the
  * row count of the call (bench/README.md). Here op(A) is read where it lies (a row-major A) or
- * copied into MR-row panels (a transposed one), only B is packed, and the packing of a transposed B
- * transposes W x W blocks in registers.
+ * copied into MR-row panels (a transposed one; with SSE, either, each element filling a vector: see
+ * A_LANES), and the packing of a transposed B transposes W x W blocks in registers.
  *
  * How it rounds: every element of C is one chain of multiply-adds over k = 0, 1, ..., K-1 in order
  * from zero, s = fma(a_ik, alpha b_kj, s) (a multiply then an add at levels without FMA), carried
@@ -45,6 +45,11 @@
 #define NR (2 * W)
 #define KC 256      /* the K block: a row tile's KC steps of op(A) (14 KiB at v4) stay in L1 */
 #define MC (MR * 8) /* rows of A per pass over a packed B block */
+/* Floats a packed element of op(A) takes. SSE has no broadcast from memory, so a tile that reads op(A)
+ * where it lies spends a shuffle on each element, on the ports its multiplies and adds need (a third
+ * of the kernel's speed on a core with AVX-512 running the SSE copy); at W 4 op(A) is therefore always
+ * packed, each element repeated across a vector that the tile loads as it is. */
+#define A_LANES (W == 4 ? W : 1)
 
 typedef float vf __attribute__((vector_size(W * 4)));
 typedef float vf_unaligned __attribute__((vector_size(W * 4), aligned(4)));
@@ -102,7 +107,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, int kc, con
         const float *ak = a + k * cs;
 #pragma GCC unroll 16
         for (int i = 0; i < mr; i++) {
-            vf s = vset1(ak[i * rs]);
+            const vf s = A_LANES == W ? *(const vf *)(ak + i * rs) : vset1(ak[i * rs]);
             acc[i][0] = VFMA(s, b0, acc[i][0]);
             acc[i][1] = VFMA(s, b1, acc[i][1]);
         }
@@ -210,18 +215,40 @@ static void pack_b(bool tb, const float *b, int64_t ldb, int64_t j0, int nc, int
     }
 }
 
-/* The panels of rows [i0, i0 + mc) of op(A) = A^T and k in [k0, k0 + kc), one per MR rows: panel p
- * at dst + p * MR * kc, its element (i, k) at [k * MR + i]; from A's row k0 + k, whose mc elements
- * are read once and in order, and added to sums[i] where sums is not NULL. A row-major A is read in
- * place instead (its rows are the tile's rows). */
-static void pack_a_transposed(const float *a, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, float *dst,
-                              double *restrict sums) {
+/* A packed element: x itself, or x in every lane where A_LANES is W. */
+static inline void put_a(float *d, float x) {
+    if (A_LANES == W)
+        *(vf *)d = vset1(x);
+    else
+        *d = x;
+}
+
+/* The panels of rows [i0, i0 + mc) of op(A) and k in [k0, k0 + kc), one per MR rows: panel p at
+ * dst + p * MR * kc * A_LANES, its element (i, k) at [(k * MR + i) * A_LANES]. A transposed A is read a
+ * row (its mc elements) at a time, in order, and each row added to sums[i] where sums is not NULL; a
+ * row-major A (packed only where A_LANES > 1; otherwise the tiles read it in place) a row of op(A) at a
+ * time. */
+static void pack_a(bool ta, const float *a, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, float *dst,
+                   double *restrict sums) {
+    if (!ta) {
+        for (int i = 0; i < mc; i++) {
+            const float *row = a + (i0 + i) * lda + k0;
+            float *d = dst + ((size_t)(i / MR) * MR * kc + i % MR) * A_LANES;
+            for (int k = 0; k < kc; k++) put_a(d + (size_t)k * MR * A_LANES, row[k]);
+        }
+        return;
+    }
     for (int k = 0; k < kc; k++) {
         const float *row = a + (k0 + k) * lda + i0;
-        int ir = 0;
-        for (; ir + MR <= mc; ir += MR) /* a copy of constant size: a few vector moves, not a call */
-            memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * MR);
-        if (ir < mc) memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * (size_t)(mc - ir));
+        if (A_LANES == 1) {
+            int ir = 0;
+            for (; ir + MR <= mc; ir += MR) /* a copy of constant size: a few vector moves, not a call */
+                memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * MR);
+            if (ir < mc) memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * (size_t)(mc - ir));
+        } else {
+            for (int i = 0; i < mc; i++)
+                put_a(dst + ((size_t)(i / MR) * MR * kc + (size_t)k * MR + i % MR) * A_LANES, row[i]);
+        }
         if (sums)
             for (int i = 0; i < mc; i++) sums[i] += row[i];
     }
@@ -340,10 +367,11 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
     for (int64_t pc = pb; pc < pb + kb; pc += KC) {
         const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
-        if (g->ta)
-            pack_a_transposed(g->a, g->lda, ic, mc, pc, kc, g->ap, jc == 0 && g->a_sums ? g->a_sums + ic : NULL);
+        const bool packed = g->ta || A_LANES > 1;
+        if (packed)
+            pack_a(g->ta, g->a, g->lda, ic, mc, pc, kc, g->ap, jc == 0 && g->a_sums ? g->a_sums + ic : NULL);
         for (int ir = 0; ir < mc; ir += MR) {
-            const float *at = g->ta ? g->ap + (size_t)ir * kc : g->a + (ic + ir) * g->lda + pc;
+            const float *at = packed ? g->ap + (size_t)ir * kc * A_LANES : g->a + (ic + ir) * g->lda + pc;
             for (int jr = 0; jr < nc; jr += NR)
                 one_tile(g, at, g->bp + (pc - pb) * nc_pad + jr * kc, ic + ir, jc + jr, mc - ir < MR ? mc - ir : MR,
                          nc - jr < NR ? nc - jr : NR, kc, first, last,
@@ -374,7 +402,7 @@ static void sgemm_builtin(gemm_call *g) {
     if (nc_max > n_pad) nc_max = n_pad;
     const int64_t kb = g->k_outer ? KC : g->k; /* a block of B's K extent */
     g->sums_buffer = g->beta != 0.0f && g->k > KC;
-    const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->ta ? (size_t)MC * KC : 0;
+    const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->ta || A_LANES > 1 ? (size_t)MC * KC * A_LANES : 0;
     const size_t s_floats = g->sums_buffer ? (size_t)((g->k_outer ? g->m : MC) * nc_max) : 0;
     const size_t doubles_at = (b_floats + a_floats + s_floats + MR * NR + NR + 1) / 2 * 2; /* 8-byte aligned */
     g->bp = buffer_of(doubles_at + (g->a_sums_to ? 2 * (size_t)g->m : 0));
@@ -386,8 +414,8 @@ static void sgemm_builtin(gemm_call *g) {
         g->a_sums = (double *)(void *)(g->bp + doubles_at);
         memset(g->a_sums, 0, sizeof(double) * (size_t)g->m);
     }
-    g->rs = g->ta ? 1 : g->lda;
-    g->cs = g->ta ? MR : 1;
+    g->rs = g->ta || A_LANES > 1 ? A_LANES : g->lda;
+    g->cs = g->ta || A_LANES > 1 ? MR * A_LANES : 1;
     for (int64_t jc = 0; jc < g->n; jc += nc_max) {
         const int nc = (int)(g->n - jc < nc_max ? g->n - jc : nc_max);
         const int64_t nc_pad = (nc + NR - 1) / NR * NR;
