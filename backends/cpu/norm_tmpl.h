@@ -3,6 +3,7 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Batch norm forward over x as [n, c, inner]; one channel per iteration, so threads never share
  * an output. */
@@ -91,7 +92,21 @@ static inline double ct_ln_lanes_total(const double *acc) {
     for (int l = 0; l < CT_LN_LANES; l++) t += acc[l];
     return t;
 }
+/* The lanes as vectors of the level's width (CT_LN_VD doubles, CT_LN_LANES / CT_LN_VD of them), for
+ * loops the compiler's vectoriser leaves scalar (two sums fed by one value). Lane l is still element
+ * j + l of each step. */
+#if defined(__AVX512F__)
+#define CT_LN_VD 8
+#elif defined(__AVX__)
+#define CT_LN_VD 4
+#else
+#define CT_LN_VD 2
 #endif
+typedef double ct_ln_vd __attribute__((vector_size(CT_LN_VD * sizeof(double))));
+#endif
+/* CT_LN_VD elements of R, loaded from anywhere and widened to float64 */
+typedef R FN(ln_vr) __attribute__((vector_size(CT_LN_VD * sizeof(R)), aligned(sizeof(R))));
+static inline ct_ln_vd FN(ln_load)(const R *p) { return __builtin_convertvector(*(const FN(ln_vr) *)p, ct_ln_vd); }
 
 /* sum(p) and then sum((p - mean)^2) of a row of f (two passes: no cancellation when |mean| >> std). */
 static inline void FN(ln_row_stats)(const R *p, int64_t f, double *mean_out, double *var_out) {
@@ -149,14 +164,19 @@ static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean,
             const R *g = dy + r * f;
             R *q = dx + r * f;
             double mean = smean[r], rstd = srstd[r];
-            double acc_g[CT_LN_LANES] = {0}, acc_gx[CT_LN_LANES] = {0};
+            ct_ln_vd lanes_g[CT_LN_LANES / CT_LN_VD] = {{0}}, lanes_gx[CT_LN_LANES / CT_LN_VD] = {{0}};
             int64_t j = 0;
             for (; j + CT_LN_LANES <= f; j += CT_LN_LANES)
-                for (int l = 0; l < CT_LN_LANES; l++) {
-                    double gj = w ? (double)g[j + l] * w[j + l] : (double)g[j + l];
-                    acc_g[l] += gj;
-                    acc_gx[l] += gj * ((p[j + l] - mean) * rstd);
+                for (int h = 0; h < CT_LN_LANES / CT_LN_VD; h++) {
+                    const int64_t e = j + h * CT_LN_VD;
+                    ct_ln_vd gj = FN(ln_load)(g + e);
+                    if (w) gj *= FN(ln_load)(w + e);
+                    lanes_g[h] += gj;
+                    lanes_gx[h] += gj * ((FN(ln_load)(p + e) - mean) * rstd);
                 }
+            double acc_g[CT_LN_LANES], acc_gx[CT_LN_LANES];
+            memcpy(acc_g, &lanes_g, sizeof acc_g);
+            memcpy(acc_gx, &lanes_gx, sizeof acc_gx);
             double sum_g = ct_ln_lanes_total(acc_g), sum_g_xhat = ct_ln_lanes_total(acc_gx);
             for (; j < f; j++) {
                 double gj = w ? (double)g[j] * w[j] : (double)g[j];
