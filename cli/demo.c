@@ -141,6 +141,7 @@ static ct_status train(const demo_opts *o, demo_state *d) {
         printf("ctrainer demo: %s on Fashion-MNIST, %lld parameters, batch %lld, AdamW lr %g, %d threads\n", o->model,
                (long long)ct_params_count(&model->params), (long long)o->batch, o->lr, ct_get_num_threads());
     double t_train = 0, t_eval = 0, accuracy = 0;
+    ct_model_zero_grad(model);
     for (int epoch = 0; epoch < o->epochs; epoch++) {
         CT_TRY(ct_loader_start_epoch(d->train_loader, epoch));
         ct_loss_value epoch_loss = {0, 0};
@@ -152,14 +153,14 @@ static ct_status train(const demo_opts *o, demo_state *d) {
             ct_tensor logits, dl = ct_tensor_rows(&d->dlogits, 0, b->rows);
             /* Dropout-style randomness is keyed by the global step and the sample's global position. */
             ct_model_set_step(model, (uint64_t)(epoch * steps_per_epoch + b->index), epoch * n + b->index * o->batch);
-            ct_model_zero_grad(model);
             CT_TRY(ct_model_forward(model, &b->features, &logits));
             /* The mean over the batch (Fashion-MNIST labels are never the ignored index), forward and
              * backward in one pass over the logits as the Trainer's step computes it. */
             ct_loss_value lv;
             CT_TRY(ct_loss_forward_backward(d->loss, &logits, &b->labels, 1.0 / (double)b->rows, &dl, &lv));
             CT_TRY(ct_model_backward(model, &dl));
-            CT_TRY(ct_optimizer_step(d->opt, o->lr));
+            /* the update clears each gradient as it reads it: the next backward starts from zero */
+            CT_TRY(ct_optimizer_step_zero_grad(d->opt, o->lr));
             epoch_loss = ct_loss_value_add(epoch_loss, lv);
         }
         double dt = ct_monotonic_seconds() - t0, et;

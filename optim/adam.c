@@ -29,7 +29,8 @@ static void adam_update(ct_optimizer *opt, const ct_param_group *group, int64_t 
                       .eps = opt->config.adam_epsilon,
                       .decoupled_decay = opt->config.optim == CT_OPTIM_ADAMW,
                       .amsgrad = opt->config.amsgrad,
-                      .step = opt->step};
+                      .step = opt->step,
+                      .clear_grad = opt->clear_grads};
     ct_op_adam_step(&p, &g, &m, &v, adam->max_exp_avg_sq ? &vmax : NULL, &a);
 }
 
@@ -37,12 +38,14 @@ static const ct_optimizer_ops adam_ops = {
     .size = sizeof(ct_optimizer_ops),
     .name = "adam",
     .update = adam_update,
+    .update_clears_grads = true,
 };
 
 static const ct_optimizer_ops adamw_ops = {
     .size = sizeof(ct_optimizer_ops),
     .name = "adamw",
     .update = adam_update,
+    .update_clears_grads = true,
 };
 
 ct_status ct_adam_create(const ct_optim_config *cfg, ct_param_store *ps, ct_optimizer **out) {

@@ -298,6 +298,20 @@ ct_status ct_optimizer_step(ct_optimizer *opt, double lr) {
     return CT_OK;
 }
 
+/* The default step's ranges are every parameter; what lies between them in the flat gradient buffer
+ * is alignment padding, which nothing writes (it stays zero from the allocation), so clearing the
+ * ranges clears the buffer. */
+ct_status ct_optimizer_step_zero_grad(ct_optimizer *opt, double lr) {
+    /* the default step fails only on lr, before it reads anything */
+    const bool fused = !HOOK(opt, step) && CT_OPS_HAS(opt->ops, ct_optimizer_ops, update_clears_grads) && lr >= 0 &&
+                       isfinite(lr);
+    opt->clear_grads = fused;
+    ct_status s = ct_optimizer_step(opt, lr);
+    opt->clear_grads = false;
+    if (s == CT_OK && !fused) ct_op_fill(&opt->grads, 0.0);
+    return s;
+}
+
 const char *ct_optimizer_name(const ct_optimizer *opt) { return opt->ops->name; }
 
 int ct_optimizer_state_count(const ct_optimizer *opt) {

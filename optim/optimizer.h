@@ -126,6 +126,10 @@ typedef struct ct_optimizer_ops {
     ct_status (*state_get)(ct_optimizer *opt, int i, const char **name, ct_tensor **tensor);
     /* Releases everything. NULL: ct_optimizer_default_destroy. */
     void (*destroy)(ct_optimizer *opt);
+    /* Whether update sets each gradient it reads to zero while opt->clear_grads is set (the built-in
+     * SGD, Adam and AdamW do, in their one pass); ct_optimizer_step_zero_grad clears them itself for an
+     * optimizer without it. */
+    bool update_clears_grads;
 } ct_optimizer_ops;
 
 #define CT_OPTIM_MAX_STATE 8
@@ -143,6 +147,7 @@ struct ct_optimizer {
     int n_groups;
     int64_t step;   /* steps taken (PyTorch's state["step"]) */
     double last_lr; /* the rate of the last step */
+    bool clear_grads; /* inside ct_optimizer_step_zero_grad's step: see ct_optimizer_ops.update_clears_grads */
     ct_optim_state state[CT_OPTIM_MAX_STATE];
     int n_state;
     /* Sharding (ZeRO-1, dist/zero.h). params, grads and every state tensor cover the elements
@@ -172,6 +177,13 @@ ct_tensor ct_optimizer_range(const ct_tensor *flat, int64_t offset, int64_t coun
 /* Increments the step count and updates the parameters from the gradients with learning rate lr.
  * CT_ERR_INVALID_ARG (nothing changed) for a negative or non-finite lr. */
 ct_status ct_optimizer_step(ct_optimizer *opt, double lr);
+/* ct_optimizer_step, then the gradients it read (opt->grads: the store's whole gradient buffer, or a
+ * ZeRO shard's part) set to zero, as ct_params_zero_grad would: in the same pass over them where the
+ * step is the default one over every gradient element and the update clears as it reads
+ * (update_clears_grads: SGD, Adam, AdamW), so a training loop that clears its gradients after every
+ * step reads them once instead of twice. Parameters and state come out as ct_optimizer_step's, bit for
+ * bit; on an error (what ct_optimizer_step returns) nothing is cleared. */
+ct_status ct_optimizer_step_zero_grad(ct_optimizer *opt, double lr);
 const char *ct_optimizer_name(const ct_optimizer *opt);
 int ct_optimizer_state_count(const ct_optimizer *opt);
 /* The i-th state tensor and its name; write into *tensor to restore a checkpoint. */

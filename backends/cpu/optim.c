@@ -22,12 +22,12 @@
 #undef FN
 #undef RSQRT
 
-void ct_cpu_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
+void ct_cpu_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
     CT_REAL_DISPATCH(param, sgd, param->data, grad->data, momentum_buffer ? momentum_buffer->data : NULL,
                      ct_tensor_numel(param), a);
 }
 
-void ct_cpu_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+void ct_cpu_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                       ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
     CT_REAL_DISPATCH(param, adam, param->data, grad->data, exp_avg->data, exp_avg_sq->data,
                      max_exp_avg_sq ? max_exp_avg_sq->data : NULL, ct_tensor_numel(param), a);

@@ -1,16 +1,18 @@
 /* Optimizer kernels over one real type R; included by optim.c for float and double (RSQRT is sqrtf
  * or sqrt). Each update is one pass over its range; the branches on loop-invariant options are
- * hoisted out of the loops by the compiler. Element operations follow PyTorch's order. */
+ * hoisted out of the loops by the compiler. Element operations follow PyTorch's order. With
+ * a->clear_grad, g[i] is set to zero once read (the step and zero_grad in one pass). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 
-static void FN(sgd)(R *restrict p, const R *restrict g, R *restrict buf, int64_t n, const ct_sgd_args *a) {
+static void FN(sgd)(R *restrict p, R *restrict g, R *restrict buf, int64_t n, const ct_sgd_args *a) {
     const R lr = (R)a->lr, wd = (R)a->weight_decay, mom = (R)a->momentum, keep = (R)(1.0 - a->dampening);
-    const bool decay = a->weight_decay != 0, nesterov = a->nesterov, first = a->first_step;
+    const bool decay = a->weight_decay != 0, nesterov = a->nesterov, first = a->first_step, clear = a->clear_grad;
 #pragma omp parallel for if (n > CT_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
         R d = g[i];
+        if (clear) g[i] = 0;
         if (decay) d = d + wd * p[i];
         if (buf) {
             R b = first ? d : buf[i] * mom + keep * d;
@@ -21,7 +23,7 @@ static void FN(sgd)(R *restrict p, const R *restrict g, R *restrict buf, int64_t
     }
 }
 
-static void FN(adam)(R *restrict p, const R *restrict g, R *restrict m, R *restrict v, R *restrict vmax, int64_t n,
+static void FN(adam)(R *restrict p, R *restrict g, R *restrict m, R *restrict v, R *restrict vmax, int64_t n,
                      const ct_adam_args *a) {
     const R b1 = (R)a->beta1, b2 = (R)a->beta2, one_b1 = (R)(1.0 - a->beta1), one_b2 = (R)(1.0 - a->beta2);
     const R wd = (R)a->weight_decay, shrink = (R)(1.0 - a->lr * a->weight_decay), eps = (R)a->eps;
@@ -29,10 +31,11 @@ static void FN(adam)(R *restrict p, const R *restrict g, R *restrict m, R *restr
     const double bc1 = 1.0 - pow(a->beta1, (double)a->step), bc2 = 1.0 - pow(a->beta2, (double)a->step);
     const R step_size = (R)(a->lr / bc1), bc2_sqrt = (R)sqrt(bc2);
     const bool l2 = !a->decoupled_decay && a->weight_decay != 0;
-    const bool decoupled = a->decoupled_decay && a->weight_decay != 0;
+    const bool decoupled = a->decoupled_decay && a->weight_decay != 0, clear = a->clear_grad;
 #pragma omp parallel for if (n > CT_OMP_MIN)
     for (int64_t i = 0; i < n; i++) {
         R gi = g[i], pi = p[i];
+        if (clear) g[i] = 0;
         if (l2) gi = gi + wd * pi;
         if (decoupled) pi = pi * shrink;
         R mi = m[i] * b1 + one_b1 * gi;

@@ -93,8 +93,8 @@ void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, cons
                                    const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
                                    ct_tensor *dweight, ct_tensor *dbias);
 /* optimizers and norms */
-void ct_cuda_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
-void ct_cuda_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+void ct_cuda_op_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+void ct_cuda_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                           ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
 double ct_cuda_op_sum_squares_det(const ct_tensor *t);
 double ct_cuda_op_l2_norm(const ct_tensor *t);

@@ -39,13 +39,14 @@ static void check_same(const ct_tensor *a, const ct_tensor *b) {
 
 template <typename R> struct sgd_coef {
     R lr, wd, mom, keep;
-    bool decay, nesterov, first;
+    bool decay, nesterov, first, clear;
 };
 
-template <typename R> __global__ void sgd_k(R *p, const R *g, R *buf, int64_t n, sgd_coef<R> c) {
+template <typename R> __global__ void sgd_k(R *p, R *g, R *buf, int64_t n, sgd_coef<R> c) {
     GRID_LOOP(i, n) {
         /* d = g + wd * p;  b = buf * mom + keep * d;  d = d + mom * b;  p = p - lr * d */
         R d = g[i];
+        if (c.clear) g[i] = 0;
         if (c.decay) d = fmadd(c.wd, p[i], d);
         if (buf) {
             R b = c.first ? d : fmadd(buf[i], c.mom, c.keep * d);
@@ -56,7 +57,7 @@ template <typename R> __global__ void sgd_k(R *p, const R *g, R *buf, int64_t n,
     }
 }
 
-template <typename R> static void sgd_launch(void *p, const void *g, void *buf, int64_t n, const ct_sgd_args *a) {
+template <typename R> static void sgd_launch(void *p, void *g, void *buf, int64_t n, const ct_sgd_args *a) {
     sgd_coef<R> c;
     c.lr = (R)a->lr;
     c.wd = (R)a->weight_decay;
@@ -65,11 +66,12 @@ template <typename R> static void sgd_launch(void *p, const void *g, void *buf, 
     c.decay = a->weight_decay != 0;
     c.nesterov = a->nesterov;
     c.first = a->first_step;
-    sgd_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (const R *)g, (R *)buf, n, c);
+    c.clear = a->clear_grad;
+    sgd_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (R *)g, (R *)buf, n, c);
     CT_CUDA_LAUNCHED();
 }
 
-extern "C" void ct_cuda_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer,
+extern "C" void ct_cuda_op_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer,
                                     const ct_sgd_args *a) {
     CT_ASSERT(param->device.kind == CT_DEVICE_CUDA);
     check_same(param, grad);
@@ -90,13 +92,14 @@ extern "C" void ct_cuda_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_
 
 template <typename R> struct adam_coef {
     R b1, b2, one_b1, one_b2, wd, shrink, eps, step_size, bc2_sqrt;
-    bool l2, decoupled;
+    bool l2, decoupled, clear;
 };
 
-template <typename R> __global__ void adam_k(R *p, const R *g, R *m, R *v, R *vmax, int64_t n, adam_coef<R> c) {
+template <typename R> __global__ void adam_k(R *p, R *g, R *m, R *v, R *vmax, int64_t n, adam_coef<R> c) {
     GRID_LOOP(i, n) {
         /* g = g + wd * p;  m = m * b1 + (1 - b1) * g;  v = v * b2 + (1 - b2) * g * g */
         R gi = g[i], pi = p[i];
+        if (c.clear) g[i] = 0;
         if (c.l2) gi = fmadd(c.wd, pi, gi);
         if (c.decoupled) pi = pi * c.shrink;
         R mi = fmadd(m[i], c.b1, c.one_b1 * gi);
@@ -116,7 +119,7 @@ template <typename R> __global__ void adam_k(R *p, const R *g, R *m, R *v, R *vm
 }
 
 template <typename R>
-static void adam_launch(void *p, const void *g, void *m, void *v, void *vmax, int64_t n, const ct_adam_args *a) {
+static void adam_launch(void *p, void *g, void *m, void *v, void *vmax, int64_t n, const ct_adam_args *a) {
     adam_coef<R> c;
     c.b1 = (R)a->beta1;
     c.b2 = (R)a->beta2;
@@ -131,12 +134,13 @@ static void adam_launch(void *p, const void *g, void *m, void *v, void *vmax, in
     c.bc2_sqrt = (R)sqrt(bc2);
     c.l2 = !a->decoupled_decay && a->weight_decay != 0;
     c.decoupled = a->decoupled_decay && a->weight_decay != 0;
-    adam_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (const R *)g, (R *)m, (R *)v,
+    c.clear = a->clear_grad;
+    adam_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (R *)g, (R *)m, (R *)v,
                                                                             (R *)vmax, n, c);
     CT_CUDA_LAUNCHED();
 }
 
-extern "C" void ct_cuda_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg,
+extern "C" void ct_cuda_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg,
                                      ct_tensor *exp_avg_sq, ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
     CT_ASSERT(param->device.kind == CT_DEVICE_CUDA);
     check_same(param, grad);

@@ -118,8 +118,8 @@ typedef struct ct_backend_ops {
                                const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
                                ct_tensor *dweight, ct_tensor *dbias);
 
-    void (*sgd_step)(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
-    void (*adam_step)(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+    void (*sgd_step)(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+    void (*adam_step)(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                       ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
     double (*sum_squares_det)(const ct_tensor *t);
     double (*l2_norm)(const ct_tensor *t);

@@ -594,14 +594,14 @@ static void check_same(const ct_tensor *a, const ct_tensor *b) {
     CT_ASSERT(b->device.kind == a->device.kind && b->dtype == a->dtype && ct_tensor_numel(b) == ct_tensor_numel(a));
 }
 
-void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
+void ct_op_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a) {
     check_same(param, grad);
     if (momentum_buffer) check_same(param, momentum_buffer);
     CT_ASSERT((momentum_buffer != NULL) == (a->momentum != 0));
     CALL(param, sgd_step, param, grad, momentum_buffer, a);
 }
 
-void ct_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+void ct_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a) {
     check_same(param, grad);
     check_same(param, exp_avg);

@@ -4,7 +4,9 @@
  * gradient and the optimizer's state and writes the parameter and the state, in the order of
  * operations of PyTorch 1.13's single-tensor optimizers (torch.optim.SGD, Adam, AdamW). Callers pass
  * views of the same range of the flat parameter, gradient and state buffers; the ops never allocate.
- * f32 kernels compute in float with the scalar coefficients rounded once, as PyTorch does. */
+ * f32 kernels compute in float with the scalar coefficients rounded once, as PyTorch does. With
+ * clear_grad set, each gradient element is set to zero once read: the step and the zero_grad that
+ * follows it in one pass over the gradients (ct_optimizer_step_zero_grad). */
 #ifndef CT_OPS_OPTIM_H
 #define CT_OPS_OPTIM_H
 
@@ -26,10 +28,11 @@ typedef struct ct_sgd_args {
     double lr, weight_decay, momentum, dampening;
     bool nesterov;
     bool first_step; /* the momentum buffer starts as a copy of d, as PyTorch's does */
+    bool clear_grad; /* grad is zero afterwards */
 } ct_sgd_args;
 
 /* momentum_buffer: NULL when momentum == 0 (PyTorch keeps none either). */
-void ct_op_sgd_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
+void ct_op_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
 
 /* torch.optim.Adam (L2 decay: g += weight_decay * p) or AdamW (decoupled: p *= 1 - lr * weight_decay,
  * before the moments), for one range:
@@ -41,10 +44,11 @@ typedef struct ct_adam_args {
     bool decoupled_decay; /* AdamW */
     bool amsgrad;
     int64_t step; /* 1 for the first step: the bias corrections use it */
+    bool clear_grad; /* grad is zero afterwards */
 } ct_adam_args;
 
 /* max_exp_avg_sq: NULL unless amsgrad. */
-void ct_op_adam_step(ct_tensor *param, const ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
+void ct_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,
                      ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
 
 /* Sum of squares of a float tensor, accumulated in float64 in an order that depends only on the

@@ -131,6 +131,7 @@ static void sgd_case(ct_dtype dt, const char *name, ct_sgd_args a) {
              a.momentum, a.dampening, a.nesterov ? " nesterov" : "");
     compare(cfg, "param", &r.gp, &r.p);
     if (mom) compare(cfg, "momentum_buffer", &r.gs[0], &r.s[0]);
+    compare(cfg, a.clear_grad ? "grad (cleared)" : "grad", &r.gg, &r.g);
     run_free(&r);
 }
 
@@ -142,6 +143,7 @@ static void test_sgd(ct_dtype dt) {
     sgd_case(dt, "momentum+dampening+decay",
              (ct_sgd_args){.lr = lr, .weight_decay = wd, .momentum = mom, .dampening = uniform(0.05, 0.5)});
     sgd_case(dt, "nesterov+decay", (ct_sgd_args){.lr = lr, .weight_decay = wd, .momentum = mom, .nesterov = true});
+    sgd_case(dt, "momentum, clearing the gradient", (ct_sgd_args){.lr = lr, .momentum = mom, .clear_grad = true});
 }
 
 static void adam_case(ct_dtype dt, const char *name, ct_adam_args a, int64_t nan_step) {
@@ -161,6 +163,7 @@ static void adam_case(ct_dtype dt, const char *name, ct_adam_args a, int64_t nan
     compare(cfg, "exp_avg", &r.gs[0], &r.s[0]);
     compare(cfg, "exp_avg_sq", &r.gs[1], &r.s[1]);
     if (a.amsgrad) compare(cfg, "max_exp_avg_sq", &r.gs[2], &r.s[2]);
+    compare(cfg, a.clear_grad ? "grad (cleared)" : "grad", &r.gg, &r.g);
     if (nan_step > 0) {
         ct_tensor back = ct_ct_to_cpu(&r.gs[2]), pback = ct_ct_to_cpu(&r.gp);
         CHECK(isnan(ct_tensor_get(&back, nan_at)) && isnan(ct_tensor_get(&r.s[2], nan_at)),
@@ -193,6 +196,8 @@ static void test_adam(ct_dtype dt) {
     ct_adam_args a = {.lr = 1e-3, .weight_decay = 1e-2, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
                       .decoupled_decay = true, .amsgrad = true};
     adam_case(dt, "nan gradient", a, 10);
+    a.clear_grad = true;
+    adam_case(dt, "clearing the gradient", a, -1);
 }
 
 /* --- norms --------------------------------------------------------------------------------------- */

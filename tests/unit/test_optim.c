@@ -2,7 +2,8 @@
  * a checkpoint-style state round trip (10 steps, save through HDF5, load into a fresh optimizer,
  * 10 more == 20 uninterrupted steps, bit for bit), results independent of the thread count, the
  * parameter groups, padding and buffers never touched, first steps computed by hand, a subclass
- * through the vtable, configuration errors, and clipping (norm, scaling, overflow, inf/NaN).
+ * through the vtable, the step that clears the gradients as it reads them (the same bits as a step and
+ * then zero_grad), configuration errors, and clipping (norm, scaling, overflow, inf/NaN).
  *
  * Why one file of over 600 lines: the optimizers and clipping share the parameter stores, the
  * steps computed by hand and the round trip written here. */
@@ -244,6 +245,55 @@ static void thread_independence(void) {
     }
 }
 
+/* --- the step and zero_grad in one pass ---------------------------------------------------------- */
+
+/* The largest |g| of the whole flat gradient buffer, padding included (NaN counts as inf). */
+static double grads_max(const store *st) {
+    double worst = 0;
+    for (int64_t j = 0; j < ct_tensor_numel(&st->ps.grads); j++) {
+        double v = ct_tensor_get(&st->ps.grads, j);
+        worst = fmax(worst, isnan(v) ? INFINITY : fabs(v));
+    }
+    return worst;
+}
+
+/* ct_optimizer_step_zero_grad against ct_optimizer_step then ct_params_zero_grad, on two copies of a
+ * store (one tensor above the OpenMP threshold, so the kernels run threaded): the same parameters and
+ * state, bit for bit, after every step, and every gradient zero; the kernels' own clearing (clear_grad)
+ * leaves the results of the update unchanged. */
+static void step_zero_grad(ct_optim_kind kind, bool amsgrad, ct_dtype dt) {
+    ct_optim_config cfg = config(kind, amsgrad);
+    char label[96];
+    snprintf(label, sizeof label, "step_zero_grad %s%s %s", ct_optim_kind_name(kind), amsgrad ? " amsgrad" : "",
+             ct_dtype_name(dt));
+    store s[2];
+    ct_optimizer *o[2];
+    for (int t = 0; t < 2; t++) {
+        ct_rng r;
+        ct_rng_init(&r, ct_test_seed, 4, CT_RNG_USER);
+        make_store(&s[t], dt, &r, true);
+        CHECK_OK(ct_optimizer_create(&cfg, &s[t].ps, &o[t]));
+    }
+    for (int k = 0; k < 4; k++) {
+        for (int t = 0; t < 2; t++) set_grads(&s[t], k);
+        CHECK(grads_max(&s[1]) > 0, "%s: no gradient to clear", label);
+        const double lr = lr_of_step(&cfg, k);
+        CHECK_OK(ct_optimizer_step(o[0], lr));
+        ct_params_zero_grad(&s[0].ps);
+        CHECK_OK(ct_optimizer_step_zero_grad(o[1], lr));
+        check_identical(label, o[0], &s[0], o[1], &s[1]);
+        CHECK(grads_max(&s[1]) == 0, "%s step %d: a gradient of up to %g left", label, k, grads_max(&s[1]));
+    }
+    /* an invalid rate: the error of ct_optimizer_step, and nothing cleared */
+    set_grads(&s[1], 9);
+    CHECK_ERR(ct_optimizer_step_zero_grad(o[1], NAN), CT_ERR_INVALID_ARG, "learning rate");
+    CHECK(grads_max(&s[1]) > 0 && ct_optimizer_step_count(o[1]) == 4, "%s: a refused step cleared or counted", label);
+    for (int t = 0; t < 2; t++) {
+        ct_optimizer_destroy(o[t]);
+        ct_params_free(&s[t].ps);
+    }
+}
+
 /* --- groups, padding, buffers ------------------------------------------------------------------ */
 
 static void groups(void) {
@@ -459,6 +509,22 @@ static void subclass(void) {
     s->base.ops = &old_ops;
     CHECK_OK(ct_optimizer_step(&s->base, 0.5));
     CHECK(s->steps == 2 && ct_optimizer_state_count(&s->base) == 1, "old table: %d steps", s->steps);
+
+    /* An update that does not clear as it reads (no update_clears_grads), through its own step and
+     * through the default one: ct_optimizer_step_zero_grad clears after the step. */
+    static const ct_optimizer_ops default_step_ops = {.size = sizeof ops, .name = "sign", .update = sign_update};
+    for (int v = 0; v < 2; v++) {
+        s->base.ops = v ? &default_step_ops : &ops;
+        set_grads(&st, 1 + v);
+        ct_op_copy(&before, &st.ps.values);
+        CHECK_OK(ct_optimizer_step_zero_grad(&s->base, 0.25));
+        CHECK(grads_max(&st) == 0, "subclass %d: step_zero_grad left a gradient of %g", v, grads_max(&st));
+        double moved = 0;
+        for (int64_t j = 0; j < ct_tensor_numel(&before); j++)
+            moved = fmax(moved, fabs(ct_tensor_get(&st.ps.values, j) - ct_tensor_get(&before, j)));
+        CHECK(fabs(moved - 0.25) < 1e-12, "subclass %d: step_zero_grad moved parameters by up to %.17g, not 0.25", v,
+              moved);
+    }
     ct_tensor_free(&before);
     ct_optimizer_destroy(&s->base); /* default destroy frees the state and the struct */
     ct_params_free(&st.ps);
@@ -628,6 +694,12 @@ int main(void) {
         round_trip(CT_OPTIM_ADAMW, true, dt);
     }
     thread_independence();
+    for (int d = 0; d < 2; d++) {
+        ct_dtype dt = d ? CT_F64 : CT_F32;
+        step_zero_grad(CT_OPTIM_SGD, false, dt);
+        step_zero_grad(CT_OPTIM_ADAM, true, dt);
+        step_zero_grad(CT_OPTIM_ADAMW, false, dt);
+    }
     groups();
     by_hand();
     subclass();
