@@ -3,7 +3,6 @@
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <string.h>
 
 /* Batch norm forward over x as [n, c, inner]; one channel per iteration, so threads never share
  * an output. */
@@ -174,10 +173,11 @@ static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean,
                     lanes_g[h] += gj;
                     lanes_gx[h] += gj * ((FN(ln_load)(p + e) - mean) * rstd);
                 }
-            double acc_g[CT_LN_LANES], acc_gx[CT_LN_LANES];
-            memcpy(acc_g, &lanes_g, sizeof acc_g);
-            memcpy(acc_gx, &lanes_gx, sizeof acc_gx);
-            double sum_g = ct_ln_lanes_total(acc_g), sum_g_xhat = ct_ln_lanes_total(acc_gx);
+            double sum_g = 0.0, sum_g_xhat = 0.0; /* the lanes in order, as ct_ln_lanes_total adds them */
+            for (int l = 0; l < CT_LN_LANES; l++) {
+                sum_g += lanes_g[l / CT_LN_VD][l % CT_LN_VD];
+                sum_g_xhat += lanes_gx[l / CT_LN_VD][l % CT_LN_VD];
+            }
             for (; j < f; j++) {
                 double gj = w ? (double)g[j] * w[j] : (double)g[j];
                 sum_g += gj;
