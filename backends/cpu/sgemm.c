@@ -316,6 +316,7 @@ typedef struct gemm_call {
     int64_t rs, cs;   /* op(A)'s element (i, k) of a tile at at[i * rs + k * cs] */
     bool sums_buffer; /* beta != 0 and more than one K block: the running sums wait in `sums` */
     bool k_outer;     /* a block of B holds one K block, and every row of C passes it (sgemm_builtin) */
+    bool a_packed;    /* op(A) is packed (a transposed A, or any A where A_LANES > 1), not read in place */
     float *bp, *ap, *sums, *edge, *edge_bias;
 } gemm_call;
 
@@ -367,11 +368,10 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
     for (int64_t pc = pb; pc < pb + kb; pc += KC) {
         const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
-        const bool packed = g->ta || A_LANES > 1;
-        if (packed)
+        if (g->a_packed)
             pack_a(g->ta, g->a, g->lda, ic, mc, pc, kc, g->ap, jc == 0 && g->a_sums ? g->a_sums + ic : NULL);
         for (int ir = 0; ir < mc; ir += MR) {
-            const float *at = packed ? g->ap + (size_t)ir * kc * A_LANES : g->a + (ic + ir) * g->lda + pc;
+            const float *at = g->a_packed ? g->ap + (size_t)ir * kc * A_LANES : g->a + (ic + ir) * g->lda + pc;
             for (int jr = 0; jr < nc; jr += NR)
                 one_tile(g, at, g->bp + (pc - pb) * nc_pad + jr * kc, ic + ir, jc + jr, mc - ir < MR ? mc - ir : MR,
                          nc - jr < NR ? nc - jr : NR, kc, first, last,
@@ -402,7 +402,8 @@ static void sgemm_builtin(gemm_call *g) {
     if (nc_max > n_pad) nc_max = n_pad;
     const int64_t kb = g->k_outer ? KC : g->k; /* a block of B's K extent */
     g->sums_buffer = g->beta != 0.0f && g->k > KC;
-    const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->ta || A_LANES > 1 ? (size_t)MC * KC * A_LANES : 0;
+    g->a_packed = g->ta || A_LANES > 1;
+    const size_t b_floats = (size_t)(kb * nc_max), a_floats = g->a_packed ? (size_t)MC * KC * A_LANES : 0;
     const size_t s_floats = g->sums_buffer ? (size_t)((g->k_outer ? g->m : MC) * nc_max) : 0;
     const size_t doubles_at = (b_floats + a_floats + s_floats + MR * NR + NR + 1) / 2 * 2; /* 8-byte aligned */
     g->bp = buffer_of(doubles_at + (g->a_sums_to ? 2 * (size_t)g->m : 0));
@@ -414,8 +415,8 @@ static void sgemm_builtin(gemm_call *g) {
         g->a_sums = (double *)(void *)(g->bp + doubles_at);
         memset(g->a_sums, 0, sizeof(double) * (size_t)g->m);
     }
-    g->rs = g->ta || A_LANES > 1 ? A_LANES : g->lda;
-    g->cs = g->ta || A_LANES > 1 ? MR * A_LANES : 1;
+    g->rs = g->a_packed ? A_LANES : g->lda;
+    g->cs = g->a_packed ? MR * A_LANES : 1;
     for (int64_t jc = 0; jc < g->n; jc += nc_max) {
         const int nc = (int)(g->n - jc < nc_max ? g->n - jc : nc_max);
         const int64_t nc_pad = (nc + NR - 1) / NR * NR;
