@@ -3,12 +3,16 @@
  * gemm_engine.c), split into a block per thread by backends/cpu/blas.c where the product is large
  * enough) at the shapes of the Fashion-MNIST MLP's forward and backward GEMMs (batch 128), at those
  * of the GPT example's linear layers and at a large square size, the engine, and the kernel set
- * OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice).
+ * OpenBLAS chose for this CPU (OPENBLAS_CORETYPE overrides its choice); and what the hardware allows
+ * at the kernels' instruction-set level: the multiply-add peak of the same threads (bench/peak.h), so
+ * that a rate, or a target, reads as a fraction of it.
  * Usage: bench_sgemm [THREADS]. Prints one JSON line. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+
+#include "bench/peak.h"
 
 #include "core/ops/ops.h"
 
@@ -68,9 +72,11 @@ int main(int argc, char **argv) {
                     f / (measure(false, false, 4096, in, out, 0.2) * 1e9);
     }
     double square = measure(false, false, 1024, 1024, 1024, 1.0);
+    double peak = peak_gflops(ct_cpu_isa_level(), threads);
     printf("{\"threads\": %d, \"gemm_engine\": \"%s\", \"openblas_core\": \"%s\", \"sgemm_gflops_mlp_shapes\": %.1f, "
-           "\"sgemm_gflops_gpt_shapes\": %.1f, \"sgemm_gflops_1024\": %.1f}\n",
+           "\"sgemm_gflops_gpt_shapes\": %.1f, \"sgemm_gflops_1024\": %.1f, \"level\": \"%s\", "
+           "\"peak_gflops\": %.1f}\n",
            threads, ct_cpu_gemm_engine(), openblas_get_corename(), flops / secs * 1e-9, gpt_flops / gpt_secs * 1e-9,
-           square);
+           square, ct_cpu_isa(), peak);
     return 0;
 }

@@ -78,3 +78,9 @@ def run_json(cmd, env=None):
     if out.returncode != 0:
         sys.exit(f"failed: {' '.join(cmd)}\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def share_of_peak(samples_per_s, flops_per_sample, peak_flops):
+    """The share of a multiply-add peak (FLOP/s; bench_sgemm's peak_gflops) that samples_per_s takes
+    at flops_per_sample: above 1, no kernel on that level could reach the rate."""
+    return samples_per_s * flops_per_sample / peak_flops

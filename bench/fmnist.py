@@ -3,7 +3,10 @@
 (shared/bench/peer_torch_fmnist.py) train the same model with the same batch size, optimizer and
 thread count in the same run; prints both, their ratio, and the fraction of the GEMM-bound limit (the
 model's training FLOPs per sample against the sgemm GFLOP/s of ctrainer's GEMM engine measured in
-this run: its own by default, OpenBLAS's or oneDNN's under CT_CPU_GEMM=openblas|onednn).
+this run: its own by default, OpenBLAS's or oneDNN's under CT_CPU_GEMM=openblas|onednn); and what
+the targets (training 2x PyTorch for the CNN and 1.5x for the MLP, evaluation 1.5x) would take of
+the multiply-add peak of ctrainer's instruction-set level on these threads (bench_sgemm measures it):
+a target above about 90% of it cannot be met by any GEMM, whatever else the step does.
 
 Usage: bench/fmnist.py [--model mlp|cnn] [--epochs N] [--batch N] [--threads N] [--build DIR] [--peer PATH]
                       [--wait-policy PASSIVE|ACTIVE|default] [--openblas detect|environment]
@@ -13,7 +16,8 @@ import json
 import os
 import sys
 
-from benchlib import add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json
+from benchlib import (add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json,
+                      share_of_peak)
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -63,9 +67,20 @@ if a.model == "mlp":
 else:  # conv 1->32 3x3 on 28x28, conv 32->64 3x3 on 14x14 (after 2x2 pooling), fc 3136->128, fc 128->10
     macs = [32 * 9 * 28 * 28, 64 * 32 * 9 * 14 * 14, 64 * 7 * 7 * 128, 128 * 10]
     limits = ("sgemm_gflops_1024",)
-TARGET = {"mlp": 4, "cnn": 2}  # the training ratios asked of ctrainer
+TARGET = {"mlp": 1.5, "cnn": 2}  # the training ratios asked of ctrainer
+EVAL_TARGET = 1.5
 flops = sum(2 * m * (2 if k == 0 else 3) for k, m in enumerate(macs))
+eval_flops = sum(2 * m for m in macs)
 result["train_mflop_per_sample"] = round(flops / 1e6, 3)
+result["eval_mflop_per_sample"] = round(eval_flops / 1e6, 3)
+# The targets as shares of the level's multiply-add peak: the FLOPs alone, at the rate they ask for.
+peak = sgemm["peak_gflops"] * 1e9
+for key, target, per_sample in (("train", TARGET[a.model], flops), ("eval", EVAL_TARGET, eval_flops)):
+    share = target * share_of_peak(peer[f"{key}_samples_per_s"], per_sample, peak)
+    result[f"{key}_target_share_of_peak"] = round(share, 3)
+    print(f"{key}: {target:g}x PyTorch would take {share:.0%} of the level's multiply-add peak "
+          f"({sgemm['peak_gflops']:.0f} GFLOP/s; ctrainer reached "
+          f"{share_of_peak(ours[f'{key}_samples_per_s'], per_sample, peak):.0%})")
 for name in limits:
     limit = sgemm[name] * 1e9 / flops
     frac = ours["train_samples_per_s"] / limit

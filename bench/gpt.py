@@ -7,9 +7,11 @@ tests/oracle/gpt_reference.py, the same settings) and, with --llmc, llm.c's CPU 
 on a randomly initialised model of the same shape, in the same run, on the fortunes corpus
 tokenized here. Prints training samples/s of ctrainer and PyTorch and their ratio, the median
 milliseconds per step after --warmup steps of ctrainer and llm.c and their ratio (llm.c / ctrainer),
-each side's peak RSS, and the level ctrainer's kernels ran at (--level sets it for every side, as
-bench/fmnist.py does). --rounds N repeats the measurement, the sides' order reversed every other
-round, so that neither always runs after the other on a machine whose load changes.
+each side's peak RSS, the level ctrainer's kernels ran at (--level sets it for every side, as
+bench/fmnist.py does), and what the target (training 2x PyTorch) would take of that level's
+multiply-add peak on these threads (bench_sgemm measures it; the model's FLOPs alone). --rounds N
+repeats the measurement, the sides' order reversed every other round, so that neither always runs
+after the other on a machine whose load changes.
 
 Step times are the intervals between the arrivals of successive step lines (ctrainer logs every
 step for this; llm.c's driver flushes a line per step), so both are measured the same way,
@@ -30,7 +32,8 @@ import tempfile
 import time
 
 import llmc_peer
-from benchlib import add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env
+from benchlib import (add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json,
+                      share_of_peak)
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -73,6 +76,14 @@ config_path = os.path.join(root, "examples", "configs", "fortunes_gpt.json")
 config = json.load(open(config_path))
 model, targs = config["model"], config["training_args"]
 batch, context = targs["per_device_train_batch_size"], config["data"]["train"]["context"]
+# Training FLOPs per sample, the fewest the model needs: every linear layer's multiply-adds (the
+# attention's four d x d maps, the MLP's d x 4d and 4d x d, the LM head's d x vocabulary) and the
+# causal attention's (query t against keys 0..t, scores and the weighted sum), three times over
+# (forward, input gradient, weight gradient).
+d, layers = model["n_embd"], model["n_layer"]
+macs_per_token = layers * 12 * d * d + d * model["vocab_size"] + layers * (context + 1) * d
+train_flops_per_sample = 2 * 3 * context * macs_per_token
+TARGET = 2.0  # the training ratio asked of ctrainer
 if llmc_src and (not model.get("bias", True) or model.get("dropout", 0.0) != 0.0):
     sys.exit(f"{config_path}: llm.c's GPT-2 has biases and no dropout; this model has bias={model.get('bias', True)}, "
              f"dropout={model.get('dropout', 0.0)}")
@@ -144,6 +155,7 @@ with tempfile.TemporaryDirectory() as tmp:
     subprocess.run([ctrainer, "data", "tokenize", "--input", *corpus, "--output", train, "--val-output", val, "--eot"],
                    check=True, capture_output=True, env=env)
     isa = ctrainer_level(ctrainer, env)
+    peak = run_json([os.path.join(a.build, "bench", "bench_sgemm"), str(a.threads)], env)["peak_gflops"]
     sides = {"ctrainer": lambda: run_ctrainer(tempfile.mkdtemp(dir=tmp), train, val), "pytorch": lambda: run_pytorch(train)}
     if llmc_src:
         exe, llmc_flags = llmc_peer.build(llmc_src, a.level, tmp)
@@ -167,13 +179,19 @@ with tempfile.TemporaryDirectory() as tmp:
               f"{ours['train_samples_per_s'] / torch['train_samples_per_s']:>8.2f}")
         print(f"{'peak_rss_mib':24}{ours['peak_rss_mib']:>12.0f}{torch['peak_rss_mib']:>12.0f}"
               f"{ours['peak_rss_mib'] / torch['peak_rss_mib']:>8.2f}")
+        share = TARGET * share_of_peak(torch["train_samples_per_s"], train_flops_per_sample, peak * 1e9)
+        print(f"{TARGET:g}x PyTorch would take {share:.0%} of the level's multiply-add peak ({peak:.0f} GFLOP/s, "
+              f"{train_flops_per_sample / 1e6:.0f} MFLOP a sample); ctrainer reached "
+              f"{share_of_peak(ours['train_samples_per_s'], train_flops_per_sample, peak * 1e9):.0%}")
         record = {"model": "gpt", "threads": a.threads, "wait_policy": a.wait_policy, "level": a.level,
                   "ctrainer_kernels": isa, "round": r + 1, "order": order,
                   "ctrainer_train_samples_per_s": ours["train_samples_per_s"],
                   "pytorch": {k: v for k, v in torch.items() if k != "peak_rss_mib"},
                   "train_ratio": round(ours["train_samples_per_s"] / torch["train_samples_per_s"], 2),
                   "ctrainer_peak_rss_mib": round(ours["peak_rss_mib"]), "pytorch_peak_rss_mib": round(torch["peak_rss_mib"]),
-                  "ctrainer_ms_per_step": round(ours["ms_per_step"], 1)}
+                  "ctrainer_ms_per_step": round(ours["ms_per_step"], 1), "peak_gflops": peak,
+                  "train_mflop_per_sample": round(train_flops_per_sample / 1e6, 1),
+                  "train_target_share_of_peak": round(share, 3)}
         if "llmc" in res:
             llmc = res["llmc"]
             print(f"{'':24}{'ctrainer':>12}{'llm.c':>12}{'llm.c/ct':>10}")
