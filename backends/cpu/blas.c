@@ -13,8 +13,10 @@
  * larger of C's two dimensions, so that the operand every thread packs whole is the smaller one;
  * blocks start at multiples of CT_GEMM_BLOCK. Products below CT_GEMM_SPLIT_MIN multiply-adds, and
  * any product inside a parallel region, are one call (the built-in engine runs it on the calling
- * thread; a library may thread it). On the built-in engine (sgemm.c) and on OpenBLAS each element
- * of C is the same dot product over k whichever block holds it.
+ * thread; a library may thread it). On the built-in engine (sgemm.c) each element of C is the same
+ * chain over k whichever block holds it; a library's may round differently by the block (OpenBLAS
+ * 0.3.21's Haswell kernels do when the columns are split), so its bits can change with the thread
+ * count.
  *
  * A batch of small products (attention's per-(sample, head) GEMMs where the fused attention does
  * not apply) runs in one parallel region, each product on one thread: called one at a time,

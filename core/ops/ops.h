@@ -47,7 +47,8 @@ const char *ct_cpu_isa(void);
 /* The engine of the CPU's float GEMMs (backends/cpu/sgemm.c, gemm_engine.c), as a line for `ctrainer
  * version` and the benchmarks ("float GEMMs: built-in"): ctrainer's own kernels by default, in which
  * an element of C has the same bits whatever the row count of the call or the thread count;
- * OpenBLAS's sgemm under the environment variable CT_CPU_GEMM=openblas; oneDNN's under
+ * OpenBLAS's sgemm under the environment variable CT_CPU_GEMM=openblas (whose bits can change with
+ * the thread count on some of its kernel sets); oneDNN's under
  * CT_CPU_GEMM=onednn where the build has it (CTRAINER_ONEDNN) and the level is not 1 (a row of C
  * then changes in its last bits between row counts: evaluation batch sizes). float64 GEMMs are
  * always OpenBLAS's. */
