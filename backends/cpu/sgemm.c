@@ -246,8 +246,11 @@ static void pack_a(bool ta, const float *a, int64_t lda, int64_t i0, int mc, int
                 memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * MR);
             if (ir < mc) memcpy(dst + (size_t)ir * kc + k * MR, row + ir, sizeof(float) * (size_t)(mc - ir));
         } else {
-            for (int i = 0; i < mc; i++)
-                put_a(dst + ((size_t)(i / MR) * MR * kc + (size_t)k * MR + i % MR) * A_LANES, row[i]);
+            for (int ir = 0; ir < mc; ir += MR) { /* panel by panel: no division by MR per element */
+                float *d = dst + ((size_t)ir * kc + (size_t)k * MR) * A_LANES;
+                const int mr = mc - ir < MR ? mc - ir : MR;
+                for (int i = 0; i < mr; i++) put_a(d + i * A_LANES, row[ir + i]);
+            }
         }
         if (sums)
             for (int i = 0; i < mc; i++) sums[i] += row[i];
