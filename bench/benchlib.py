@@ -80,6 +80,11 @@ def run_json(cmd, env=None):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+# The CPU targets of the issue, in one place for every benchmark: training and evaluation ratios
+# against PyTorch, and the MLP's fraction of its GEMM-bound limit.
+TARGETS = {"train": {"mlp": 1.5, "cnn": 2.0, "gpt": 2.0}, "eval": 1.5, "mlp_limit": 0.70}
+
+
 def share_of_peak(samples_per_s, flops_per_sample, peak_flops):
     """The share of a multiply-add peak (FLOP/s; bench_sgemm's peak_gflops) that samples_per_s takes
     at flops_per_sample: above 1, no kernel on that level could reach the rate."""

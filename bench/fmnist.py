@@ -16,8 +16,8 @@ import json
 import os
 import sys
 
-from benchlib import (add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json,
-                      share_of_peak)
+from benchlib import (TARGETS, add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env,
+                      run_json, share_of_peak)
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -67,20 +67,19 @@ if a.model == "mlp":
 else:  # conv 1->32 3x3 on 28x28, conv 32->64 3x3 on 14x14 (after 2x2 pooling), fc 3136->128, fc 128->10
     macs = [32 * 9 * 28 * 28, 64 * 32 * 9 * 14 * 14, 64 * 7 * 7 * 128, 128 * 10]
     limits = ("sgemm_gflops_1024",)
-TARGET = {"mlp": 1.5, "cnn": 2}  # the training ratios asked of ctrainer
-EVAL_TARGET = 1.5
 flops = sum(2 * m * (2 if k == 0 else 3) for k, m in enumerate(macs))
 eval_flops = sum(2 * m for m in macs)
 result["train_mflop_per_sample"] = round(flops / 1e6, 3)
 result["eval_mflop_per_sample"] = round(eval_flops / 1e6, 3)
 # The targets as shares of the level's multiply-add peak: the FLOPs alone, at the rate they ask for.
 peak = sgemm["peak_gflops"] * 1e9
-for key, target, per_sample in (("train", TARGET[a.model], flops), ("eval", EVAL_TARGET, eval_flops)):
+for key, target, per_sample in (("train", TARGETS["train"][a.model], flops), ("eval", TARGETS["eval"], eval_flops)):
     share = target * share_of_peak(peer[f"{key}_samples_per_s"], per_sample, peak)
     result[f"{key}_target_share_of_peak"] = round(share, 3)
     print(f"{key}: {target:g}x PyTorch would take {share:.0%} of the level's multiply-add peak "
           f"({sgemm['peak_gflops']:.0f} GFLOP/s; ctrainer reached "
           f"{share_of_peak(ours[f'{key}_samples_per_s'], per_sample, peak):.0%})")
+target = TARGETS["train"][a.model]
 for name in limits:
     limit = sgemm[name] * 1e9 / flops
     frac = ours["train_samples_per_s"] / limit
@@ -88,5 +87,5 @@ for name in limits:
     peer_frac = peer["train_samples_per_s"] / limit
     result[f"pytorch_fraction_of_limit_{name}"] = round(peer_frac, 3)
     print(f"GEMM-bound limit at {name} ({sgemm[name]:.1f} GFLOP/s): {limit:.0f} samples/s, reached {frac:.0%} "
-          f"(PyTorch {peer_frac:.0%}; {TARGET[a.model]:g}x PyTorch would take {TARGET[a.model] * peer_frac:.0%})")
+          f"(PyTorch {peer_frac:.0%}; {target:g}x PyTorch would take {target * peer_frac:.0%})")
 print(json.dumps(result))

@@ -32,8 +32,8 @@ import tempfile
 import time
 
 import llmc_peer
-from benchlib import (add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env, run_json,
-                      share_of_peak)
+from benchlib import (TARGETS, add_level_arg, add_openblas_arg, ctrainer_level, level_env, openblas_env,
+                      run_json, share_of_peak)
 
 here = os.path.dirname(os.path.abspath(__file__))
 root = os.path.dirname(here)
@@ -83,7 +83,7 @@ batch, context = targs["per_device_train_batch_size"], config["data"]["train"]["
 d, layers = model["n_embd"], model["n_layer"]
 macs_per_token = layers * 12 * d * d + d * model["vocab_size"] + layers * (context + 1) * d
 train_flops_per_sample = 2 * 3 * context * macs_per_token
-TARGET = 2.0  # the training ratio asked of ctrainer
+TARGET = TARGETS["train"]["gpt"]
 if llmc_src and (not model.get("bias", True) or model.get("dropout", 0.0) != 0.0):
     sys.exit(f"{config_path}: llm.c's GPT-2 has biases and no dropout; this model has bias={model.get('bias', True)}, "
              f"dropout={model.get('dropout', 0.0)}")

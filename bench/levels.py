@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from benchlib import LEVELS
+from benchlib import LEVELS, TARGETS
 
 here = os.path.dirname(os.path.abspath(__file__))
 ap = argparse.ArgumentParser()
@@ -34,7 +34,6 @@ ap.add_argument("--gpt-steps", type=int, default=20)
 ap.add_argument("--build", default=os.path.join(here, "..", "build"))
 a = ap.parse_args()
 
-TARGETS = {"train": {"mlp": 1.5, "cnn": 2.0, "gpt": 2.0}, "eval": 1.5, "mlp_limit": 0.70}
 
 
 def cpu_levels():
