@@ -35,21 +35,29 @@ static inline float gelu_sigmoid(float m2u, float *e_out) {
 }
 
 static void gelu_tanh_fwd_f32(const float *x, float *y, int64_t n) {
-#pragma omp parallel for if (n > CT_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        float e;
-        y[i] = x[i] * gelu_sigmoid(gelu_minus_2u(x[i]), &e);
+#pragma omp parallel if (n > CT_OMP_MIN)
+    {
+        ct_cpu_sse_work_start();
+#pragma omp for
+        for (int64_t i = 0; i < n; i++) {
+            float e;
+            y[i] = x[i] * gelu_sigmoid(gelu_minus_2u(x[i]), &e);
+        }
     }
 }
 
 static void gelu_tanh_bwd_f32(const float *x, const float *dy, float *dx, int64_t n) {
-#pragma omp parallel for if (n > CT_OMP_MIN)
-    for (int64_t i = 0; i < n; i++) {
-        const float v = x[i];
-        float e;
-        const float s = gelu_sigmoid(gelu_minus_2u(v), &e), s1 = e * s;
-        const float du = (float)gelu_k * (1.0f + 3.0f * 0.044715f * v * v);
-        dx[i] = dy[i] * (s + 2.0f * v * s * s1 * du);
+#pragma omp parallel if (n > CT_OMP_MIN)
+    {
+        ct_cpu_sse_work_start();
+#pragma omp for
+        for (int64_t i = 0; i < n; i++) {
+            const float v = x[i];
+            float e;
+            const float s = gelu_sigmoid(gelu_minus_2u(v), &e), s1 = e * s;
+            const float du = (float)gelu_k * (1.0f + 3.0f * 0.044715f * v * v);
+            dx[i] = dy[i] * (s + 2.0f * v * s * s1 * du);
+        }
     }
 }
 

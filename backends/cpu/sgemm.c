@@ -371,6 +371,7 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
     for (int64_t pc = pb; pc < pb + kb; pc += KC) {
         const int kc = (int)(pb + kb - pc < KC ? pb + kb - pc : KC);
         const bool first = pc == 0, last = pc + kc >= g->k;
+        ct_cpu_sse_work_start(); /* each block: a thread preempted within a call comes back dirty too */
         if (g->a_packed)
             pack_a(g->ta, g->a, g->lda, ic, mc, pc, kc, g->ap, jc == 0 && g->a_sums ? g->a_sums + ic : NULL);
         for (int ir = 0; ir < mc; ir += MR) {
@@ -392,6 +393,7 @@ static void row_block(const gemm_call *g, int64_t ic, int mc, int64_t jc, int nc
  * C's (or the sums') elements, which stay in cache, once per K block. */
 static void sgemm_builtin(gemm_call *g) {
     if (g->m <= 0 || g->n <= 0) return;
+    ct_cpu_sse_work_start();
     if (g->k <= 0 || g->alpha == 0.0f) {
         scale_c(g->m, g->n, g->beta, g->c, g->ldc);
         return;
