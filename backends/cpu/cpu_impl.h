@@ -49,18 +49,19 @@
 
 #define CT_OMP_MIN 32768
 
-/* Set by isa.c when a legacy-SSE copy (v1, v2) runs on a CPU with AVX, as CT_CPU_ISA=v2 makes it on
- * any machine of today. A thread that has slept (an OpenMP thread at each region's end under
+/* Set by isa.c when the x86-64-v2 copy, legacy SSE, runs on a CPU with AVX, as CT_CPU_ISA=v2 makes it
+ * on any machine of today. A thread that has slept (an OpenMP thread at each region's end under
  * OMP_WAIT_POLICY=PASSIVE, or a preempted one) can come back with the AVX registers' upper halves
  * marked in use, and every legacy SSE instruction then merges into them: a false dependency that
  * made the v2 GEMM 27% slower for milliseconds after a 50 us sleep on a Zen 5 VM (bench/bench_wake.c).
  * VZEROUPPER marks them clean again; it costs a cycle, and the copies with AVX need none, their VEX
  * instructions zero the upper halves themselves. Called where the longest kernels start their work on
- * each thread (the GEMM's blocks, GELU's loops); a CPU without AVX, where the SSE copies run unforced,
- * has no upper halves to clear. */
+ * each thread (the GEMM's blocks, GELU's loops); a CPU without AVX, where the v2 copy runs unforced,
+ * has no upper halves to clear. The baseline copy (v1, a test level on such CPUs) goes without: its
+ * objects hold no instruction beyond x86-64 (layers.baseline_isa). */
 extern bool ct_cpu_sse_on_avx;
 static inline void ct_cpu_sse_work_start(void) {
-#if CT_CPU_ISA_LEVEL >= 1 && CT_CPU_ISA_LEVEL <= 2 && (defined(__x86_64__) || defined(__i386__))
+#if CT_CPU_ISA_LEVEL == 2 && (defined(__x86_64__) || defined(__i386__))
     if (ct_cpu_sse_on_avx) __asm__ volatile("vzeroupper");
 #endif
 }

@@ -96,7 +96,7 @@ static int chosen_level;
 static const char *forced; /* CT_CPU_ISA as read when the library loaded */
 bool ct_cpu_sse_on_avx;
 
-/* Whether the CPU and the operating system run AVX: a legacy-SSE copy of the kernels (v1, v2) then
+/* Whether the CPU and the operating system run AVX: the v2 copy of the kernels (legacy SSE) then
  * clears the registers' upper halves where it starts its work (ct_cpu_sse_work_start, cpu_impl.h). */
 static bool cpu_has_avx(void) {
 #if defined(CT_CPU_ISA_MULTI) && (defined(__x86_64__) || defined(__i386__))
@@ -112,7 +112,7 @@ const ct_backend_ops *ct_backend_cpu_select(void) {
     int best = cpu_best_level(), level;
     if (ct_cpu_isa_choose(forced, best, &level) != CT_OK) ct_error_clear(); /* reported by ct_cpu_isa_check */
     chosen_level = level;
-    ct_cpu_sse_on_avx = level >= 1 && level <= 2 && cpu_has_avx();
+    ct_cpu_sse_on_avx = level == 2 && cpu_has_avx();
     ct_cpu_gemm_engine_init(level);
     return level_table(level);
 }
