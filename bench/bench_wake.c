@@ -6,10 +6,11 @@
  * caches hold none of the operands). Prints the mean milliseconds of the call in each case, and
  * the slowdown of the sleep and of the eviction against the back-to-back calls.
  *
- * Why: on a virtual machine a blocked thread may halt its virtual CPU, and the hypervisor may run it
- * on another core when it wakes; what the work after it then loses is neither the wake-up latency
- * (tens of microseconds) nor the caches' contents (the eviction case measures that), and it sets how
- * much a PASSIVE policy costs every OpenMP program on that machine, ours and a peer's alike.
+ * Why: a thread back from a sleep can find the AVX registers' upper halves marked in use, and the
+ * x86-64-v2 copy's legacy SSE instructions then each merge into them (a false dependency), which
+ * made a call 27% slower on a Zen 5 VM until the v2 kernels cleared them (ct_cpu_sse_work_start,
+ * backends/cpu/cpu_impl.h). The spin and eviction cases tell that cost apart from the wake-up
+ * latency and from cold caches; run with CT_CPU_ISA=v1|v2|v3|v4 to compare the levels.
  * Usage: bench_wake [CALLS]. Prints one JSON line. */
 #include <stdio.h>
 #include <stdlib.h>
