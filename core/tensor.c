@@ -40,15 +40,26 @@ ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const
     return t;
 }
 
+/* calloc, not aligned_alloc and memset: the C library hands out a large block as fresh pages that are
+ * zero already and skips clearing them, so memory reserved for the largest batch costs resident
+ * memory only where it is written (a model re-reserved for another batch or for gradient
+ * checkpointing does not count its first layout in the peak). The block starts at the first 64-byte
+ * boundary past its start plus a pointer, and the pointer before it is what to free. */
 void *ct_host_alloc(size_t bytes) {
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
-    void *p = aligned_alloc(64, rounded);
-    if (p) memset(p, 0, rounded);
+    const size_t pad = sizeof(void *) + 63;
+    if (rounded < bytes || rounded > SIZE_MAX - pad) return NULL;
+    char *base = calloc(1, rounded + pad);
+    if (!base) return NULL;
+    void **p = (void **)(((uintptr_t)base + sizeof(void *) + 63) & ~(uintptr_t)63);
+    p[-1] = base;
     return p;
 }
 
-void ct_host_free(void *p) { free(p); }
+void ct_host_free(void *p) {
+    if (p) free(((void **)p)[-1]);
+}
 
 ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes) {
     if (ndim < 0 || ndim > CT_MAX_DIMS)
