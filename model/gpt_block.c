@@ -315,6 +315,7 @@ ct_status ct_gpt_block_create(const ct_gpt_config *cfg, ct_module **out) {
     if (!b) return ct_error(CT_ERR_NOMEM, "gpt_block: out of memory");
     ct_module_base_init(&b->base, &block_ops);
     b->base.shares_backward = true; /* its children's gradients are dead once its own dx is made */
+    b->base.recomputable = true;    /* deterministic (dropout is keyed by the step), output its own */
     const double eps = cfg->layer_norm_epsilon;
     ct_module *c = NULL;
     ct_status s = ct_layernorm_create(cfg->n_embd, eps, true, cfg->bias, &c);

@@ -3,13 +3,19 @@
 
 #include <string.h>
 
-/* The tree's buffers, the backward buffers of sharing modules' subtrees placed last (module.h). */
+/* The tree's buffers, the backward buffers of sharing modules' subtrees and the activations of
+ * recomputed modules' subtrees placed last (module.h). */
 static ct_status reserve(ct_model *model) {
-    ct_backward_pool pool = {0};
-    ct_reserve_ctx ctx = {.arena = &model->arena, .max_batch = model->opts.max_batch, .backward = &pool};
+    ct_buffer_pool backward = {0}, recompute = {0};
+    ct_reserve_ctx ctx = {.arena = &model->arena, .max_batch = model->opts.max_batch, .backward = &backward,
+                          .recompute = &recompute};
+    model->recompute = (ct_recompute_state){0};
     ct_status s = ct_module_reserve(model->root, &ctx);
-    if (s == CT_OK) s = ct_backward_pool_bind(&pool, &model->arena);
-    ct_backward_pool_free(&pool);
+    if (s == CT_OK) s = ct_buffer_pool_bind(&backward, &model->arena);
+    if (s == CT_OK) s = ct_buffer_pool_bind(&recompute, &model->arena);
+    if (s == CT_OK) model->recompute = (ct_recompute_state){.base = recompute.base, .size = recompute.size};
+    ct_buffer_pool_free(&backward);
+    ct_buffer_pool_free(&recompute);
     return s;
 }
 
@@ -147,4 +153,24 @@ ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch) {
         ct_module_reserve_clear(model->root);
     }
     return s;
+}
+
+/* Points the outermost recomputable modules of m's subtree at state (or at nothing); returns how many. */
+static int mark_recomputed(ct_module *m, ct_recompute_state *state) {
+    if (m->recomputable) {
+        m->recompute = state;
+        return 1;
+    }
+    int n = 0;
+    for (int i = 0; i < m->n_children; i++) n += mark_recomputed(m->children[i], state);
+    return n;
+}
+
+ct_status ct_model_set_gradient_checkpointing(ct_model *model, bool enable) {
+    if (model->gradient_checkpointing == enable) return CT_OK;
+    if (mark_recomputed(model->root, enable ? &model->recompute : NULL) == 0 && enable)
+        return ct_error(CT_ERR_INVALID_ARG, "model: gradient checkpointing recomputes blocks that declare they can be "
+                        "(a GPT's transformer blocks), and this model (root '%s') has none", model->root->ops->type);
+    model->gradient_checkpointing = enable;
+    return ct_model_set_max_batch(model, model->opts.max_batch);
 }

@@ -28,6 +28,8 @@ typedef struct ct_model {
     bool input_grad;
     ct_tensor dx;  /* gradient of the input after backward, when enabled */
     ct_tensor out; /* the output of the last forward (the model's own buffer) */
+    bool gradient_checkpointing;   /* ct_model_set_gradient_checkpointing */
+    ct_recompute_state recompute;  /* its shared region, and whose activations it holds */
 } ct_model;
 
 /* Takes ownership of root (also on failure, when it is destroyed). */
@@ -57,5 +59,14 @@ const ct_tensor *ct_model_input_grad(const ct_model *model);
 /* Re-reserves activations for a new largest batch (frees the old ones). On failure the model has
  * no activation buffers: forward reports that until a later call succeeds. */
 ct_status ct_model_set_max_batch(ct_model *model, int64_t max_batch);
+/* Gradient checkpointing (Hugging Face's gradient_checkpointing, PyTorch's torch.utils.checkpoint
+ * around each block): the outermost modules that declare themselves recomputable (module.h: a GPT's
+ * transformer blocks) keep only their input and output from the forward; their descendants'
+ * activations share one region, and each such module's backward first runs its forward again on the
+ * kept input (except the last one's, whose activations the region still holds). Gradients and
+ * losses are the same bits as without; activation memory drops from one set per block to one set in
+ * all, for about one more forward pass of the blocks per step. Re-reserves the buffers (as
+ * ct_model_set_max_batch does). CT_ERR_INVALID_ARG when enabling it on a model without such modules. */
+ct_status ct_model_set_gradient_checkpointing(ct_model *model, bool enable);
 
 #endif

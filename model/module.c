@@ -55,59 +55,69 @@ static ct_status named(const ct_module *m, ct_status s) {
     return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
 }
 
-ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
-                                ct_tensor *out) {
-    int ndim;
-    int64_t full[CT_MAX_DIMS];
-    ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
-    size_t bytes;
-    CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
-    *out = ct_tensor_view(NULL, dt, dev, ndim, full);
-    return ct_arena_alloc(ctx->arena, bytes, &out->data);
-}
-
-struct ct_backward_pending {
+struct ct_buffer_pending {
     ct_tensor *tensor;
     size_t offset;
 };
 
-ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
-                              ct_tensor *out) {
-    ct_backward_pool *pool = ctx->backward;
-    if (!pool || !pool->open) return ct_reserve_activation(ctx, dt, dev, shape, out);
-    int ndim;
-    int64_t full[CT_MAX_DIMS];
-    ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
-    size_t bytes;
-    CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
+/* A tensor of [max_batch, shape...] given an offset in pool's open scope (its memory comes at bind). */
+static ct_status pool_place(ct_buffer_pool *pool, ct_dtype dt, ct_device dev, int ndim, const int64_t *full,
+                            size_t bytes, ct_tensor *out) {
     if (pool->n_pending == pool->cap_pending) {
         int cap = pool->cap_pending ? 2 * pool->cap_pending : 16;
-        struct ct_backward_pending *grown = realloc(pool->pending, (size_t)cap * sizeof *grown);
+        struct ct_buffer_pending *grown = realloc(pool->pending, (size_t)cap * sizeof *grown);
         if (!grown) return ct_error(CT_ERR_NOMEM, "reserve: out of memory");
         pool->pending = grown;
         pool->cap_pending = cap;
     }
     *out = ct_tensor_view(NULL, dt, dev, ndim, full);
-    pool->pending[pool->n_pending++] = (struct ct_backward_pending){out, pool->offset};
+    pool->pending[pool->n_pending++] = (struct ct_buffer_pending){out, pool->offset};
     /* each buffer on its own 64-byte line, as the arena aligns them */
     if (bytes > SIZE_MAX - pool->offset - 63)
-        return ct_error(CT_ERR_NOMEM, "reserve: backward buffers of %zu bytes overflow", bytes);
+        return ct_error(CT_ERR_NOMEM, "reserve: shared buffers of %zu bytes overflow", bytes);
     pool->offset += (bytes + 63) / 64 * 64;
     if (pool->offset > pool->size) pool->size = pool->offset;
     return CT_OK;
 }
 
-ct_status ct_backward_pool_bind(ct_backward_pool *pool, ct_arena *arena) {
+/* From pool's open scope when there is one, else from the arena. */
+static ct_status reserve_in(const ct_reserve_ctx *ctx, ct_buffer_pool *pool, ct_dtype dt, ct_device dev,
+                            const ct_shape *shape, ct_tensor *out) {
+    int ndim;
+    int64_t full[CT_MAX_DIMS];
+    ct_shape_with_batch(shape, ctx->max_batch, &ndim, full);
+    size_t bytes;
+    CT_TRY(ct_shape_nbytes(ndim, full, dt, &bytes));
+    if (pool && pool->open) return pool_place(pool, dt, dev, ndim, full, bytes, out);
+    *out = ct_tensor_view(NULL, dt, dev, ndim, full);
+    return ct_arena_alloc(ctx->arena, bytes, &out->data);
+}
+
+ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                ct_tensor *out) {
+    return reserve_in(ctx, ctx->recompute, dt, dev, shape, out);
+}
+
+ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                              ct_tensor *out) {
+    /* outside a sharing module, a backward buffer is placed as an activation is: a recomputed
+     * module's subtree holds both only during its own backward */
+    ct_buffer_pool *pool = ctx->backward && ctx->backward->open ? ctx->backward : ctx->recompute;
+    return reserve_in(ctx, pool, dt, dev, shape, out);
+}
+
+ct_status ct_buffer_pool_bind(ct_buffer_pool *pool, ct_arena *arena) {
     if (pool->n_pending == 0) return CT_OK;
     void *base;
     CT_TRY(ct_arena_alloc(arena, pool->size, &base));
+    pool->base = base;
     for (int i = 0; i < pool->n_pending; i++) pool->pending[i].tensor->data = (char *)base + pool->pending[i].offset;
     return CT_OK;
 }
 
-void ct_backward_pool_free(ct_backward_pool *pool) {
+void ct_buffer_pool_free(ct_buffer_pool *pool) {
     free(pool->pending);
-    *pool = (ct_backward_pool){0};
+    *pool = (ct_buffer_pool){0};
 }
 
 bool ct_module_fuse_activation(ct_module *m, int act) {
@@ -159,20 +169,27 @@ void ct_module_init(ct_module *m, ct_rng *rng) {
     for (int i = 0; i < m->n_children; i++) ct_module_init(m->children[i], rng);
 }
 
+/* Opens pool's scope for the children of m when want says m starts one and none is open (nested
+ * ones stay in the outer scope); returns whether it did. */
+static bool scope_open(ct_buffer_pool *pool, bool want) {
+    if (!want || !pool || pool->open) return false;
+    pool->open = true;
+    pool->offset = 0;
+    return true;
+}
+
 ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     m->max_batch = ctx->max_batch;
     m->batch = -1; /* inputs saved by an earlier forward pointed into the old buffers */
+    if (m->recompute) m->recompute->holder = NULL;
     if (m->ops->reserve) CT_TRY(named(m, m->ops->reserve(m, ctx)));
-    /* a sharing module's children start a scope at the region's start; nested ones stay in it */
-    ct_backward_pool *pool = ctx->backward;
-    const bool scope = m->shares_backward && pool && !pool->open;
-    if (scope) {
-        pool->open = true;
-        pool->offset = 0;
-    }
+    /* a sharing (or recomputed) module's children start a scope at the region's start */
+    const bool backward_scope = scope_open(ctx->backward, m->shares_backward);
+    const bool recompute_scope = scope_open(ctx->recompute, m->recompute != NULL);
     ct_status s = CT_OK;
     for (int i = 0; i < m->n_children && s == CT_OK; i++) s = ct_module_reserve(m->children[i], ctx);
-    if (scope) pool->open = false;
+    if (backward_scope) ctx->backward->open = false;
+    if (recompute_scope) ctx->recompute->open = false;
     return s;
 }
 
@@ -208,7 +225,27 @@ ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     m->batch = x->shape[0];
     /* A copy: layers may set *y before they have read *x, and callers may pass one tensor for both. */
     ct_tensor input = *x;
-    return named(m, m->ops->forward(m, &input, y));
+    if (!m->recompute) return named(m, m->ops->forward(m, &input, y));
+    ct_recompute_state *r = m->recompute;
+    r->holder = NULL; /* until this forward has written the region whole */
+    m->recompute_input = input;
+    CT_TRY(named(m, m->ops->forward(m, &input, y)));
+    const char *p = y->data;
+    if (r->base && p >= r->base && p < r->base + r->size)
+        return ct_error(CT_ERR_STATE, "%s '%s': its output lies in the shared activation region, which the next "
+                        "module's forward overwrites; a recomputable module must write its output into a buffer "
+                        "of its own", m->ops->type, display_name(m));
+    r->holder = m;
+    return CT_OK;
+}
+
+/* Gradient checkpointing: the activations of m's descendants, made again from the input of its last
+ * forward when the shared region holds another module's. The step context is the model's, as it was
+ * at that forward (set once a step), so dropout draws the same masks. */
+static ct_status recompute_forward(ct_module *m) {
+    if (m->recompute->holder == m) return CT_OK;
+    ct_tensor y, x = m->recompute_input;
+    return ct_module_forward(m, &x, &y);
 }
 
 ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
@@ -229,6 +266,10 @@ ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
                         (long long)m->batch, ct_dtype_name(m->dtype));
     }
     ct_tensor grad = *dy;
+    if (m->recompute) {
+        CT_TRY(recompute_forward(m));
+        m->recompute->holder = NULL; /* a backward may overwrite activations it no longer needs */
+    }
     CT_TRY(named(m, m->ops->backward(m, &grad, dx)));
     const ct_step_ctx *ctx = m->step_ctx;
     if (ctx && ctx->grads_ready && m->grad_hi > m->grad_lo)

@@ -43,27 +43,41 @@ typedef struct ct_step_ctx {
     void *grads_ready_ctx;
 } ct_step_ctx;
 
-/* Backward buffers (ct_reserve_backward) are written and read only inside their module's backward
- * pass, or passed to the module before it (an input gradient). Below a module that sets
- * shares_backward (a GPT block), their lifetimes end with its backward, so every such module's
- * children share one region: while ct_module_reserve reserves such a module's children, their
- * backward buffers get offsets in the region's current scope instead of arena memory, and
- * ct_backward_pool_bind, once the tree is reserved, takes the largest scope from the arena and points
- * every pending tensor into it. What a framework that frees between layers gains, for a model whose
- * buffers are reserved once. */
-typedef struct ct_backward_pool {
-    bool open;          /* reserving the children of a sharing module */
+/* Buffers placed after the tree is reserved, for two kinds of module whose descendants' buffers
+ * need not outlive them, so that all such modules' descendants share one region:
+ *  - below a module that sets shares_backward (a GPT block), backward buffers (ct_reserve_backward)
+ *    are written and read only inside their module's backward pass, or passed to the module before
+ *    it (an input gradient), so their lifetimes end with the sharing module's backward;
+ *  - below a module that gradient checkpointing recomputes (`recompute` below), activations
+ *    (ct_reserve_activation) are made again by the module's second forward before its backward.
+ * While ct_module_reserve reserves such a module's children, their buffers of that kind get offsets
+ * in the pool's current scope instead of arena memory, and ct_buffer_pool_bind, once the tree is
+ * reserved, takes the largest scope from the arena and points every pending tensor into it. What a
+ * framework that frees between layers gains, for a model whose buffers are reserved once. */
+typedef struct ct_buffer_pool {
+    bool open;          /* reserving the children of a sharing (or recomputed) module */
     size_t offset;      /* the open scope's next free byte */
     size_t size;        /* the largest scope's bytes */
-    struct ct_backward_pending *pending;
+    struct ct_buffer_pending *pending;
     int n_pending, cap_pending;
-} ct_backward_pool;
+    const char *base;   /* the region, once bound */
+} ct_buffer_pool;
+
+/* Gradient checkpointing's state, one per model (ct_model_set_gradient_checkpointing): which
+ * recomputed module's forward the shared activation region holds now, so that the last module's
+ * backward, run right after its own forward, need not make it again. */
+typedef struct ct_recompute_state {
+    const ct_module *holder; /* NULL: nobody's (a backward consumed them, or nothing ran yet) */
+    const char *base;        /* the region [base, base + size): a recomputed module's output must */
+    size_t size;             /* lie outside it, or the next module's forward would overwrite it */
+} ct_recompute_state;
 
 /* What `reserve` needs: where to get memory, what type and device, how large a batch. */
 typedef struct ct_reserve_ctx {
     ct_arena *arena;
     int64_t max_batch;
-    ct_backward_pool *backward; /* NULL: backward buffers come from the arena, one each */
+    ct_buffer_pool *backward;   /* NULL: backward buffers come from the arena, one each */
+    ct_buffer_pool *recompute;  /* NULL: activations come from the arena, one each */
 } ct_reserve_ctx;
 
 typedef struct ct_module_ops {
@@ -123,9 +137,20 @@ struct ct_module {
     int param_first, param_end;
     int64_t grad_lo, grad_hi;
     /* Set by a layer's constructor: the backward buffers of its descendants live only during its own
-     * backward, so they may share memory with other such modules' (see ct_backward_pool). Its own
+     * backward, so they may share memory with other such modules' (see ct_buffer_pool). Its own
      * buffers are reserved as usual. */
     bool shares_backward;
+    /* Set by a layer's constructor: running its forward a second time on the same input, with the
+     * same step context, before its backward gives the same output and the same saved state, its
+     * output is a buffer of its own (not a descendant's), and nothing but its own backward reads its
+     * descendants' activations. Gradient checkpointing may then keep only its input and output and
+     * make its descendants' activations again in its backward (a GPT block; a batch norm's running
+     * statistics would be updated twice, so a module with one below it must not set this). */
+    bool recomputable;
+    /* Set by ct_model_set_gradient_checkpointing on the outermost recomputable modules: the model's
+     * state, and the input of the last forward, which its backward runs the forward on again. */
+    ct_recompute_state *recompute;
+    ct_tensor recompute_input;
 };
 
 /* m's fuse_activation, or false when its table has none (or predates the member). */
@@ -164,7 +189,9 @@ void ct_module_configure(ct_module *m, ct_dtype dt, ct_device dev, const ct_step
 /* Assigns dotted names from local names, starting at m (whose full name is prefix). */
 void ct_module_assign_names(ct_module *m, const char *prefix);
 
-/* Reserves an activation tensor of [max_batch, shape...] from the arena. */
+/* Reserves an activation tensor of [max_batch, shape...]: from the arena, or, inside the subtree of a
+ * module that gradient checkpointing recomputes, in the shared region placed when the tree is
+ * reserved (out->data is NULL until then). */
 ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                                 ct_tensor *out);
 /* Reserves a backward buffer of [max_batch, shape...]: a tensor that only the module's backward writes
@@ -174,9 +201,9 @@ ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_devic
 ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                               ct_tensor *out);
 /* After the whole tree is reserved: takes the shared region from arena and points every pending
- * backward buffer into it. */
-ct_status ct_backward_pool_bind(ct_backward_pool *pool, ct_arena *arena);
+ * buffer into it. */
+ct_status ct_buffer_pool_bind(ct_buffer_pool *pool, ct_arena *arena);
 /* Releases the pool's bookkeeping (its memory is the arena's). */
-void ct_backward_pool_free(ct_backward_pool *pool);
+void ct_buffer_pool_free(ct_buffer_pool *pool);
 
 #endif

@@ -6,7 +6,8 @@ float32 against the reference computed in float64 from the same float32 weights 
 that float32 cannot reach 1e-5: see check_close_f32). The weights are either ctrainer's own GPT-2
 initialisation (read back from the harness and loaded into the reference by name) or random values of a
 trained model's scale sent to ctrainer by name; parameter names must be nanoGPT's, one to one, with the
-head tied to wte. Dropout > 0 is checked in eval mode, where both are the identity."""
+head tied to wte. Dropout > 0 is checked in eval mode, where both are the identity. With gradient
+checkpointing (each block's activations made again in its backward) the same bounds hold."""
 from common import RNG, check, check_close_f32, f32, finish, run  # first: skips the test when torch is missing
 import copy
 
@@ -43,7 +44,7 @@ def random_weights(model):
     return params
 
 
-def one_case(label, c, T, ours, training=True, ignore=False):
+def one_case(label, c, T, ours, training=True, ignore=False, checkpointing=False):
     B = int(RNG.integers(1, 5))
     ref = GPT(c).double()
     names = {n for n, _ in ref.named_parameters()}
@@ -53,7 +54,8 @@ def one_case(label, c, T, ours, training=True, ignore=False):
         target[RNG.uniform(size=(B, T)) < 0.25] = -100
         target[0, 0] = int(RNG.integers(0, c["vocab_size"]))
     spec = {"module": {k: v for k, v in c.items()}, "input_shape": [T], "batch": B, "dtype": "f32",
-            "training": training, "seed": int(RNG.integers(0, 2**31)), "loss": {"type": "cross_entropy"}}
+            "training": training, "seed": int(RNG.integers(0, 2**31)), "loss": {"type": "cross_entropy"},
+            "gradient_checkpointing": checkpointing}
     tensors = {"x": ids, "target": target}
     params = None if ours else random_weights(ref)
     if params:
@@ -102,6 +104,9 @@ for rep in range(6):
     one_case(f"gpt {desc}, random weights", c, T, ours=False, ignore=rep % 2 == 0)
     c["dropout"] = float(RNG.uniform(0.05, 0.5))
     one_case(f"gpt {desc}, dropout {c['dropout']:.2f} in eval", c, T, ours=False, training=False)
+    c["dropout"], c["n_layer"] = 0.0, max(2, c["n_layer"])  # two blocks at least: one is recomputed
+    one_case(f"gpt {desc} L={c['n_layer']}, gradient checkpointing", c, T, ours=False, ignore=rep % 2 == 1,
+             checkpointing=True)
 
 # A longer context with more heads: the attention's softmax rows get long.
 c = {"type": "gpt", "vocab_size": 257, "n_positions": 96, "n_embd": 48, "n_layer": 2, "n_head": 4, "bias": True,

@@ -4,7 +4,8 @@
  * which exercises running statistics and gradient accumulation. With spec["loss"] (a loss spec, e.g.
  * {"type": "cross_entropy"}) and integer targets "target" (or target_<k>) in place of dy, backward
  * starts from the gradient of the MEAN loss (sum / count, as the Trainer scales it), and the loss's
- * sum and count are written as "loss" ([2] float64). */
+ * sum and count are written as "loss" ([2] float64). spec["gradient_checkpointing"] true recomputes
+ * the model's blocks in backward (ct_model_set_gradient_checkpointing). */
 #include <stdio.h>
 #include <string.h>
 
@@ -25,8 +26,10 @@ ct_status oracle_layer(const oracle_io *io) {
                            .seed = (uint64_t)json_integer_value(json_object_get(spec, "seed"))};
     CT_TRY(ct_model_build(&model, root, &in, &mo));
     ct_status s = CT_OK;
+    if (json_is_true(json_object_get(spec, "gradient_checkpointing")))
+        s = ct_model_set_gradient_checkpointing(&model, true);
     bool float_input = ct_dtype_is_float(model.in_dtype);
-    if (float_input) s = ct_model_enable_input_grad(&model);
+    if (s == CT_OK && float_input) s = ct_model_enable_input_grad(&model);
     ct_model_train(&model, !json_is_false(json_object_get(spec, "training")));
     for (int i = 0; s == CT_OK && i < model.params.count; i++) {
         char name[300];
