@@ -224,6 +224,9 @@ typedef struct field_info {
     X(tf32, BOOL, S_TRIBOOL, "null", NULL, NULL, 0, -1,                                                                \
       "Let float32 matrix multiplies and convolutions use TF32 tensor cores (CUDA only); null or false: exact "      \
       "float32.")                                                                                                      \
+    X(gradient_checkpointing, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                 \
+      "Keep only each transformer block's input and output in the forward and recompute the rest in its backward: "  \
+      "activation memory of one block instead of all, for about a third more compute; the same gradients.")           \
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
       "Seconds a process waits for the others in a collective, MPI's start or its end before the job ends with an "   \
       "error.")                                                                                                       \

@@ -144,6 +144,7 @@ typedef struct ct_training_args {
     bool bf16;                    /* false; true: bf16 tensor cores, float32 accumulation */
     bool fp16;                    /* false; true: fp16 tensor cores and dynamic loss scaling (optim/grad_scaler.h) */
     int tf32;                     /* -1 = unset (float32), 0 false, 1: TF32 tensor cores */
+    bool gradient_checkpointing;  /* false; true: blocks recompute their activations in backward (model.h) */
     /* several processes */
     int64_t ddp_timeout;          /* 1800 s: a collective that waits longer ends the job */
     int64_t ddp_bucket_cap_mb;    /* 0 = HF's None: 25 MiB buckets */

@@ -67,9 +67,9 @@ static const ct_refused_arg refused[] = {
     {"hub_token", "null", "nothing is uploaded: ctrainer runs without network access"},
     {"hub_private_repo", "null", "nothing is uploaded: ctrainer runs without network access"},
     {"hub_always_push", "false", "nothing is uploaded: ctrainer runs without network access"},
-    {"gradient_checkpointing", "false",
-     "activation recomputation is not implemented: activations are kept for backward"},
-    {"gradient_checkpointing_kwargs", "null", "activation recomputation is not implemented"},
+    {"gradient_checkpointing_kwargs", "null",
+     "the keyword arguments of torch.utils.checkpoint: {\"use_reentrant\": true or false} asks for nothing here "
+     "(both of PyTorch's variants give the gradients that ctrainer's one way of recomputing gives)"},
     {"include_inputs_for_metrics", "false", "deprecated by Hugging Face itself: use include_for_metrics [\"inputs\"]"},
     {"eval_do_concat_batches", "true",
      "outputs are written into one array in dataset order as they come: there are no batches to concatenate"},
@@ -108,8 +108,28 @@ const ct_refused_arg *ct_refused_arg_find(const char *name) {
     return NULL;
 }
 
+/* Keys of a refused argument's object value that ask for nothing at true or false: PyTorch's two ways
+ * of recomputing give the same gradients, so a config may name either. */
+static const struct {
+    const char *arg, *key;
+} harmless[] = {{"gradient_checkpointing_kwargs", "use_reentrant"}};
+
+/* Whether v is a non-empty object of only harmless boolean keys of r. */
+static bool only_harmless_keys(const ct_refused_arg *r, const json_t *v) {
+    if (!json_is_object(v)) return false;
+    const char *key;
+    json_t *value;
+    json_object_foreach((json_t *)v, key, value) {
+        bool ok = false;
+        for (size_t i = 0; i < CT_ARRAY_LEN(harmless) && !ok; i++)
+            ok = strcmp(harmless[i].arg, r->name) == 0 && strcmp(harmless[i].key, key) == 0 && json_is_boolean(value);
+        if (!ok) return false;
+    }
+    return true;
+}
+
 bool ct_refused_arg_asks_nothing(const ct_refused_arg *r, const json_t *v) {
-    if (json_is_null(v) || json_is_false(v)) return true;
+    if (json_is_null(v) || json_is_false(v) || only_harmless_keys(r, v)) return true;
     if (json_is_string(v) && json_string_length(v) == 0) return true;
     if ((json_is_array(v) && json_array_size(v) == 0) || (json_is_object(v) && json_object_size(v) == 0)) return true;
     json_t *d = json_loads(r->hf_default, JSON_DECODE_ANY, NULL);

@@ -154,6 +154,12 @@ ct_status ct_trainer_check_setup(ct_trainer *t) {
     int64_t need = t->args.per_device_eval_batch_size;
     if (t->train_dataset && t->args.per_device_train_batch_size > need) need = t->args.per_device_train_batch_size;
     if (t->model->opts.max_batch < need) CT_TRY(ct_model_set_max_batch(t->model, need));
+    /* Hugging Face's Trainer turns it on in the model (gradient_checkpointing_enable); off leaves a
+     * model that an application set up with it as it is. */
+    if (t->args.gradient_checkpointing) {
+        ct_status s = ct_model_set_gradient_checkpointing(t->model, true);
+        if (s != CT_OK) return ct_error_prefix(CT_ERR_CONFIG, "training_args.gradient_checkpointing: ");
+    }
     if (t->train_dataset) CT_TRY(check_dataset(t, t->train_dataset, "train_dataset"));
     char role[96];
     for (int i = 0; i < t->n_eval; i++)

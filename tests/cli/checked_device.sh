@@ -11,7 +11,8 @@
 #   - resuming across devices, both ways: the final model equals the uninterrupted run's;
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
-#   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps;
+#   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps, and the
+#     GPT again with gradient checkpointing on the device;
 #   - with "mpi": two processes, DDP and ZeRO-1, each on its own checked GPU.
 set -u
 ctrainer=$1 src=$2 mode=${4:-single} runs=$3/checked_device_$mode
@@ -110,6 +111,14 @@ if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}"
     done
     same_history gpt-cpu gpt-cuda && ok || bad "GPT: the log histories on cpu and cuda differ"
     cmp -s gpt-cpu/model.h5 gpt-cuda/model.h5 && ok || bad "GPT: the final models on cpu and cuda differ"
+    # gradient checkpointing on the device: the blocks' second forward, in backward, is the same run
+    "$ctrainer" train "$src/examples/configs/fortunes_gpt.json" --device cuda --output_dir gpt-ckpt \
+        --set "data.train.path=\"$runs/tok/train.bin\"" --set "data.eval.path=\"$runs/tok/val.bin\"" --set data.eval.limit=16 \
+        --per_device_train_batch_size 4 --per_device_eval_batch_size 8 --max_steps 4 --eval_steps 2 \
+        --logging_steps 1 --save_strategy no --gradient_checkpointing true >gpt-ckpt.log 2>&1 ||
+        bad "GPT with gradient checkpointing on cuda: $(tail -1 gpt-ckpt.log)"
+    same_history gpt-cpu gpt-ckpt && ok || bad "GPT: gradient checkpointing on cuda changed the log history"
+    cmp -s gpt-cpu/model.h5 gpt-ckpt/model.h5 && ok || bad "GPT: gradient checkpointing on cuda changed the model"
 else
     bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
 fi

@@ -891,9 +891,27 @@ static void test_hf_parity_args(void) {
     CHECK_OK(ct_training_args_set(&a, "tf32", "null"));
     CHECK(ct_training_args_math_mode(&a) == CT_MATH_F32, "tf32 null: float32");
     CHECK_OK(ct_training_args_set(&a, "hub_token", "None"));
-    CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing", "true"),
-              "gradient_checkpointing: Hugging Face's argument is not supported by ctrainer (activation recomputation "
-              "is not implemented: activations are kept for backward), got true; leave it out or at false");
+    /* gradient checkpointing: HF's flag; of torch.utils.checkpoint's keyword arguments only use_reentrant,
+     * whose two values give the same gradients, asks for nothing here */
+    CHECK_OK(ct_training_args_set(&a, "gradient_checkpointing", "true"));
+    CHECK(a.gradient_checkpointing, "gradient_checkpointing true");
+    CHECK_OK(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "{\"use_reentrant\": false}"));
+    CHECK_OK(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "{\"use_reentrant\": true}"));
+    CHECK_OK(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "{}"));
+    CHECK_OK(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "null"));
+    const char *kwargs_why = "gradient_checkpointing_kwargs: Hugging Face's argument is not supported by ctrainer (the "
+                             "keyword arguments of torch.utils.checkpoint: {\"use_reentrant\": true or false} asks for "
+                             "nothing here (both of PyTorch's variants give the gradients that ctrainer's one way of "
+                             "recomputing gives)), got ";
+    char want[512];
+    snprintf(want, sizeof want, "%s%s; leave it out or at null", kwargs_why,
+             "{\"use_reentrant\":false,\"preserve_rng_state\":true}");
+    CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing_kwargs",
+                                   "{\"use_reentrant\": false, \"preserve_rng_state\": true}"), want);
+    snprintf(want, sizeof want, "%s%s; leave it out or at null", kwargs_why, "{\"use_reentrant\":\"no\"}");
+    CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "{\"use_reentrant\": \"no\"}"), want);
+    snprintf(want, sizeof want, "%s%s; leave it out or at null", kwargs_why, "[\"use_reentrant\"]");
+    CHECK_MSG(ct_training_args_set(&a, "gradient_checkpointing_kwargs", "[\"use_reentrant\"]"), want);
     ct_training_args_free(&a);
     ct_training_args_free(&b);
 }
