@@ -3,10 +3,13 @@
 F.scaled_dot_product_attention's fused causal attention where the installed torch has it, as nanoGPT
 uses it) trained on a uint16 token file as nanoGPT's train.py does: bf16 autocast on a GPU, fused
 AdamW where available, clipping at 1.0, optionally under torch.compile. The vocabulary is the config's
-padded_vocab_size (nanoGPT's 50304). Prints one JSON line: tokens per second over the timed steps and
-the peak memory (the GPU's allocator, else the process's peak RSS).
+padded_vocab_size (nanoGPT's 50304). With CHECKPOINTING 1, each block runs under
+torch.utils.checkpoint (use_reentrant=False), as Hugging Face's gradient_checkpointing does. Prints one
+JSON line: tokens per second over the timed steps and the peak memory (the GPU's allocator, else the
+process's peak RSS).
 
-Usage: peer_torch_gpt2.py CHECKOUT CONFIG.json TOKENS.bin DEVICE BATCH CONTEXT ACCUM STEPS WARMUP COMPILE(0|1)"""
+Usage: peer_torch_gpt2.py CHECKOUT CONFIG.json TOKENS.bin DEVICE BATCH CONTEXT ACCUM STEPS WARMUP COMPILE(0|1)
+                          [CHECKPOINTING(0|1)]"""
 import json
 import math
 import resource
@@ -19,8 +22,14 @@ import torch.nn.functional as F
 
 checkout, config, tokens_path, device = sys.argv[1:5]
 B, T, accum, steps, warmup, compile_it = (int(x) for x in sys.argv[5:11])
+checkpointing = len(sys.argv) > 11 and sys.argv[11] == "1"
 sys.path.insert(0, checkout + "/tests/oracle")
 import gpt_reference  # noqa: E402
+
+if checkpointing:
+    from torch.utils.checkpoint import checkpoint
+    block_forward = gpt_reference.Block.forward
+    gpt_reference.Block.forward = lambda self, x: checkpoint(block_forward, self, x, use_reentrant=False)
 
 cfg = dict(json.load(open(config))["model"])
 cfg["vocab_size"] = cfg.get("padded_vocab_size") or cfg["vocab_size"]
@@ -82,7 +91,8 @@ for _ in range(steps):
 sync()
 dt = time.perf_counter() - t0
 peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"peer": "torch-" + torch.__version__ + (" compile" if compile_it else " eager"),
+print(json.dumps({"peer": "torch-" + torch.__version__ + (" compile" if compile_it else " eager")
+                  + (" checkpointed" if checkpointing else ""),
                   "attention": "sdpa" if flash else "explicit", "fused_adamw": fused,
                   "tokens_per_s": steps * accum * B * T / dt, "peak_memory_bytes": peak,
                   "last_loss": last if math.isfinite(last) else None}))
