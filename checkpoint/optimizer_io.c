@@ -97,14 +97,14 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
     size_t size = 0;
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f;
-    ct_status s = ct_h5_image_create(bytes, &f);
+    ct_h5_image im;
+    ct_status s = ct_h5_image_create(bytes, &im);
     if (s == CT_OK) {
-        s = write_optimizer(f, snap, config);
+        s = write_optimizer(im.file, snap, config);
         if (s == CT_OK)
-            s = ct_h5_image_finish(f, &image, &size);
+            s = ct_h5_image_finish(&im, &image, &size);
         else
-            H5Fclose(f);
+            ct_h5_image_discard(&im);
     }
     ct_h5_unlock();
     free(config);

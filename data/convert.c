@@ -45,6 +45,7 @@ typedef struct h5_out {
     ct_atomic_file a;
     hid_t file;
     bool in_memory;
+    ct_h5_image image; /* in_memory: file is image.file */
 } h5_out;
 
 static ct_status check_options(const char *who, int64_t *chunk_rows, int *level) {
@@ -70,8 +71,9 @@ static ct_status out_open(h5_out *o, const char *path, size_t size_hint) {
         return ct_error(CT_ERR_IO, "%s: cannot write the output: it is a directory", path);
     if (o->in_memory) {
         ct_h5_lock();
-        ct_status s = ct_h5_image_create(size_hint, &o->file);
+        ct_status s = ct_h5_image_create(size_hint, &o->image);
         ct_h5_unlock();
+        o->file = o->image.file;
         return s == CT_OK ? s : ct_error_prefix(s, "%s: ", path);
     }
     /* Creating it ourselves first gives the system's reason ("No such file or directory") when it fails. */
@@ -83,7 +85,7 @@ static ct_status out_open(h5_out *o, const char *path, size_t size_hint) {
     }
     ct_h5_lock();
     ct_h5_quiet();
-    ct_h5_file_create(o->a.tmp, 0, &o->file); /* the message below has HDF5's reason */
+    ct_h5_file_create(o->a.tmp, &o->file); /* the message below has HDF5's reason */
     char det[256];
     if (o->file < 0) ct_h5_error_detail(det, sizeof det);
     ct_h5_unlock();
@@ -98,7 +100,10 @@ static ct_status out_open(h5_out *o, const char *path, size_t size_hint) {
 static void out_abort(h5_out *o) {
     if (o->file >= 0) {
         ct_h5_lock();
-        H5Fclose(o->file);
+        if (o->in_memory)
+            ct_h5_image_discard(&o->image);
+        else
+            H5Fclose(o->file);
         ct_h5_unlock();
         o->file = -1;
     }
@@ -110,7 +115,7 @@ static ct_status out_commit_image(h5_out *o) {
     void *image;
     size_t size;
     ct_h5_lock();
-    ct_status s = ct_h5_image_finish(o->file, &image, &size); /* closes the file */
+    ct_status s = ct_h5_image_finish(&o->image, &image, &size); /* closes the file */
     ct_h5_unlock();
     o->file = -1;
     if (s != CT_OK) return ct_error_prefix(s, "%s: ", o->path);

@@ -113,14 +113,14 @@ ct_status ct_model_save_h5_values(const ct_model *m, const ct_tensor *values, co
     size_t size = 0;
     ct_h5_lock();
     ct_h5_quiet();
-    hid_t f;
-    ct_status s = ct_h5_image_create(ct_tensor_nbytes(&m->params.values) + ct_tensor_nbytes(&m->params.buffers), &f);
+    ct_h5_image im;
+    ct_status s = ct_h5_image_create(ct_tensor_nbytes(&m->params.values) + ct_tensor_nbytes(&m->params.buffers), &im);
     if (s == CT_OK) {
-        s = write_all(f, m, values, buffers, spec);
+        s = write_all(im.file, m, values, buffers, spec);
         if (s == CT_OK)
-            s = ct_h5_image_finish(f, &image, &size);
+            s = ct_h5_image_finish(&im, &image, &size);
         else
-            H5Fclose(f);
+            ct_h5_image_discard(&im);
     }
     ct_h5_unlock();
     /* a reader (a resumed run, `ctrainer evaluate`) sees the old file or the whole new one */

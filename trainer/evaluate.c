@@ -539,7 +539,7 @@ ct_status ct_prediction_output_save_h5(const ct_prediction_output *p, const char
     ct_h5_quiet();
     hid_t f;
     char why[512];
-    s = ct_h5_file_create(af.tmp, 0, &f);
+    s = ct_h5_file_create(af.tmp, &f);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "logits", logits);
     if (s == CT_OK) s = ct_h5_write_tensor(f, "predictions", &pred);
     if (s == CT_OK && p->label_ids.data) s = ct_h5_write_tensor(f, "labels", &p->label_ids);

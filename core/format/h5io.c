@@ -19,17 +19,28 @@ static hid_t mem_type(ct_dtype dt) {
     return H5T_NATIVE_FLOAT;
 }
 
-ct_status ct_h5_file_create(const char *path, size_t in_memory_increment, hid_t *out) {
+/* ct_h5_file_create's format and properties; with increment > 0 in memory (the core driver, its
+ * buffer managed by callbacks when given). */
+static ct_status file_create(const char *path, size_t increment, const H5FD_file_image_callbacks_t *callbacks,
+                             hid_t *out) {
     *out = -1;
     hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), fcpl = H5Pcreate(H5P_FILE_CREATE);
     bool ok = fapl >= 0 && fcpl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0 &&
-              H5Pset_obj_track_times(fcpl, 0) >= 0 &&
-              (in_memory_increment == 0 || H5Pset_fapl_core(fapl, in_memory_increment, 0) >= 0);
+              H5Pset_obj_track_times(fcpl, 0) >= 0 && (increment == 0 || H5Pset_fapl_core(fapl, increment, 0) >= 0) &&
+              (!callbacks || H5Pset_file_image_callbacks(fapl, (H5FD_file_image_callbacks_t *)callbacks) >= 0);
     if (ok) *out = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, fapl);
     if (fcpl >= 0) H5Pclose(fcpl);
     if (fapl >= 0) H5Pclose(fapl);
     if (*out < 0) return ct_error(CT_ERR_IO, "hdf5: cannot create '%s'", path);
     return CT_OK;
+}
+
+ct_status ct_h5_file_create(const char *path, hid_t *out) { return file_create(path, 0, NULL, out); }
+
+ct_status ct_h5_file_create_in_memory(const char *name, size_t increment,
+                                      const H5FD_file_image_callbacks_t *callbacks, hid_t *out) {
+    CT_ASSERT(increment > 0);
+    return file_create(name, increment, callbacks, out);
 }
 
 void ct_h5_quiet(void) { H5Eset_auto2(H5E_DEFAULT, NULL, NULL); }

@@ -28,10 +28,13 @@ ct_status ct_h5_read_string_attr(hid_t file, const char *name, char **value);
  * every read, so a flipped byte in it is refused ("incorrect metadata checksum") instead of being
  * decoded: libhdf5 1.10 crashes on some damaged metadata of the older, unchecksummed format. Reading
  * such files needs HDF5 1.10 or newer (h5py 2.8 and later). No object records its creation times,
- * so files compare byte for byte. in_memory_increment > 0 makes the file in memory (HDF5's core
- * driver, growing by that many bytes; path then only names it; core/format/h5_image.h). On failure
- * *out is -1 and HDF5's error stack says why. */
-ct_status ct_h5_file_create(const char *path, size_t in_memory_increment, hid_t *out);
+ * so files compare byte for byte. On failure *out is -1 and HDF5's error stack says why. */
+ct_status ct_h5_file_create(const char *path, hid_t *out);
+/* The same file made in memory (HDF5's core driver, growing by `increment` bytes; name only names it
+ * inside HDF5), its buffer allocated and freed through callbacks when given
+ * (core/format/h5_image.h). */
+ct_status ct_h5_file_create_in_memory(const char *name, size_t increment,
+                                      const H5FD_file_image_callbacks_t *callbacks, hid_t *out);
 
 /* Silences HDF5's own error printing: our messages say what went wrong, with the file name. */
 void ct_h5_quiet(void);

@@ -227,7 +227,7 @@ static void checksummed_format(void) {
     tmp_path(path, sizeof path, "ours.h5");
     ct_h5_lock();
     hid_t f;
-    CHECK_OK(ct_h5_file_create(path, 0, &f));
+    CHECK_OK(ct_h5_file_create(path, &f));
     hsize_t dims[2] = {300, 3}, chunk[2] = {64, 3};
     hid_t space = H5Screate_simple(2, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     H5Pset_chunk(dcpl, 2, chunk);
