@@ -100,7 +100,8 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     if (a->fused) {
         /* one [T, T] slot per thread whatever the batch: reserved as a batch of one */
         const ct_shape slot = {.ndim = 1, .dims = {ct_causal_attention_workspace_numel(a->T)}};
-        const ct_reserve_ctx one = {.arena = ctx->arena, .max_batch = 1, .backward = ctx->backward};
+        ct_reserve_ctx one = *ctx;
+        one.max_batch = 1;
         return ct_reserve_backward(&one, m->dtype, m->device, &slot, &a->ws);
     }
     ct_tensor *per_head[] = {&a->q, &a->k, &a->v, &a->yh}, *grad_heads[] = {&a->dq, &a->dk, &a->dv, &a->dyh};
@@ -242,9 +243,10 @@ static ct_status block_infer(ct_module *m, const ct_shape *in, ct_shape *out) {
 
 static ct_status block_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     block *b = block_self(m);
-    CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->r1));
+    /* r1 is read again only through ln_2's saved input, and d1 only inside this backward */
+    CT_TRY(ct_reserve_scoped_activation(ctx, m->dtype, m->device, &m->in_shape, &b->r1));
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->out));
-    CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->d1));
+    CT_TRY(ct_reserve_scoped_backward(ctx, m->dtype, m->device, &m->in_shape, &b->d1));
     /* the block's own input gradient outlives its backward: the block before reads it */
     if (m->need_input_grad) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->in_shape, &b->dinput));
     return CT_OK;

@@ -93,17 +93,39 @@ static ct_status reserve_in(const ct_reserve_ctx *ctx, ct_buffer_pool *pool, ct_
     return ct_arena_alloc(ctx->arena, bytes, &out->data);
 }
 
+/* pool when its scope is open for a descendant of its owner (or, scoped, for the owner itself). */
+static ct_buffer_pool *scope_of(const ct_reserve_ctx *ctx, ct_buffer_pool *pool, bool scoped) {
+    if (!pool || !pool->open) return NULL;
+    return (pool->owner == ctx->module) == scoped ? pool : NULL;
+}
+
+/* Outside a sharing module, a backward buffer is placed as an activation is: a recomputed module's
+ * subtree holds both only during its own backward. */
+static ct_buffer_pool *backward_pool(const ct_reserve_ctx *ctx, bool scoped) {
+    ct_buffer_pool *pool = scope_of(ctx, ctx->backward, scoped);
+    return pool ? pool : scope_of(ctx, ctx->recompute, scoped);
+}
+
 ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                                 ct_tensor *out) {
-    return reserve_in(ctx, ctx->recompute, dt, dev, shape, out);
+    return reserve_in(ctx, scope_of(ctx, ctx->recompute, false), dt, dev, shape, out);
 }
 
 ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                               ct_tensor *out) {
-    /* outside a sharing module, a backward buffer is placed as an activation is: a recomputed
-     * module's subtree holds both only during its own backward */
-    ct_buffer_pool *pool = ctx->backward && ctx->backward->open ? ctx->backward : ctx->recompute;
-    return reserve_in(ctx, pool, dt, dev, shape, out);
+    return reserve_in(ctx, backward_pool(ctx, false), dt, dev, shape, out);
+}
+
+ct_status ct_reserve_scoped_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                       ct_tensor *out) {
+    ct_buffer_pool *own = scope_of(ctx, ctx->recompute, true);
+    return own ? reserve_in(ctx, own, dt, dev, shape, out) : ct_reserve_activation(ctx, dt, dev, shape, out);
+}
+
+ct_status ct_reserve_scoped_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                     ct_tensor *out) {
+    ct_buffer_pool *own = scope_of(ctx, ctx->backward, true);
+    return own ? reserve_in(ctx, own, dt, dev, shape, out) : ct_reserve_backward(ctx, dt, dev, shape, out);
 }
 
 ct_status ct_buffer_pool_bind(ct_buffer_pool *pool, ct_arena *arena) {
@@ -169,12 +191,13 @@ void ct_module_init(ct_module *m, ct_rng *rng) {
     for (int i = 0; i < m->n_children; i++) ct_module_init(m->children[i], rng);
 }
 
-/* Opens pool's scope for the children of m when want says m starts one and none is open (nested
- * ones stay in the outer scope); returns whether it did. */
-static bool scope_open(ct_buffer_pool *pool, bool want) {
+/* Opens pool's scope for m when want says m starts one and none is open (nested ones stay in the
+ * outer scope); returns whether it did. */
+static bool scope_open(ct_buffer_pool *pool, bool want, const ct_module *m) {
     if (!want || !pool || pool->open) return false;
     pool->open = true;
     pool->offset = 0;
+    pool->owner = m;
     return true;
 }
 
@@ -182,11 +205,13 @@ ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     m->max_batch = ctx->max_batch;
     m->batch = -1; /* inputs saved by an earlier forward pointed into the old buffers */
     if (m->recompute) m->recompute->holder = NULL;
-    if (m->ops->reserve) CT_TRY(named(m, m->ops->reserve(m, ctx)));
-    /* a sharing (or recomputed) module's children start a scope at the region's start */
-    const bool backward_scope = scope_open(ctx->backward, m->shares_backward);
-    const bool recompute_scope = scope_open(ctx->recompute, m->recompute != NULL);
-    ct_status s = CT_OK;
+    /* a sharing (or recomputed) module's descendants start a scope at the region's start, which its
+     * own buffers join only when it asks (ct_reserve_scoped_*) */
+    const bool backward_scope = scope_open(ctx->backward, m->shares_backward, m);
+    const bool recompute_scope = scope_open(ctx->recompute, m->recompute != NULL, m);
+    ct_reserve_ctx own = *ctx;
+    own.module = m;
+    ct_status s = m->ops->reserve ? named(m, m->ops->reserve(m, &own)) : CT_OK;
     for (int i = 0; i < m->n_children && s == CT_OK; i++) s = ct_module_reserve(m->children[i], ctx);
     if (backward_scope) ctx->backward->open = false;
     if (recompute_scope) ctx->recompute->open = false;

@@ -56,6 +56,7 @@ typedef struct ct_step_ctx {
  * framework that frees between layers gains, for a model whose buffers are reserved once. */
 typedef struct ct_buffer_pool {
     bool open;          /* reserving the children of a sharing (or recomputed) module */
+    const ct_module *owner; /* that module: its own buffers stay out of the scope unless it asks */
     size_t offset;      /* the open scope's next free byte */
     size_t size;        /* the largest scope's bytes */
     struct ct_buffer_pending *pending;
@@ -78,6 +79,7 @@ typedef struct ct_reserve_ctx {
     int64_t max_batch;
     ct_buffer_pool *backward;   /* NULL: backward buffers come from the arena, one each */
     ct_buffer_pool *recompute;  /* NULL: activations come from the arena, one each */
+    const ct_module *module;    /* whose reserve runs (set by ct_module_reserve) */
 } ct_reserve_ctx;
 
 typedef struct ct_module_ops {
@@ -200,6 +202,18 @@ ct_status ct_reserve_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_devic
  * (out->data is NULL until then), else it is ct_reserve_activation's. */
 ct_status ct_reserve_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
                               ct_tensor *out);
+/* A module's own buffers that live only inside its subtree's time, for a module that opens a scope:
+ *  - ct_reserve_scoped_activation: an activation of its own that only its own forward writes and
+ *    that nothing reads after its backward (say a residual sum a child normalises, which the child
+ *    keeps as its input): in the shared region when gradient checkpointing recomputes the module,
+ *    else as ct_reserve_activation places it;
+ *  - ct_reserve_scoped_backward: a buffer its own backward writes and reads and nothing reads after
+ *    (never its input gradient): in its sharing scope when it shares_backward, else as
+ *    ct_reserve_backward places it. */
+ct_status ct_reserve_scoped_activation(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                       ct_tensor *out);
+ct_status ct_reserve_scoped_backward(const ct_reserve_ctx *ctx, ct_dtype dt, ct_device dev, const ct_shape *shape,
+                                     ct_tensor *out);
 /* After the whole tree is reserved: takes the shared region from arena and points every pending
  * buffer into it. */
 ct_status ct_buffer_pool_bind(ct_buffer_pool *pool, ct_arena *arena);
