@@ -73,3 +73,12 @@ def away_from_kinks(module, x, margin=1e-4):
                 keep &= ok.reshape(h.shape[0], -1).all(dim=1)
             h = layer(h)
     return x[keep.numpy()]
+
+
+def drawn_away_from_kinks(module, draw, margin=1e-4):
+    """away_from_kinks(module, draw()), drawn again while it keeps no row: with a few rows of many
+    values each, every row can have a value at a kink (a batch of 0 rows would test nothing)."""
+    while True:
+        x = away_from_kinks(module, draw(), margin)
+        if len(x) > 0:
+            return x

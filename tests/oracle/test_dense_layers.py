@@ -1,6 +1,6 @@
 """Linear, activations, Flatten and Sequential against PyTorch on fresh random inputs."""
 from common import RNG, finish  # first: skips the test when torch is missing
-from layer_check import away_from_kinks, check_layer
+from layer_check import check_layer, drawn_away_from_kinks
 import torch.nn as nn
 
 B = int(RNG.integers(1, 9))
@@ -27,7 +27,7 @@ check_layer("sequential mlp", seq, nn.Sequential(nn.Flatten(), nn.Linear(24, 16)
 # a few rows runs on the calling thread; on the larger ones the CPU splits the forward and the
 # backward GEMMs over the threads (the isa tests run with 2) into blocks of rows where there are more
 # rows than columns and of columns otherwise, the last block shorter than the others. Rows with a
-# value next to a ReLU's kink are left out (away_from_kinks), and every layer is wide enough that
+# value next to a ReLU's kink are left out (drawn_away_from_kinks), and every layer is wide enough that
 # the output is not all zero.
 shapes = ((int(RNG.integers(2, 9)), (16, 40)), (int(RNG.integers(130, 200)), (64, 100), (40, 64), (40, 64)),
           (int(RNG.integers(40, 64)), (100, 140)))
@@ -39,10 +39,10 @@ for rows, *ranges in shapes:
                                                      {"type": "relu"}, {"type": "linear", "out_features": fo},
                                                      {"type": "relu"}]}
             ref = nn.Sequential(nn.Linear(fi, fh, bias=bias), nn.ReLU(), nn.Linear(fh, fo), nn.ReLU())
-            xr = away_from_kinks(ref, RNG.normal(size=(rows, fi)))
+            xr = drawn_away_from_kinks(ref, lambda: RNG.normal(size=(rows, fi)))
             check_layer(f"linear+relu rows={len(xr)} {fi}-{fh}-{fo} bias={bias} {dtype}", spec, ref, xr,
                         dtype=dtype, tol=1e-5 if dtype == "f32" else 1e-9)
 seq3 = {"type": "sequential", "layers": [{"type": "linear", "out_features": 24}, {"type": "relu"}]}
 ref3 = nn.Sequential(nn.Linear(fin, 24), nn.ReLU())
-check_layer("linear+relu on [B, T, C]", seq3, ref3, away_from_kinks(ref3, x3))
+check_layer("linear+relu on [B, T, C]", seq3, ref3, drawn_away_from_kinks(ref3, lambda: RNG.normal(size=x3.shape)))
 finish()
