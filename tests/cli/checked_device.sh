@@ -13,7 +13,8 @@
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
 #   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps, and the
 #     GPT again with gradient checkpointing on the device;
-#   - with "mpi": two processes, DDP and ZeRO-1, each on its own checked GPU.
+#   - with "mpi": two processes, DDP and ZeRO-1, each on its own checked GPU; the GPT with dropout too,
+#     recomputing its blocks (gradient checkpointing) on the devices.
 set -u
 ctrainer=$1 src=$2 mode=${4:-single} runs=$3/checked_device_$mode
 export CTRAINER_CHECKED_DEVICE=1
@@ -36,6 +37,14 @@ if a != b:
     sys.exit(1)
 print(f"{len(a)} log entries equal")
 EOF
+}
+
+# The fortunes corpus as token files under $runs/tok, for the GPT runs; fails when it cannot be had.
+tokenize_corpus() {
+    local corpus
+    mapfile -t corpus < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' 2>/dev/null | sort)
+    [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}" --output "$runs/tok/train.bin" \
+        --val-output "$runs/tok/val.bin" --eot >tok.log 2>&1
 }
 
 mlp=$src/tests/cli/configs/tiny_sequential.json
@@ -100,9 +109,7 @@ same_history cnn-cpu cnn-cuda && ok || bad "CNN: the log histories on cpu and cu
 cmp -s cnn-cpu/model.h5 cnn-cuda/model.h5 && ok || bad "CNN: the final models on cpu and cuda differ"
 
 # The GPT example: embeddings, attention, layer norm, tied weights.
-mapfile -t corpus < <(find /usr/share/games/fortunes -maxdepth 1 -type f ! -name '*.dat' 2>/dev/null | sort)
-if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}" --output "$runs/tok/train.bin" \
-    --val-output "$runs/tok/val.bin" --eot >tok.log 2>&1; then
+if tokenize_corpus; then
     for dev in cpu cuda; do
         "$ctrainer" train "$src/examples/configs/fortunes_gpt.json" --device $dev --output_dir gpt-$dev \
             --set "data.train.path=\"$runs/tok/train.bin\"" --set "data.eval.path=\"$runs/tok/val.bin\"" --set data.eval.limit=16 \
@@ -139,6 +146,28 @@ if [ "$mode" = mpi ]; then
         cmp -s ddp-$sharding-cpu/model.h5 ddp-$sharding-auto/model.h5 && ok ||
             bad "2 processes ($sharding): the final models on cpu and cuda differ"
     done
+    # The GPT with dropout, recomputing its blocks on the devices while its gradient buckets (small)
+    # are sent during backward, against the CPU runs that keep every activation.
+    if tokenize_corpus; then
+        for sharding in none zero1; do
+            for dev in cpu auto; do
+                ckpt=$([ $dev = auto ] && echo true || echo false)
+                mpirun -np 2 "$ctrainer" train "$src/examples/configs/fortunes_gpt.json" --device $dev \
+                    --output_dir gpt-$sharding-$dev --set "data.train.path=\"$runs/tok/train.bin\"" \
+                    --set "data.eval.path=\"$runs/tok/val.bin\"" --set data.eval.limit=16 --set model.dropout=0.1 \
+                    --per_device_train_batch_size 4 --per_device_eval_batch_size 8 --max_steps 4 --eval_steps 2 \
+                    --logging_steps 1 --save_strategy no --optimizer_sharding $sharding --ddp_bucket_cap_mb 1 \
+                    --gradient_checkpointing $ckpt >gpt-$sharding-$dev.log 2>&1 ||
+                    bad "GPT, 2 processes ($sharding) on $dev: $(tail -1 gpt-$sharding-$dev.log)"
+            done
+            same_history gpt-$sharding-cpu gpt-$sharding-auto && ok ||
+                bad "GPT, 2 processes ($sharding): checkpointing on cuda changed the log history"
+            cmp -s gpt-$sharding-cpu/model.h5 gpt-$sharding-auto/model.h5 && ok ||
+                bad "GPT, 2 processes ($sharding): checkpointing on cuda changed the model"
+        done
+    else
+        bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
+    fi
     export CTRAINER_CHECKED_DEVICE=1
 fi
 
