@@ -216,23 +216,9 @@ static void same_training(const char *label, const outcome *want, const outcome 
 
 /* --- comparing checkpoint directories ------------------------------------------------------------- */
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) n = 0;
-    buf[n] = '\0';
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
 static bool same_bytes(const char *a, const char *b) {
     size_t na, nb;
-    char *x = read_file(a, &na), *y = read_file(b, &nb);
+    char *x = ct_test_read_file(a, &na), *y = ct_test_read_file(b, &nb);
     bool same = x && y && na == nb && memcmp(x, y, na) == 0;
     free(x);
     free(y);

@@ -56,21 +56,6 @@ static void write_bytes(const char *path, const void *data, size_t n) {
     fclose(f);
 }
 
-/* The whole file (malloc'd, NUL-terminated), its size in *n. */
-static unsigned char *read_bytes(const char *path, size_t *n) {
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)len + 1);
-    *n = fread(buf, 1, (size_t)len, f);
-    buf[*n] = 0;
-    fclose(f);
-    return buf;
-}
-
 static unsigned char *random_bytes(size_t n) {
     unsigned char *b = malloc(n + 1);
     for (size_t i = 0; i < n; i++) b[i] = (unsigned char)ct_rng_u32(&rng);
@@ -357,7 +342,7 @@ static void optimizer_mismatches(void) {
     expect_load("garbage file", bad, adamw, 0, CT_ERR_FORMAT, "not an HDF5 file", NULL);
     /* A dataset gone: exp_avg is read before exp_avg_sq fails, and must not have been copied. */
     size_t n;
-    unsigned char *orig = read_bytes(path, &n);
+    unsigned char *orig = (unsigned char *)ct_test_read_file(path, &n);
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     CHECK(f >= 0 && H5Ldelete(f, "exp_avg_sq", H5P_DEFAULT) >= 0, "cannot delete exp_avg_sq");
     if (f >= 0) H5Fclose(f);
@@ -568,7 +553,7 @@ static void manifest(void) {
         make_dir(dir, true, NULL, sizes);
         snprintf(path, sizeof path, "%s/%s", dir, file_names[i]);
         size_t n;
-        unsigned char *b = read_bytes(path, &n);
+        unsigned char *b = (unsigned char *)ct_test_read_file(path, &n);
         b[n / 2] ^= (unsigned char)(1u << ct_rng_below(&rng, 8));
         write_bytes(path, b, n);
         free(b);
@@ -691,7 +676,7 @@ static void latest(void) {
     }
     snprintf(path, sizeof path, "%s/checkpoint-20/optimizer.h5", out_dir);
     size_t n;
-    unsigned char *b = read_bytes(path, &n);
+    unsigned char *b = (unsigned char *)ct_test_read_file(path, &n);
     b[n / 2] ^= 0x10;
     write_bytes(path, b, n);
     free(b);

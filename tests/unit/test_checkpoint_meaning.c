@@ -53,16 +53,7 @@ static ct_status train(const ct_training_args *a, const char *resume) {
 static char *edit_json(const char *file, const char *key_path, json_t *value) {
     char path[700];
     snprintf(path, sizeof path, "%s/%s", dir, file);
-    char *old = NULL;
-    FILE *f = fopen(path, "r");
-    if (f) {
-        fseek(f, 0, SEEK_END);
-        long n = ftell(f);
-        rewind(f);
-        old = calloc((size_t)n + 1, 1);
-        if (fread(old, 1, (size_t)n, f) != (size_t)n) old[0] = 0;
-        fclose(f);
-    }
+    char *old = ct_test_read_file(path, NULL);
     json_t *root = old ? json_loads(old, 0, NULL) : NULL, *obj = root;
     char keys[128];
     snprintf(keys, sizeof keys, "%s", key_path);

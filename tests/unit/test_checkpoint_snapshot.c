@@ -236,15 +236,7 @@ static bool matches(run *r, const copy *c) {
 static char *file_text(const char *dir, const char *name) {
     char path[4400];
     snprintf(path, sizeof path, "%s/%s", dir, name);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = calloc(1, (size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) buf[0] = '\0';
-    fclose(f);
-    return buf;
+    return ct_test_read_file(path, NULL);
 }
 
 static bool exists(const char *path) {

@@ -32,26 +32,11 @@ static const char *tmp_path(char *buf, size_t cap, const char *name) {
     return buf;
 }
 
-static uint8_t *read_bytes(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    rewind(f);
-    uint8_t *b = malloc(*n ? *n : 1);
-    if (b && fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
-}
-
 /* Replaces the one occurrence of `from` in the file by `to` (the same length); false when the bytes
  * are not there exactly once (libhdf5 laid the file out otherwise: the test then says so). */
 static bool patch(const char *path, const void *from, const void *to, size_t len) {
     size_t n;
-    uint8_t *b = read_bytes(path, &n);
+    uint8_t *b = (uint8_t *)ct_test_read_file(path, &n);
     if (!b) return false;
     size_t found = 0, at = 0;
     for (size_t i = 0; i + len <= n; i++)
@@ -241,7 +226,7 @@ static void checksummed_format(void) {
     ct_h5_unlock();
     /* the chunk dimensions as the 1.10 layout message keeps them (8-byte sizes here): find the 64 */
     size_t n;
-    uint8_t *b = read_bytes(path, &n);
+    uint8_t *b = (uint8_t *)ct_test_read_file(path, &n);
     CHECK(b && b[8] == 3, "%s: superblock version %d, expected 3 (the HDF5 1.10 format)", path, b ? b[8] : -1);
     free(b);
     uint8_t from[2] = {64, 3}, to[2] = {64, 0xE3};

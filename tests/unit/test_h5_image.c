@@ -34,21 +34,6 @@ static void write_content(hid_t f, int64_t floats, uint64_t seed) {
     CHECK_OK(ct_h5_write_string_attr(f, "spec", "{\"type\": \"sequential\"}"));
 }
 
-static uint8_t *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    *n = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(*n ? *n : 1);
-    if (b && fread(b, 1, *n, f) != *n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    return b;
-}
-
 static void same_bytes_as_sec2(int64_t floats, size_t size_hint) {
     uint64_t seed = ct_rng_u64(&rng);
     char path[64];
@@ -68,7 +53,7 @@ static void same_bytes_as_sec2(int64_t floats, size_t size_hint) {
     CHECK(im.file == -1 && im.buffer == NULL, "finish leaves nothing behind");
     ct_h5_unlock();
     size_t n = 0;
-    uint8_t *disk = read_file(path, &n);
+    char *disk = ct_test_read_file(path, &n);
     CHECK(disk && n == size && memcmp(disk, image, n) == 0,
           "%lld floats (hint %zu bytes): the image (%zu bytes) differs from the sec2 driver's file (%zu bytes)",
           (long long)floats, size_hint, size, n);

@@ -27,16 +27,11 @@ static void write_file(const char *path, const unsigned char *data, size_t n) {
 
 /* The ids of a token file of the given width. */
 static int64_t *read_tokens(const char *path, int bpt, size_t *n) {
-    FILE *f = fopen(path, "rb");
+    size_t bytes;
+    unsigned char *raw = (unsigned char *)ct_test_read_file(path, &bytes);
     *n = 0;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long bytes = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *raw = malloc((size_t)bytes + 1);
-    CT_ASSERT(fread(raw, 1, (size_t)bytes, f) == (size_t)bytes);
-    fclose(f);
-    *n = (size_t)bytes / (size_t)bpt;
+    if (!raw) return NULL;
+    *n = bytes / (size_t)bpt;
     int64_t *ids = malloc((*n + 1) * sizeof *ids);
     for (size_t i = 0; i < *n; i++) {
         uint32_t v = 0;

@@ -255,6 +255,23 @@ char *ct_test_capture_stderr(void (*fn)(void *), void *arg) {
     return out;
 }
 
+char *ct_test_read_file(const char *path, size_t *n) {
+    if (n) *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    long len = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *buf = len >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)len + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
+        free(buf);
+        buf = NULL;
+    }
+    fclose(f);
+    if (!buf) return NULL;
+    buf[len] = '\0';
+    if (n) *n = (size_t)len;
+    return buf;
+}
+
 int64_t ct_test_between(ct_rng *rng, int64_t lo, int64_t hi) {
     return lo + (int64_t)ct_rng_below(rng, (uint64_t)(hi - lo + 1));
 }

@@ -95,6 +95,9 @@ void ct_test_mirror_sum(ct_tensor *t);
 
 /* A uniform integer in [lo, hi] from rng. */
 int64_t ct_test_between(ct_rng *rng, int64_t lo, int64_t hi);
+/* The whole file at path (malloc'd, with a NUL after its bytes, so text reads as a string) and its
+ * size in *n (when n is not NULL); NULL when it cannot be opened or read whole. */
+char *ct_test_read_file(const char *path, size_t *n);
 /* A host tensor of the given shape (contents unset); aborts when memory runs out. */
 ct_tensor ct_test_alloc(ct_dtype dt, int ndim, const int64_t *shape);
 
