@@ -17,8 +17,8 @@ const ct_refused_arg *ct_refused_args(int *n);
 /* The entry named name, or NULL. */
 const ct_refused_arg *ct_refused_arg_find(const char *name);
 /* Whether v asks for nothing (Hugging Face's default, null, false, "", [] or {}, or an object of only
- * a harmless key at a boolean, such as gradient_checkpointing_kwargs' use_reentrant): a config written for Hugging Face may name the argument at
- * such a value, which is ignored. */
+ * a harmless key at a boolean, such as gradient_checkpointing_kwargs' use_reentrant): a config
+ * written for Hugging Face may name the argument at such a value, which is ignored. */
 bool ct_refused_arg_asks_nothing(const ct_refused_arg *r, const json_t *v);
 
 /* Whether schema row i (ct_training_args_schema's order) takes "a count or a ratio". */

@@ -253,7 +253,10 @@ ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     if (!m->recompute) return named(m, m->ops->forward(m, &input, y));
     ct_recompute_state *r = m->recompute;
     r->holder = NULL; /* until this forward has written the region whole */
-    m->recompute_input = input;
+    const ct_step_ctx *step = m->step_ctx;
+    m->recompute_input = (struct ct_recompute_input){.x = input, .training = m->training,
+                                                     .seed = step ? step->seed : 0, .step = step ? step->step : 0,
+                                                     .sample_offset = step ? step->sample_offset : 0};
     CT_TRY(named(m, m->ops->forward(m, &input, y)));
     const char *p = y->data;
     if (r->base && p >= r->base && p < r->base + r->size)
@@ -265,11 +268,20 @@ ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 }
 
 /* Gradient checkpointing: the activations of m's descendants, made again from the input of its last
- * forward when the shared region holds another module's. The step context is the model's, as it was
- * at that forward (set once a step), so dropout draws the same masks. */
+ * forward when the shared region holds another module's. Dropout's masks are keyed by the step
+ * context, so the second forward makes the same activations only in the mode and step of the first:
+ * a change in between (a training step set, or evaluation mode, before the backward of the last
+ * forward) is an error rather than gradients of other activations. */
 static ct_status recompute_forward(ct_module *m) {
+    const struct ct_recompute_input *in = &m->recompute_input;
+    const ct_step_ctx *step = m->step_ctx;
+    if (in->training != m->training || (step && (step->seed != in->seed || step->step != in->step ||
+                                                 step->sample_offset != in->sample_offset)))
+        return ct_error(CT_ERR_STATE, "%s '%s': gradient checkpointing runs its forward again in backward, and since "
+                        "its last forward the %s changed; call backward before setting another step or mode",
+                        m->ops->type, display_name(m), in->training != m->training ? "training mode" : "step");
     if (m->recompute->holder == m) return CT_OK;
-    ct_tensor y, x = m->recompute_input;
+    ct_tensor y, x = in->x;
     return ct_module_forward(m, &x, &y);
 }
 

@@ -152,7 +152,12 @@ struct ct_module {
     /* Set by ct_model_set_gradient_checkpointing on the outermost recomputable modules: the model's
      * state, and the input of the last forward, which its backward runs the forward on again. */
     ct_recompute_state *recompute;
-    ct_tensor recompute_input;
+    struct ct_recompute_input {
+        ct_tensor x;
+        bool training;
+        uint64_t seed, step;
+        int64_t sample_offset;
+    } recompute_input; /* what its last forward ran on, and in which mode and step */
 };
 
 /* m's fuse_activation, or false when its table has none (or predates the member). */

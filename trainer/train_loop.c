@@ -576,6 +576,17 @@ static void throughput_metrics(ct_trainer *t, json_t *m, double runtime) {
                 ct_math_mode_name(p->math));
 }
 
+/* Training's activations are done with. A fresh layout of the same size replaces them, whose pages the
+ * system provides only when written (ct_host_alloc), so the final saves (a model's file is built in
+ * memory) and evaluations do not add to them, as they would not in a framework that frees its
+ * activations after each backward. A layout that cannot be had is reported, not fatal: the trained
+ * weights are still saved, and an evaluation then says the model has no buffers. */
+static void release_activations(ct_trainer *t) {
+    ct_status s = ct_model_set_max_batch(t->model, t->model->opts.max_batch);
+    if (s != CT_OK)
+        ct_log_warning("after training, the model's buffers could not be laid out again: %s", ct_last_error());
+}
+
 static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
     const ct_training_args *a = &t->args;
     int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
@@ -629,6 +640,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     }
     CT_TRY(finish_async_evaluations(t));
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
+    release_activations(t);
     L->total_loss += L->tr_loss;
     L->tr_loss = 0;
     double runtime = ct_monotonic_seconds() - t->priv->train_start_time;

@@ -4,9 +4,9 @@
  * different sizes, gradient accumulation and an evaluation in between (which leaves another
  * block's activations in the shared region), every output and the accumulated gradients are the
  * same bits. The activation memory no longer grows with the blocks' whole activations per layer; a
- * bigger batch afterwards and turning it off again keep the bits; a model without recomputable
- * modules, and a recomputable module whose output lies in the shared region, are refused with an
- * error that says so. */
+ * bigger batch afterwards and turning it off again keep the bits. Refused with an error that says
+ * so: a backward after the step or the training mode changed since its forward, a model without
+ * recomputable modules, and a recomputable module whose output lies in the shared region. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,7 +38,8 @@ static ct_status build(const ct_gpt_config *c, int64_t max_batch, bool checkpoin
 }
 
 static void fill_ids(ct_tensor *ids, int64_t vocab) {
-    for (int64_t i = 0; i < ct_tensor_numel(ids); i++) ((int64_t *)ids->data)[i] = (int64_t)ct_rng_below(&rng, (uint64_t)vocab);
+    int64_t *id = ids->data;
+    for (int64_t i = 0; i < ct_tensor_numel(ids); i++) id[i] = (int64_t)ct_rng_below(&rng, (uint64_t)vocab);
 }
 
 static void fill_normal(ct_tensor *t) {
@@ -138,6 +139,36 @@ static void memory_per_layer(void) {
     CHECK(ckpt_per * 4 < plain_per, "each block adds %zu bytes with checkpointing, %zu without", ckpt_per, plain_per);
 }
 
+/* The second forward must run in the first one's mode and step, or the gradients would be of other
+ * activations (other dropout masks, or none): a change between forward and backward is refused. */
+static void changed_between(void) {
+    ct_gpt_config c = random_config();
+    c.dropout = 0.2;
+    ct_model model;
+    CHECK_OK(build(&c, 2, true, &model));
+    int64_t shape[2] = {2, c.n_positions};
+    ct_tensor ids, y, dy;
+    ct_tensor_alloc(&ids, CT_I64, CT_CPU, 2, shape);
+    fill_ids(&ids, c.vocab_size);
+    ct_model_train(&model, true);
+    ct_model_set_step(&model, 1, 0);
+    CHECK_OK(ct_model_forward(&model, &ids, &y));
+    ct_tensor_alloc(&dy, CT_F32, CT_CPU, y.ndim, y.shape);
+    fill_normal(&dy);
+    ct_model_set_step(&model, 2, 0);
+    CHECK_ERR(ct_model_backward(&model, &dy), CT_ERR_STATE, "gpt_block 'transformer.h.", "the step changed");
+    ct_model_set_step(&model, 1, 0);
+    CHECK_OK(ct_model_forward(&model, &ids, &y));
+    ct_model_train(&model, false);
+    CHECK_ERR(ct_model_backward(&model, &dy), CT_ERR_STATE, "the training mode changed");
+    ct_model_train(&model, true);
+    CHECK_OK(ct_model_forward(&model, &ids, &y));
+    CHECK_OK(ct_model_backward(&model, &dy));
+    ct_tensor_free(&ids);
+    ct_tensor_free(&dy);
+    ct_model_free(&model);
+}
+
 static void refused(void) {
     /* an MLP has no recomputable module */
     ct_module *seq, *lin, *act;
@@ -170,6 +201,7 @@ int main(void) {
     ct_rng_init(&rng, ct_test_seed, 1, CT_RNG_USER);
     for (int i = 0; i < 8; i++) same_bits();
     memory_per_layer();
+    changed_between();
     refused();
     return ct_test_finish();
 }
