@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 size_t ct_dtype_size(ct_dtype dt) {
     switch (dt) {
@@ -40,25 +41,61 @@ ct_tensor ct_tensor_view(void *data, ct_dtype dt, ct_device dev, int ndim, const
     return t;
 }
 
-/* calloc, not aligned_alloc and memset: the C library hands out a large block as fresh pages that are
- * zero already and skips clearing them, so memory reserved for the largest batch costs resident
- * memory only where it is written (a model re-reserved for another batch or for gradient
- * checkpointing does not count its first layout in the peak). The block starts at the first 64-byte
- * boundary past its start plus a pointer, and the pointer before it is what to free. */
+/* Host memory for tensors, zeroed, and resident only where it is written: memory reserved for the
+ * largest batch then costs only what the batches touch, and a layout given back (a model re-reserved
+ * for another batch, for gradient checkpointing, or when training ends) leaves the process instead
+ * of waiting in the C library's free lists, where calloc would clear, and so touch, it again on
+ * reuse. A large block is its own anonymous mapping (fresh zero pages, returned by munmap); a small
+ * one comes from calloc. Under AddressSanitizer every block comes from calloc, which it watches for
+ * overruns. A header just before the 64-byte aligned block says how to give it back. */
+typedef struct host_header {
+    void *base;    /* what calloc or mmap returned */
+    size_t mapped; /* bytes mapped; 0: calloc'd */
+} host_header;
+
+enum { HOST_ALIGN = 64, HOST_MAP_MIN = 1 << 20 };
+
+#if defined(__SANITIZE_ADDRESS__)
+#define CT_HOST_MAP 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define CT_HOST_MAP 0
+#endif
+#endif
+#ifndef CT_HOST_MAP
+#define CT_HOST_MAP 1
+#endif
+
 void *ct_host_alloc(size_t bytes) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded == 0) rounded = 64;
-    const size_t pad = sizeof(void *) + 63;
+    size_t rounded = (bytes + HOST_ALIGN - 1) / HOST_ALIGN * HOST_ALIGN;
+    if (rounded == 0) rounded = HOST_ALIGN;
+    const size_t pad = sizeof(host_header) + HOST_ALIGN - 1;
     if (rounded < bytes || rounded > SIZE_MAX - pad) return NULL;
-    char *base = calloc(1, rounded + pad);
-    if (!base) return NULL;
-    void **p = (void **)(((uintptr_t)base + sizeof(void *) + 63) & ~(uintptr_t)63);
-    p[-1] = base;
-    return p;
+    host_header h = {0};
+    char *block;
+    if (CT_HOST_MAP && rounded >= HOST_MAP_MIN) {
+        /* a page-aligned mapping: the block starts one alignment step in, the header just before it */
+        h.mapped = rounded + HOST_ALIGN;
+        h.base = mmap(NULL, h.mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (h.base == MAP_FAILED) return NULL;
+        block = (char *)h.base + HOST_ALIGN;
+    } else {
+        h.base = calloc(1, rounded + pad);
+        if (!h.base) return NULL;
+        block = (char *)(((uintptr_t)h.base + sizeof h + HOST_ALIGN - 1) & ~(uintptr_t)(HOST_ALIGN - 1));
+    }
+    memcpy(block - sizeof h, &h, sizeof h);
+    return block;
 }
 
 void ct_host_free(void *p) {
-    if (p) free(((void **)p)[-1]);
+    if (!p) return;
+    host_header h;
+    memcpy(&h, (char *)p - sizeof h, sizeof h);
+    if (h.mapped)
+        munmap(h.base, h.mapped);
+    else
+        free(h.base);
 }
 
 ct_status ct_shape_nbytes(int ndim, const int64_t *shape, ct_dtype dt, size_t *bytes) {
