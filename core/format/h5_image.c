@@ -85,9 +85,14 @@ ct_status ct_h5_image_finish(ct_h5_image *im, void **image, size_t *size) {
     *size = 0;
     struct ct_h5_image_buffer *b = im->buffer;
     b->keep = true;
-    ct_status s = H5Fclose(im->file) < 0 ? ct_error(CT_ERR_IO, "hdf5: cannot finish the in-memory file") : CT_OK;
-    uint64_t end = s == CT_OK && b->kept ? recorded_end(b->kept, b->capacity) : 0;
-    if (s == CT_OK && (end == 0 || end > SIZE_MAX))
+    if (H5Fclose(im->file) < 0) {
+        /* libhdf5 may still hold the file, and call back into b when it lets go: b is left to it */
+        *im = (ct_h5_image){.file = -1};
+        return ct_error(CT_ERR_IO, "hdf5: cannot finish the in-memory file");
+    }
+    ct_status s = CT_OK;
+    uint64_t end = b->kept ? recorded_end(b->kept, b->capacity) : 0;
+    if (end == 0 || end > SIZE_MAX)
         s = ct_error(CT_ERR_IO, "hdf5: the in-memory file has no superblock that gives its length");
     /* space allocated at the end but never written is zeros, as the driver reads it */
     if (s == CT_OK && end > b->capacity) {
@@ -111,7 +116,7 @@ ct_status ct_h5_image_finish(ct_h5_image *im, void **image, size_t *size) {
 }
 
 void ct_h5_image_discard(ct_h5_image *im) {
-    if (im->file >= 0) H5Fclose(im->file);
-    free(im->buffer);
+    /* as in finish: a file libhdf5 could not close may still call back into the bookkeeping */
+    if (im->file < 0 || H5Fclose(im->file) >= 0) free(im->buffer);
     *im = (ct_h5_image){.file = -1};
 }
