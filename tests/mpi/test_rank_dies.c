@@ -15,9 +15,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "dist/comm.h"
+
+/* Stops this process (SIGSTOP). The others' guards must end the job within their timeout; once
+ * they have, ending the stopped process is mpirun's, which under load was once seen to take more
+ * than 30 s for a stopped one. So a timer kills it after STOPPED_S whatever happens: the job then
+ * ends in time either way, and the test's verdict rests on the others' timeout messages, which a
+ * job ended by this kill alone would not have. */
+enum { STOPPED_S = 15 };
+static void stop_for_good(void) {
+    struct sigevent ev = {.sigev_notify = SIGEV_SIGNAL, .sigev_signo = SIGKILL};
+    timer_t timer;
+    struct itimerspec when = {.it_value = {.tv_sec = STOPPED_S}};
+    if (timer_create(CLOCK_MONOTONIC, &ev, &timer) == 0) timer_settime(timer, 0, &when, NULL);
+    raise(SIGSTOP);
+}
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
@@ -33,7 +48,7 @@ int main(int argc, char **argv) {
     if (stop_start && ct_comm_launcher_rank() == 1) {
         printf("rank 1: stopping before MPI_Init\n");
         fflush(stdout);
-        raise(SIGSTOP);
+        stop_for_good();
     }
     ct_comm *c = NULL;
     if (ct_comm_create_default(timeout, &c) != CT_OK) {
@@ -67,7 +82,7 @@ int main(int argc, char **argv) {
     if (stop_end && c->rank == 1) {
         printf("rank 1: stopping after the last all-reduce\n");
         fflush(stdout);
-        raise(SIGSTOP);
+        stop_for_good();
     }
     int rank = c->rank;
     ct_comm_free(c);
