@@ -5,11 +5,11 @@
  *   qkv = c_attn(x) [T, 3C]; q, k, v = its three [T, C] column blocks, split into heads [H, T, D];
  *   P = causal_softmax(q k^T / sqrt(D)) [H, T, T]; y = attn_dropout(P) v, heads merged back to
  *   [T, C]; out = resid_dropout(c_proj(y)).
- * Without attention dropout, on a backend that has it (the CPU), one op does it all
- * (ct_op_causal_attention_forward / _backward): per (sample, head) block on one thread, heads read
- * and written in place in qkv, y and d(qkv), keeping only P for the backward. Otherwise the heads are
- * copied apart and the scores go through one GEMM per (sample, head) on contiguous [T, D] blocks,
- * batched in one ct_op_gemm_batched; the causal softmax (core/ops/ops_attn.h) ignores the masked
+ * Without attention dropout, on a backend that has it, one op does it all
+ * (ct_op_causal_attention_forward / _backward), flash-style: heads read and written in place in qkv,
+ * y and d(qkv), no [T, T] matrix kept, only each query row's log-sum-exp, from which the backward
+ * makes P again. Otherwise the heads are copied apart and the scores go through one GEMM per
+ * (sample, head) on contiguous [T, D] blocks, batched in one ct_op_gemm_batched; the causal softmax (core/ops/ops_attn.h) ignores the masked
  * scores and writes zeros there, so the GEMM's values above the diagonal never matter. The backward
  * is the exact chain rule of the same steps, with P (the softmax output) and the dropped P' kept
  * from the forward:
@@ -17,7 +17,7 @@
  *   dq = dS k / sqrt(D), dk = dS^T q / sqrt(D), and the heads merged into d(qkv).
  * Every buffer is reserved for the largest batch at the context length the model was built for;
  * d(qkv) and the fused backward's scratch are backward buffers (ct_reserve_backward), which the
- * blocks of a GPT share. */
+ * blocks of a GPT share; the fused forward's scratch is one slot per thread, whatever the batch. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,14 +56,15 @@ typedef struct attention {
     double dropout;
     bool fused; /* ct_op_causal_attention_* (no dropout, and the device's backend has them) */
     ct_module *c_attn, *c_proj, *attn_dropout, *resid_dropout;
-    /* [max_batch, H, T, D]: the heads, their outputs, and the gradients of all four */
+    /* [max_batch, H, T, D]: the heads, their outputs, and the gradients of all four (unfused) */
     ct_tensor q, k, v, yh, dq, dk, dv, dyh;
-    ct_tensor att, datt; /* [max_batch, H, T, T]: P (the softmax) and the scores' gradients */
+    ct_tensor att, datt; /* [max_batch, H, T, T]: P (the softmax) and the scores' gradients (unfused) */
+    ct_tensor lse;       /* [max_batch, H, T]: each query row's log-sum-exp (fused) */
     ct_tensor ym;        /* [max_batch, T, C]: heads merged, c_proj's input */
     ct_tensor dqkv;      /* [max_batch, T, 3C] */
     ct_tensor pd;        /* P after attn_dropout in the last forward (a view of P or of the dropout's output) */
     ct_tensor qkv_out;   /* c_attn's output in the last forward (fused: the backward reads the heads there) */
-    ct_tensor ws;        /* the fused backward's scratch */
+    ct_tensor ws, bws;   /* the fused forward's and backward's scratch */
 } attention;
 
 static attention *attn_self(ct_module *m) { return ct_container_of(m, attention, base); }
@@ -94,16 +95,19 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     const ct_shape fused = {.ndim = 2, .dims = {a->T, 3 * a->n_embd}};
     a->fused = a->dropout == 0.0 && CT_BACKEND_HAS(m->device, causal_attention_forward) &&
                CT_BACKEND_HAS(m->device, causal_attention_backward);
-    CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &scores, &a->att));
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &merged, &a->ym));
     CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &fused, &a->dqkv));
     if (a->fused) {
-        /* one [T, T] slot per thread whatever the batch: reserved as a batch of one */
-        const ct_shape slot = {.ndim = 1, .dims = {ct_causal_attention_workspace_numel(a->T)}};
+        /* the scratch is a slot per thread whatever the batch: reserved as a batch of one */
+        const ct_shape rows = {.ndim = 2, .dims = {a->n_head, a->T}};
+        const ct_shape slots = {.ndim = 1, .dims = {ct_causal_attention_workspace_numel(a->T)}};
         ct_reserve_ctx one = *ctx;
         one.max_batch = 1;
-        return ct_reserve_backward(&one, m->dtype, m->device, &slot, &a->ws);
+        CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &rows, &a->lse));
+        CT_TRY(ct_reserve_activation(&one, m->dtype, m->device, &slots, &a->ws));
+        return ct_reserve_backward(&one, m->dtype, m->device, &slots, &a->bws);
     }
+    CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &scores, &a->att));
     ct_tensor *per_head[] = {&a->q, &a->k, &a->v, &a->yh}, *grad_heads[] = {&a->dq, &a->dk, &a->dv, &a->dyh};
     for (size_t i = 0; i < CT_ARRAY_LEN(per_head); i++) {
         CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &heads, per_head[i]));
@@ -120,8 +124,8 @@ static ct_status attn_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     CT_TRY(ct_module_forward(a->c_attn, x, &qkv));
     ct_tensor ym = ct_tensor_rows(&a->ym, 0, B);
     if (a->fused) {
-        ct_tensor att = ct_tensor_rows(&a->att, 0, B);
-        ct_op_causal_attention_forward(&qkv, a->n_head, &att, &ym);
+        ct_tensor lse = ct_tensor_rows(&a->lse, 0, B);
+        ct_op_causal_attention_forward(&qkv, a->n_head, &lse, &ym, &a->ws);
         a->qkv_out = qkv;
         CT_TRY(ct_module_forward(a->c_proj, &ym, &proj));
         return ct_module_forward(a->resid_dropout, &proj, y);
@@ -151,8 +155,8 @@ static ct_status attn_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx)
     CT_TRY(ct_module_backward(a->c_proj, &dproj, &dym));
     ct_tensor dqkv = ct_tensor_rows(&a->dqkv, 0, B);
     if (a->fused) {
-        ct_tensor att = ct_tensor_rows(&a->att, 0, B);
-        ct_op_causal_attention_backward(&a->qkv_out, a->n_head, &att, &dym, &dqkv, &a->ws);
+        ct_tensor lse = ct_tensor_rows(&a->lse, 0, B), ym = ct_tensor_rows(&a->ym, 0, B);
+        ct_op_causal_attention_backward(&a->qkv_out, a->n_head, &ym, &lse, &dym, &dqkv, &a->bws);
         return ct_module_backward(a->c_attn, &dqkv, dx);
     }
     ct_tensor dyh = ct_tensor_rows(&a->dyh, 0, B), v = ct_tensor_rows(&a->v, 0, B);

@@ -58,33 +58,39 @@ void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_
     CT_REAL_DISPATCH(y, causal_softmax_bwd, y->data, dy->data, dx->data, rows, tq, tk);
 }
 
-/* A public knob, not a kernel: defined once, by the baseline copy (cpu_impl.h). */
+/* A public knob, not a kernel: defined once, by the baseline copy (cpu_impl.h). Two chunks of
+ * ATTN_ROWS query rows by T keys per thread: the chunk's P and its gradient. */
 #if CT_CPU_ISA_LEVEL <= 1
 int64_t ct_causal_attention_workspace_numel(int64_t T) {
     CT_ASSERT(T >= 1);
-    return (int64_t)omp_get_max_threads() * T * T;
+    return (int64_t)omp_get_max_threads() * 2 * ATTN_ROWS * T;
 }
 #endif
 
-/* The heads' shape of qkv [B, T, 3C] with H heads: B, T and D. */
-static void attention_dims(const ct_tensor *qkv, int64_t H, int64_t *B, int64_t *T, int64_t *D) {
+/* The heads' shape of qkv [B, T, 3C] with H heads: B, T and D; and how many threads' slots ws holds. */
+static void attention_dims(const ct_tensor *qkv, int64_t H, const ct_tensor *ws, int64_t *B, int64_t *T, int64_t *D,
+                           int64_t *slots) {
     *B = qkv->shape[0];
     *T = qkv->shape[1];
     *D = qkv->shape[2] / 3 / H;
+    *slots = ct_tensor_numel(ws) / (2 * ATTN_ROWS * *T);
+    CT_ASSERT(ws->dtype == qkv->dtype && *slots >= 1);
 }
 
 /* The GEMMs' alpha is the type's rounding of 1 / sqrt(D), as ct_op_gemm passes it. */
-void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y) {
-    int64_t B, T, D;
-    attention_dims(qkv, n_head, &B, &T, &D);
-    CT_REAL_DISPATCH(qkv, attention_fwd, qkv->data, att->data, y->data, B, T, n_head, D, 1.0 / sqrt((double)D));
+void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                     ct_tensor *ws) {
+    int64_t B, T, D, slots;
+    attention_dims(qkv, n_head, ws, &B, &T, &D, &slots);
+    CT_REAL_DISPATCH(qkv, attention_fwd, qkv->data, lse->data, y->data, ws->data, slots, B, T, n_head, D,
+                     1.0 / sqrt((double)D));
 }
 
-void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
-                                      const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws) {
-    int64_t B, T, D;
-    attention_dims(qkv, n_head, &B, &T, &D);
-    CT_ASSERT(ws->dtype == qkv->dtype && ct_tensor_numel(ws) >= T * T);
-    CT_REAL_DISPATCH(qkv, attention_bwd, qkv->data, att->data, dy->data, dqkv->data, ws->data,
-                     ct_tensor_numel(ws) / (T * T), B, T, n_head, D, 1.0 / sqrt((double)D));
+void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                      const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws) {
+    (void)y; /* a chunk holds whole rows: the softmax's row dot products come from P and dP */
+    int64_t B, T, D, slots;
+    attention_dims(qkv, n_head, ws, &B, &T, &D, &slots);
+    CT_REAL_DISPATCH(qkv, attention_bwd, qkv->data, lse->data, dy->data, dqkv->data, ws->data, slots, B, T, n_head, D,
+                     1.0 / sqrt((double)D));
 }

@@ -101,9 +101,10 @@ void ct_cpu_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cpu_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cpu_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
 void ct_cpu_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
-void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
-void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
-                                      const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+void ct_cpu_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                     ct_tensor *ws);
+void ct_cpu_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                      const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 /* sgemm.c: the float GEMM of every kernel, CBLAS's prototype (row-major only), on the engine
  * gemm_engine.c chose: the built-in kernels, or the library ct_cpu_sgemm_library calls. */
 void ct_cpu_sgemm(CBLAS_ORDER order, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int k, float alpha,

@@ -146,10 +146,11 @@ typedef struct ct_backend_ops {
      * NULL: not known (the CPU's depends on clocks and load that nothing reports reliably) --------- */
     double (*peak_flops)(int index, ct_math_mode m);
 
-    /* --- appended: fused causal self-attention (core/ops/ops_attn.h; the CPU's only) ------------ */
-    void (*causal_attention_forward)(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
-    void (*causal_attention_backward)(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
-                                      const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+    /* --- appended: fused (flash-style) causal self-attention (core/ops/ops_attn.h) ---------------- */
+    void (*causal_attention_forward)(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                     ct_tensor *ws);
+    void (*causal_attention_backward)(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                      const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 
     /* --- appended: a linear layer's forward with its epilogue (NULL: gemm, bias_add and
      * activation_forward one after the other) ---------------------------------------------------- */

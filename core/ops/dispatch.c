@@ -480,31 +480,36 @@ void ct_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_t
     CALL(y, causal_softmax_backward, y, dy, dx);
 }
 
-/* qkv [B, T, 3C] with C a multiple of n_head, att [B, H, T, T], and a [B, T, C] tensor (y or dy). */
-static void check_attention(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att, const ct_tensor *y) {
-    SAME_KIND(qkv, att);
+/* qkv [B, T, 3C] with C a multiple of n_head, lse [B, H, T], a [B, T, C] tensor (y or dy), and a
+ * workspace of their kind and dtype. */
+static void check_attention(const ct_tensor *qkv, int64_t n_head, const ct_tensor *lse, const ct_tensor *y,
+                            const ct_tensor *ws) {
+    SAME_KIND(qkv, lse);
     SAME_KIND(qkv, y);
-    CT_ASSERT(qkv->ndim == 3 && att->ndim == 4 && y->ndim == 3 && n_head >= 1);
-    CT_ASSERT(att->dtype == qkv->dtype && y->dtype == qkv->dtype);
+    SAME_KIND(qkv, ws);
+    CT_ASSERT(qkv->ndim == 3 && lse->ndim == 3 && y->ndim == 3 && n_head >= 1);
+    CT_ASSERT(lse->dtype == qkv->dtype && y->dtype == qkv->dtype && ws->dtype == qkv->dtype);
     const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
     CT_ASSERT(qkv->shape[2] == 3 * C && C % n_head == 0 && C > 0);
-    CT_ASSERT(att->shape[0] == B && att->shape[1] == n_head && att->shape[2] == T && att->shape[3] == T);
+    CT_ASSERT(lse->shape[0] == B && lse->shape[1] == n_head && lse->shape[2] == T);
     CT_ASSERT(y->shape[0] == B && y->shape[1] == T && y->shape[2] == C);
 }
 
-void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y) {
-    check_attention(qkv, n_head, att, y);
-    CALL(qkv, causal_attention_forward, qkv, n_head, att, y);
+void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                    ct_tensor *ws) {
+    check_attention(qkv, n_head, lse, y, ws);
+    CALL(qkv, causal_attention_forward, qkv, n_head, lse, y, ws);
 }
 
-void ct_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
-                                     const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws) {
-    check_attention(qkv, n_head, att, dy);
+void ct_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                     const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws) {
+    check_attention(qkv, n_head, lse, dy, ws);
+    CT_ASSERT(y->ndim == 3 && y->dtype == qkv->dtype);
+    SAME_KIND(qkv, y);
     SAME_KIND(qkv, dqkv);
-    SAME_KIND(qkv, ws);
     CT_ASSERT(dqkv->dtype == qkv->dtype && dqkv->ndim == 3);
-    for (int i = 0; i < 3; i++) CT_ASSERT(dqkv->shape[i] == qkv->shape[i]);
-    CALL(qkv, causal_attention_backward, qkv, n_head, att, dy, dqkv, ws);
+    for (int i = 0; i < 3; i++) CT_ASSERT(dqkv->shape[i] == qkv->shape[i] && y->shape[i] == dy->shape[i]);
+    CALL(qkv, causal_attention_backward, qkv, n_head, y, lse, dy, dqkv, ws);
 }
 
 /* --- normalisation (ops_norm.h) ---------------------------------------------------------------- */

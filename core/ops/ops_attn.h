@@ -1,11 +1,11 @@
-/* Ops of multi-head causal attention (CPU kernels in backends/cpu/attn.c, CUDA twins of all but the
- * fused ones in backends/cuda/attn.cu). Not included by core/ops/ops.h: attention layers include it
- * themselves.
+/* Ops of multi-head causal attention (CPU kernels in backends/cpu/attn.c, their CUDA twins in
+ * backends/cuda/attn.cu). Not included by core/ops/ops.h: attention layers include it themselves.
  *
  * The projection [B, T, 3C] holds q | k | v, each C = H * D wide, head h in columns h*D .. h*D+D.
- * Where the backend has them (CT_BACKEND_HAS(dev, causal_attention_forward): the CPU), one op does a
- * layer's whole attention per (batch, head) block, reading the heads where the projection left them
- * and keeping only the softmax output P for the backward. Elsewhere a layer computes it per (batch,
+ * Where the backend has them (CT_BACKEND_HAS(dev, causal_attention_forward)), one op does a layer's
+ * whole attention, flash-style: reading the heads where the projection left them and never keeping
+ * a [T, T] matrix, only each query row's log-sum-exp, from which the backward makes the softmax
+ * again. Without them (or with dropout on the attention weights) a layer computes it per (batch,
  * head) with ct_op_gemm on contiguous [T, D] blocks: the heads are first copied into head-major
  * [B, H, T, D] tensors (ct_op_heads_split) and the heads' outputs copied back into [B, T, C]
  * (ct_op_heads_merge), which is what PyTorch's view + transpose + contiguous do. Split and merge are
@@ -47,17 +47,20 @@ void ct_op_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
 void ct_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
 
 /* Causal self-attention of qkv [B, T, 3C] with n_head heads of D = C / n_head (square mask):
- *   att[b, h] = causal_softmax(q k^T / sqrt(D)) [T, T] (kept for the backward; zeros above the diagonal),
- *   y[b, t, h*D + d] = (att[b, h] v)[t, d], the heads merged into y [B, T, C].
- * The result is that of ct_op_gemm and ct_op_causal_softmax_forward on split heads (the masked
- * products, exact zeros, are left out). */
-void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *att, ct_tensor *y);
+ *   S[b, h] = q k^T / sqrt(D) [T, T], P = causal_softmax(S) (never stored),
+ *   y[b, t, h*D + d] = (P v)[t, d], the heads merged into y [B, T, C],
+ *   lse[b, h, t] = log(sum_{j <= t} exp(S[t, j])), kept for the backward.
+ * The result is that of ct_op_gemm and ct_op_causal_softmax_forward on split heads, to rounding.
+ * ws: scratch of the same dtype, ct_causal_attention_workspace_numel(T) elements or a multiple of
+ * its per-thread share (fewer threads work with less; a backend may not need it). */
+void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                    ct_tensor *ws);
 
-/* Its backward, given the forward's qkv and att and dy [B, T, C], the gradient of y: dqkv [B, T, 3C]
- * (the gradients of q, k and v) is overwritten. ws: scratch of the same dtype with at least T * T
- * elements; ct_causal_attention_workspace_numel(T) lets every thread work (one slot each). */
-void ct_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *att,
-                                     const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
+/* Its backward, given the forward's qkv, y and lse and dy [B, T, C], the gradient of y: dqkv
+ * [B, T, 3C] (the gradients of q, k and v) is overwritten, P made again as exp(S - lse). ws as the
+ * forward's. */
+void ct_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                     const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 int64_t ct_causal_attention_workspace_numel(int64_t T);
 
 #ifdef __cplusplus

@@ -1,9 +1,10 @@
 /* The fused causal attention ops (ct_op_causal_attention_forward / _backward, core/ops/ops_attn.h)
- * on random shapes, query counts on both sides of the kernel's row chunks: the forward's P and y
- * against plain float64 loops (softmax(q k^T / sqrt(D)) v per sample and head, the heads read from
- * and merged into their columns), float32 against the float64 reference; the backward's d(qkv)
- * against central finite differences of sum(y * r) in float64, every element overwritten (d(qkv)
- * starts as NaN), and the same bits with a one-slot workspace (one thread) as with a slot per thread. */
+ * on random shapes, query counts on both sides of the kernel's row chunks: the forward's y and
+ * log-sum-exps against plain float64 loops (softmax(q k^T / sqrt(D)) v per sample and head, the heads
+ * read from and merged into their columns), float32 against the float64 reference, every element
+ * written (y and lse start as NaN); the backward's d(qkv) against central finite differences of
+ * sum(y * r) in float64, every element overwritten (d(qkv) starts as NaN); and both the same bits
+ * with a one-slot workspace (one thread) as with a slot per thread. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +19,9 @@ static ct_tensor alloc(ct_dtype dt, int ndim, int64_t a, int64_t b, int64_t c, i
     return ct_test_alloc(dt, ndim, (int64_t[]){a, b, c, d});
 }
 
-/* P [B, H, T, T] and y [B, T, C] of qkv [B, T, 3C] in plain double loops. */
-static void reference(const ct_tensor *qkv, int64_t H, double *P, double *y) {
+/* P [B, H, T, T], its rows' log-sum-exps [B, H, T] and y [B, T, C] of qkv [B, T, 3C] in plain double
+ * loops. */
+static void reference(const ct_tensor *qkv, int64_t H, double *P, double *lse, double *y) {
     const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
@@ -34,6 +36,7 @@ static void reference(const ct_tensor *qkv, int64_t H, double *P, double *y) {
                     m = fmax(m, p[j]);
                 }
                 for (int64_t j = 0; j <= i; j++) s += exp(p[j] - m);
+                lse[(b * H + h) * T + i] = m + log(s);
                 for (int64_t j = 0; j < T; j++) p[j] = j <= i ? exp(p[j] - m) / s : 0.0;
                 for (int64_t d = 0; d < D; d++) {
                     double acc = 0;
@@ -43,37 +46,54 @@ static void reference(const ct_tensor *qkv, int64_t H, double *P, double *y) {
             }
 }
 
+/* The worst of |got - want| / (1 + |want|) over n elements; NaN (an element not written) is infinite. */
+static double worst_error(const ct_tensor *got, const double *want) {
+    double worst = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(got); i++) {
+        double e = fabs(ct_tensor_get(got, i) - want[i]) / (1 + fabs(want[i]));
+        worst = isnan(e) ? INFINITY : fmax(worst, e);
+    }
+    return worst;
+}
+
 static void forward(ct_dtype dt, int64_t B, int64_t T, int64_t H, int64_t D) {
     const int64_t C = H * D;
-    ct_tensor qkv = alloc(dt, 3, B, T, 3 * C, 0), att = alloc(dt, 4, B, H, T, T), y = alloc(dt, 3, B, T, C, 0);
+    ct_tensor qkv = alloc(dt, 3, B, T, 3 * C, 0), lse = alloc(dt, 3, B, H, T, 0), y = alloc(dt, 3, B, T, C, 0);
+    ct_tensor ws = alloc(dt, 1, ct_causal_attention_workspace_numel(T), 0, 0, 0);
+    ct_tensor one = alloc(dt, 1, ct_causal_attention_workspace_numel(T) / ct_get_num_threads(), 0, 0, 0);
+    ct_tensor lse1 = alloc(dt, 3, B, H, T, 0), y1 = alloc(dt, 3, B, T, C, 0);
     for (int64_t i = 0; i < ct_tensor_numel(&qkv); i++) ct_tensor_set(&qkv, i, 1.5 * ct_rng_normal(&rng));
-    double *P = malloc((size_t)ct_tensor_numel(&att) * sizeof *P), *want = malloc((size_t)ct_tensor_numel(&y) * sizeof *want);
-    reference(&qkv, H, P, want);
-    ct_op_causal_attention_forward(&qkv, H, &att, &y);
-    double worst_p = 0, worst_y = 0;
-    for (int64_t i = 0; i < ct_tensor_numel(&att); i++) worst_p = fmax(worst_p, fabs(ct_tensor_get(&att, i) - P[i]));
-    for (int64_t i = 0; i < ct_tensor_numel(&y); i++)
-        worst_y = fmax(worst_y, fabs(ct_tensor_get(&y, i) - want[i]) / (1 + fabs(want[i])));
+    double *P = malloc((size_t)(B * H * T * T) * sizeof *P), *want_lse = malloc((size_t)(B * H * T) * sizeof *want_lse);
+    double *want = malloc((size_t)ct_tensor_numel(&y) * sizeof *want);
+    reference(&qkv, H, P, want_lse, want);
+    ct_op_fill(&y, NAN);
+    ct_op_fill(&lse, NAN);
+    ct_op_causal_attention_forward(&qkv, H, &lse, &y, &ws);
+    ct_op_causal_attention_forward(&qkv, H, &lse1, &y1, &one);
+    const double worst_l = worst_error(&lse, want_lse), worst_y = worst_error(&y, want);
     const double tol = dt == CT_F32 ? 1e-5 : 1e-12;
-    CHECK(worst_p < tol && worst_y < tol, "attention forward %s B=%lld T=%lld H=%lld D=%lld: P off by %.3g, y by %.3g",
-          ct_dtype_name(dt), (long long)B, (long long)T, (long long)H, (long long)D, worst_p, worst_y);
+    CHECK(worst_l < tol && worst_y < tol,
+          "attention forward %s B=%lld T=%lld H=%lld D=%lld: lse off by %.3g, y by %.3g", ct_dtype_name(dt),
+          (long long)B, (long long)T, (long long)H, (long long)D, worst_l, worst_y);
+    CHECK(memcmp(y.data, y1.data, ct_tensor_nbytes(&y)) == 0 && memcmp(lse.data, lse1.data, ct_tensor_nbytes(&lse)) == 0,
+          "attention forward T=%lld: a one-slot workspace gives other bits", (long long)T);
     free(P);
+    free(want_lse);
     free(want);
-    ct_tensor_free(&qkv);
-    ct_tensor_free(&att);
-    ct_tensor_free(&y);
+    ct_tensor *all[] = {&qkv, &lse, &y, &ws, &one, &lse1, &y1};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
 }
 
 /* L = sum(y * r) of the forward through the op itself. */
 typedef struct fd_ctx {
-    ct_tensor *qkv, *att, *y;
+    ct_tensor *qkv, *lse, *y, *ws;
     int64_t H;
     const double *r;
 } fd_ctx;
 
 static double objective(void *p) {
     fd_ctx *c = p;
-    ct_op_causal_attention_forward(c->qkv, c->H, c->att, c->y);
+    ct_op_causal_attention_forward(c->qkv, c->H, c->lse, c->y, c->ws);
     double acc = 0;
     for (int64_t i = 0; i < ct_tensor_numel(c->y); i++) acc += ((double *)c->y->data)[i] * c->r[i];
     return acc;
@@ -81,17 +101,18 @@ static double objective(void *p) {
 
 static void backward(int64_t B, int64_t T, int64_t H, int64_t D) {
     const int64_t C = H * D;
-    ct_tensor qkv = alloc(CT_F64, 3, B, T, 3 * C, 0), att = alloc(CT_F64, 4, B, H, T, T);
+    ct_tensor qkv = alloc(CT_F64, 3, B, T, 3 * C, 0), lse = alloc(CT_F64, 3, B, H, T, 0);
     ct_tensor y = alloc(CT_F64, 3, B, T, C, 0), dy = alloc(CT_F64, 3, B, T, C, 0);
     ct_tensor dqkv = alloc(CT_F64, 3, B, T, 3 * C, 0), again = alloc(CT_F64, 3, B, T, 3 * C, 0);
-    ct_tensor ws = alloc(CT_F64, 1, ct_causal_attention_workspace_numel(T), 0, 0, 0), one = alloc(CT_F64, 2, T, T, 0, 0);
+    ct_tensor ws = alloc(CT_F64, 1, ct_causal_attention_workspace_numel(T), 0, 0, 0);
+    ct_tensor one = alloc(CT_F64, 1, ct_causal_attention_workspace_numel(T) / ct_get_num_threads(), 0, 0, 0);
     for (int64_t i = 0; i < ct_tensor_numel(&qkv); i++) ct_tensor_set(&qkv, i, ct_rng_normal(&rng));
     for (int64_t i = 0; i < ct_tensor_numel(&dy); i++) ct_tensor_set(&dy, i, ct_rng_normal(&rng));
     ct_op_fill(&dqkv, NAN);
     ct_op_fill(&again, NAN);
-    ct_op_causal_attention_forward(&qkv, H, &att, &y);
-    ct_op_causal_attention_backward(&qkv, H, &att, &dy, &dqkv, &ws);
-    ct_op_causal_attention_backward(&qkv, H, &att, &dy, &again, &one);
+    ct_op_causal_attention_forward(&qkv, H, &lse, &y, &ws);
+    ct_op_causal_attention_backward(&qkv, H, &y, &lse, &dy, &dqkv, &ws);
+    ct_op_causal_attention_backward(&qkv, H, &y, &lse, &dy, &again, &one);
     const int64_t n = ct_tensor_numel(&qkv);
     int unset = 0;
     for (int64_t i = 0; i < n; i++) unset += !isfinite(ct_tensor_get(&dqkv, i));
@@ -100,13 +121,13 @@ static void backward(int64_t B, int64_t T, int64_t H, int64_t D) {
           "attention backward T=%lld: a one-slot workspace gives other bits", (long long)T);
     double *analytic = malloc((size_t)n * sizeof *analytic);
     memcpy(analytic, dqkv.data, (size_t)n * sizeof *analytic);
-    fd_ctx c = {&qkv, &att, &y, H, dy.data};
+    fd_ctx c = {&qkv, &lse, &y, &ws, H, dy.data};
     ct_fd_result res = ct_fd_check(objective, &c, qkv.data, analytic, n, 1 << 20, false, &rng);
     CHECK(res.rel < 1e-6, "attention backward B=%lld T=%lld H=%lld D=%lld: relative error %.3g over %d probes",
           (long long)B, (long long)T, (long long)H, (long long)D, res.rel, res.probes);
     CHECK(!res.analytic_zero, "attention backward: an all-zero gradient proves nothing");
     free(analytic);
-    ct_tensor *all[] = {&qkv, &att, &y, &dy, &dqkv, &again, &ws, &one};
+    ct_tensor *all[] = {&qkv, &lse, &y, &dy, &dqkv, &again, &ws, &one};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
 }
 
