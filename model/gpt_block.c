@@ -5,11 +5,12 @@
  *   qkv = c_attn(x) [T, 3C]; q, k, v = its three [T, C] column blocks, split into heads [H, T, D];
  *   P = causal_softmax(q k^T / sqrt(D)) [H, T, T]; y = attn_dropout(P) v, heads merged back to
  *   [T, C]; out = resid_dropout(c_proj(y)).
- * Without attention dropout, on a backend that has it, one op does it all
- * (ct_op_causal_attention_forward / _backward), flash-style: heads read and written in place in qkv,
- * y and d(qkv), no [T, T] matrix kept, only each query row's log-sum-exp, from which the backward
- * makes P again. Otherwise the heads are copied apart and the scores go through one GEMM per
- * (sample, head) on contiguous [T, D] blocks, batched in one ct_op_gemm_batched; the causal softmax (core/ops/ops_attn.h) ignores the masked
+ * Without attention dropout, on a backend that has it (heads of up to
+ * CT_FUSED_ATTENTION_MAX_HEAD_DIM), one op does it all (ct_op_causal_attention_forward / _backward),
+ * flash-style: heads read and written in place in qkv, y and d(qkv), no [T, T] matrix kept, only
+ * each query row's log-sum-exp, from which the backward makes P again. Otherwise the heads are
+ * copied apart and the scores go through one GEMM per (sample, head) on contiguous [T, D] blocks,
+ * batched in one ct_op_gemm_batched; the causal softmax (core/ops/ops_attn.h) ignores the masked
  * scores and writes zeros there, so the GEMM's values above the diagonal never matter. The backward
  * is the exact chain rule of the same steps, with P (the softmax output) and the dropped P' kept
  * from the forward:
@@ -93,7 +94,8 @@ static ct_status attn_reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     const ct_shape scores = {.ndim = 3, .dims = {a->n_head, a->T, a->T}};
     const ct_shape merged = {.ndim = 2, .dims = {a->T, a->n_embd}};
     const ct_shape fused = {.ndim = 2, .dims = {a->T, 3 * a->n_embd}};
-    a->fused = a->dropout == 0.0 && CT_BACKEND_HAS(m->device, causal_attention_forward) &&
+    a->fused = a->dropout == 0.0 && a->head_dim <= CT_FUSED_ATTENTION_MAX_HEAD_DIM &&
+               CT_BACKEND_HAS(m->device, causal_attention_forward) &&
                CT_BACKEND_HAS(m->device, causal_attention_backward);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &merged, &a->ym));
     CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &fused, &a->dqkv));

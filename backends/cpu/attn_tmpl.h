@@ -163,7 +163,8 @@ static void FN(attention_bwd)(const R *qkv, const R *lse, const R *dy, R *dqkv, 
             /* P = exp(q k^T * scale - lse); dP = dy v^T; dv += P^T dy */
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)D, scale, q + i0 * ld, (int)ld, k,
                  (int)ld, 0, p, (int)keys);
-            for (int64_t r = 0; r < rows; r++) FN(softmax_row_again)(p + r * keys, lse[blk * T + i0 + r], i0 + r + 1, keys);
+            for (int64_t r = 0; r < rows; r++)
+                FN(softmax_row_again)(p + r * keys, lse[blk * T + i0 + r], i0 + r + 1, keys);
             GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)D, 1, gi, (int)C, v, (int)ld, 0,
                  ds, (int)keys);
             GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)keys, (int)D, (int)rows, 1, p, (int)keys, gi, (int)C,

@@ -59,6 +59,8 @@ const ct_backend_ops ct_backend_cuda = {
     .heads_merge = ct_cuda_op_heads_merge,
     .causal_softmax_forward = ct_cuda_op_causal_softmax_forward,
     .causal_softmax_backward = ct_cuda_op_causal_softmax_backward,
+    .causal_attention_forward = ct_cuda_op_causal_attention_forward,
+    .causal_attention_backward = ct_cuda_op_causal_attention_backward,
 
     .batchnorm_forward = ct_cuda_op_batchnorm_forward,
     .batchnorm_backward = ct_cuda_op_batchnorm_backward,

@@ -80,6 +80,11 @@ void ct_cuda_op_heads_split(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cuda_op_heads_merge(const ct_tensor *x, int64_t offset, ct_tensor *out);
 void ct_cuda_op_causal_softmax_forward(const ct_tensor *x, ct_tensor *y);
 void ct_cuda_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_tensor *dx);
+/* flash_attn.cu */
+void ct_cuda_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
+                                         ct_tensor *ws);
+void ct_cuda_op_causal_attention_backward(const ct_tensor *qkv, int64_t n_head, const ct_tensor *y,
+                                          const ct_tensor *lse, const ct_tensor *dy, ct_tensor *dqkv, ct_tensor *ws);
 /* normalisation */
 void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
                                   ct_tensor *running_mean, ct_tensor *running_var, bool training, double momentum,

@@ -490,7 +490,7 @@ static void check_attention(const ct_tensor *qkv, int64_t n_head, const ct_tenso
     CT_ASSERT(qkv->ndim == 3 && lse->ndim == 3 && y->ndim == 3 && n_head >= 1);
     CT_ASSERT(lse->dtype == qkv->dtype && y->dtype == qkv->dtype && ws->dtype == qkv->dtype);
     const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3;
-    CT_ASSERT(qkv->shape[2] == 3 * C && C % n_head == 0 && C > 0);
+    CT_ASSERT(qkv->shape[2] == 3 * C && C % n_head == 0 && C > 0 && C / n_head <= CT_FUSED_ATTENTION_MAX_HEAD_DIM);
     CT_ASSERT(lse->shape[0] == B && lse->shape[1] == n_head && lse->shape[2] == T);
     CT_ASSERT(y->shape[0] == B && y->shape[1] == T && y->shape[2] == C);
 }

@@ -55,6 +55,9 @@ void ct_op_causal_softmax_backward(const ct_tensor *y, const ct_tensor *dy, ct_t
  * its per-thread share (fewer threads work with less; a backend may not need it). */
 void ct_op_causal_attention_forward(const ct_tensor *qkv, int64_t n_head, ct_tensor *lse, ct_tensor *y,
                                     ct_tensor *ws);
+/* The largest head dimension D every backend's fused attention takes (a GPU keeps a row of D in
+ * registers); a layer with larger heads computes its attention unfused. */
+#define CT_FUSED_ATTENTION_MAX_HEAD_DIM 256
 
 /* Its backward, given the forward's qkv, y and lse and dy [B, T, C], the gradient of y: dqkv
  * [B, T, 3C] (the gradients of q, k and v) is overwritten, P made again as exp(S - lse). ws as the

@@ -76,6 +76,19 @@ static double value(const ct_tensor *t, int64_t i) {
     }
 }
 
+double ct_ct_rms(const ct_tensor *t) {
+    double s = 0;
+    int64_t n = ct_tensor_numel(t), k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = value(t, i);
+        if (isfinite(v)) {
+            s += v * v;
+            k++;
+        }
+    }
+    return k ? sqrt(s / (double)k) : 0.0;
+}
+
 double ct_ct_check_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol, double floor) {
     ct_tensor back = ct_ct_to_cpu(gpu);
     int64_t n = ct_tensor_numel(cpu), worst = -1;

@@ -29,6 +29,8 @@ ct_tensor ct_ct_to_cpu(const ct_tensor *gpu);
 /* CHECKs that gpu (copied back) equals cpu elementwise within rel_tol (relative to max(|cpu|,
  * floor)); names the worst element. Returns the largest relative error. */
 double ct_ct_check_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol, double floor);
+/* Root mean square of a CPU tensor's finite elements: the scale of a comparison floor. */
+double ct_ct_rms(const ct_tensor *t);
 /* CHECKs exact equality (integer outputs, masks, indices). */
 void ct_ct_check_equal(const char *what, const ct_tensor *gpu, const ct_tensor *cpu);
 

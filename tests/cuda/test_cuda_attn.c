@@ -1,7 +1,11 @@
 /* The attention ops (core/ops/ops_attn.h) on CUDA against the CPU backend, on fresh random inputs each
  * run: head split and merge (copies: bit-identical, merge leaving the other columns alone), the
  * causal softmax forward (square and with more keys than queries, in place too) and backward (dx
- * aliasing dy too), f32 and f64, rows from 1 to 300 keys (one and several passes of a block). */
+ * aliasing dy too), f32 and f64, rows from 1 to 300 keys (one and several passes of a block); and
+ * the fused (flash-style) attention's y, log-sum-exps and d(qkv), f32 and f64, contexts across the
+ * kernels' 64-row blocks and staged tiles, head dimensions of every kernel instance (1 to 256), every
+ * output element written (the GPU's outputs start as NaN); errors relative to the larger of an
+ * element and its tensor's RMS, since sums in another order leave an absolute error at that scale. */
 #include <math.h>
 #include <stdio.h>
 
@@ -56,6 +60,40 @@ static void softmax_case(ct_dtype dt, bool square, bool in_place) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_free(all[i]);
 }
 
+static void fused_case(ct_dtype dt, int64_t D) {
+    int64_t B = irand(1, 3), T = irand(1, 200), H = irand(1, 4), C = H * D;
+    int64_t sq[3] = {B, T, 3 * C}, sy[3] = {B, T, C}, sl[3] = {B, H, T};
+    int64_t sw[1] = {ct_causal_attention_workspace_numel(T)};
+    double tol = dt == CT_F32 ? 1e-4 : 1e-11;
+    char what[160];
+    snprintf(what, sizeof what, "fused attention %s B=%lld T=%lld H=%lld D=%lld", ct_dtype_name(dt), (long long)B,
+             (long long)T, (long long)H, (long long)D);
+    ct_tensor qkv = ct_ct_rand(&rng, dt, 3, sq, -2, 2), dy = ct_ct_rand(&rng, dt, 3, sy, -1, 1);
+    ct_tensor y = ct_ct_zeros(dt, 3, sy), lse = ct_ct_zeros(dt, 3, sl), dqkv = ct_ct_zeros(dt, 3, sq);
+    ct_tensor ws = ct_ct_zeros(dt, 1, sw);
+    ct_tensor gqkv = ct_ct_to_gpu(&qkv), gdy = ct_ct_to_gpu(&dy), gy = ct_ct_to_gpu(&y), glse = ct_ct_to_gpu(&lse);
+    ct_tensor gdqkv = ct_ct_to_gpu(&dqkv), gws = ct_ct_to_gpu(&ws);
+    ct_op_fill(&gy, NAN);
+    ct_op_fill(&glse, NAN);
+    ct_op_fill(&gdqkv, NAN);
+    ct_op_causal_attention_forward(&qkv, H, &lse, &y, &ws);
+    ct_op_causal_attention_forward(&gqkv, H, &glse, &gy, &gws);
+    char w[200];
+    snprintf(w, sizeof w, "%s: y", what);
+    ct_ct_check_close(w, &gy, &y, tol, fmax(ct_ct_rms(&y), 1e-30));
+    snprintf(w, sizeof w, "%s: lse", what);
+    ct_ct_check_close(w, &glse, &lse, tol, 1.0);
+    /* both backwards from the CPU's forward, so that only the backward is compared */
+    ct_tensor y_cpu_on_gpu = ct_ct_to_gpu(&y), lse_cpu_on_gpu = ct_ct_to_gpu(&lse);
+    ct_op_causal_attention_backward(&qkv, H, &y, &lse, &dy, &dqkv, &ws);
+    ct_op_causal_attention_backward(&gqkv, H, &y_cpu_on_gpu, &lse_cpu_on_gpu, &gdy, &gdqkv, &gws);
+    snprintf(w, sizeof w, "%s: d(qkv)", what);
+    ct_ct_check_close(w, &gdqkv, &dqkv, tol, fmax(ct_ct_rms(&dqkv), 1e-30));
+    ct_tensor *all[] = {&qkv, &dy, &y, &lse, &dqkv, &ws, &gqkv, &gdy, &gy, &glse, &gdqkv, &gws, &y_cpu_on_gpu,
+                        &lse_cpu_on_gpu};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) ct_tensor_free(all[i]);
+}
+
 int main(void) {
     ct_cuda_test_begin("test_cuda_attn");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -63,6 +101,12 @@ int main(void) {
         ct_dtype dt = k % 2 ? CT_F64 : CT_F32;
         heads_case(dt);
         softmax_case(dt, k % 3 != 0, k % 4 < 2);
+    }
+    /* a head dimension in each of the kernel's register widths (32, 64, 128, 256), both dtypes */
+    const int64_t dims[] = {1, irand(2, 32), 64, irand(33, 64), irand(65, 128), 128, irand(129, 256), 256};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        fused_case(CT_F32, dims[i]);
+        fused_case(CT_F64, dims[i]);
     }
     return ct_test_finish();
 }

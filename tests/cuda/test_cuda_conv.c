@@ -23,13 +23,6 @@ static ct_rng rng;
 
 static int64_t rnd(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
 
-static double rms(const ct_tensor *t) {
-    int64_t n = ct_tensor_numel(t);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += ct_tensor_get(t, i) * ct_tensor_get(t, i);
-    return n ? sqrt(s / (double)n) : 0;
-}
-
 static double max_abs(const ct_tensor *t) {
     int64_t n = ct_tensor_numel(t);
     double m = 0;
@@ -39,7 +32,7 @@ static double max_abs(const ct_tensor *t) {
 
 /* Compares with the floor at the tensor's scale (see the top of the file; never below a tiny absolute value). */
 static void close_to(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double tol, bool reduced) {
-    ct_ct_check_close(what, gpu, cpu, tol, fmax(reduced ? max_abs(cpu) : rms(cpu), 1e-30));
+    ct_ct_check_close(what, gpu, cpu, tol, fmax(reduced ? max_abs(cpu) : ct_ct_rms(cpu), 1e-30));
 }
 
 typedef enum { MODE_F32, MODE_TF32, MODE_BF16, MODE_FP16 } mode;

@@ -23,17 +23,10 @@ static ct_rng rng;
 static int64_t rnd(int64_t lo, int64_t hi) { return lo + (int64_t)ct_rng_below(&rng, (uint64_t)(hi - lo + 1)); }
 static double unif(double lo, double hi) { return lo + (hi - lo) * ct_rng_uniform(&rng); }
 
-static double rms(const ct_tensor *t) {
-    int64_t n = ct_tensor_numel(t);
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += ct_tensor_get(t, i) * ct_tensor_get(t, i);
-    return n ? sqrt(s / (double)n) : 0;
-}
-
 static void close_to(const char *what, const char *name, const ct_tensor *gpu, const ct_tensor *cpu, double tol) {
     char label[400];
     snprintf(label, sizeof label, "%s: %s", what, name);
-    ct_ct_check_close(label, gpu, cpu, tol, fmax(rms(cpu), 1e-30));
+    ct_ct_check_close(label, gpu, cpu, tol, fmax(ct_ct_rms(cpu), 1e-30));
 }
 
 static void free_all(ct_tensor **ts, size_t n) {

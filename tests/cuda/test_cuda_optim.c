@@ -40,20 +40,6 @@ static int64_t rand_size(void) {
     }
 }
 
-/* Root mean square of the finite elements (the comparison floor's scale). */
-static double rms(const ct_tensor *t) {
-    double s = 0;
-    int64_t n = ct_tensor_numel(t), k = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double v = ct_tensor_get(t, i);
-        if (isfinite(v)) {
-            s += v * v;
-            k++;
-        }
-    }
-    return k ? sqrt(s / (double)k) : 0.0;
-}
-
 /* Elements compared and those with the same bits on both backends (reported, not required: the
  * same bits are expected where the CPU build fuses multiply-adds as the GPU kernels do). */
 static int64_t compared, identical;
@@ -62,7 +48,7 @@ static void compare(const char *cfg, const char *what, const ct_tensor *gpu, con
     char label[160];
     snprintf(label, sizeof label, "%s %s %s (n=%lld)", cfg, what, ct_dtype_name(cpu->dtype),
              (long long)ct_tensor_numel(cpu));
-    double floor = fmax(rms(cpu) / 10, 1e-30);
+    double floor = fmax(ct_ct_rms(cpu) / 10, 1e-30);
     ct_ct_check_close(label, gpu, cpu, cpu->dtype == CT_F32 ? 1e-5 : 1e-12, floor);
     ct_tensor back = ct_ct_to_cpu(gpu);
     size_t es = ct_dtype_size(cpu->dtype);
