@@ -112,4 +112,8 @@ for rep in range(6):
 c = {"type": "gpt", "vocab_size": 257, "n_positions": 96, "n_embd": 48, "n_layer": 2, "n_head": 4, "bias": True,
      "dropout": 0.0}
 one_case("gpt V=257 C=48 H=4 L=2 T=96", c, 96, ours=False)
+# Heads wider than CT_FUSED_ATTENTION_MAX_HEAD_DIM (256) take the unfused attention without dropout.
+c = {"type": "gpt", "vocab_size": 50, "n_positions": 40, "n_embd": 2 * int(RNG.integers(257, 270)), "n_layer": 1,
+     "n_head": 2, "bias": True, "dropout": 0.0}
+one_case(f"gpt V=50 C={c['n_embd']} H=2 L=1 T=40 (unfused: head dimension above 256)", c, 40, ours=False)
 finish()
