@@ -36,6 +36,16 @@ constexpr int MAX_TILE = 32; /* rows of the other side staged at a time */
 __device__ inline float expo(float x) { return expf(x); }
 __device__ inline double expo(double x) { return exp(x); }
 
+/* The block's dynamic shared memory (the launch's shared_bytes). The emulation of the host test
+ * defines its own, an allocation of exactly the launch's size, so that a kernel reading past what
+ * shape_of asked for is an AddressSanitizer report there. */
+#ifndef CT_CUDA_EMULATION
+template <typename T> __device__ inline T *dynamic_shared() {
+    extern __shared__ __align__(16) unsigned char ct_flash_smem[];
+    return (T *)ct_flash_smem;
+}
+#endif
+
 /* Where head h of sample b starts in qkv [B, T, 3C] (q; k at + C, v at + 2C). */
 struct heads_view {
     int64_t T, H, D, C, ld;
@@ -105,8 +115,7 @@ __device__ inline void each_visible_key(R *ks, R *vs, const R *head, const heads
 
 template <typename R, int DMAX>
 __global__ void flash_fwd(const R *qkv, R *y, R *lse, heads_view v, int64_t BH, int tile, R scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    R *ks = (R *)smem, *vs = ks + tile * v.D;
+    R *ks = dynamic_shared<R>(), *vs = ks + tile * v.D;
     const int D = (int)v.D;
     const int64_t i = blockIdx.x * (int64_t)ROWS + threadIdx.x, last = min(v.T, (blockIdx.x + 1) * (int64_t)ROWS);
     for (int64_t bh = blockIdx.y; bh < BH; bh += gridDim.y) {
@@ -146,8 +155,7 @@ template <typename R> __device__ inline R row_delta(const R *dy_row, const R *y_
 template <typename R, int DMAX>
 __global__ void flash_bwd_dq(const R *qkv, const R *y, const R *lse, const R *dy, R *dqkv, heads_view v, int64_t BH,
                              int tile, R scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    R *ks = (R *)smem, *vs = ks + tile * v.D;
+    R *ks = dynamic_shared<R>(), *vs = ks + tile * v.D;
     const int D = (int)v.D;
     const int64_t i = blockIdx.x * (int64_t)ROWS + threadIdx.x, last = min(v.T, (blockIdx.x + 1) * (int64_t)ROWS);
     for (int64_t bh = blockIdx.y; bh < BH; bh += gridDim.y) {
@@ -172,8 +180,7 @@ __global__ void flash_bwd_dq(const R *qkv, const R *y, const R *lse, const R *dy
 template <typename R, int DMAX>
 __global__ void flash_bwd_dkv(const R *qkv, const R *y, const R *lse, const R *dy, R *dqkv, heads_view v, int64_t BH,
                               int tile, R scale) {
-    extern __shared__ __align__(16) unsigned char smem[];
-    R *qs = (R *)smem, *gs = qs + tile * v.D, *lses = gs + tile * v.D, *deltas = lses + tile;
+    R *qs = dynamic_shared<R>(), *gs = qs + tile * v.D, *lses = gs + tile * v.D, *deltas = lses + tile;
     const int D = (int)v.D;
     const int64_t j = blockIdx.x * (int64_t)ROWS + threadIdx.x, first = blockIdx.x * (int64_t)ROWS;
     for (int64_t bh = blockIdx.y; bh < BH; bh += gridDim.y) {

@@ -4,8 +4,9 @@
  * shared-memory staging and synchronisation run as they would on a GPU; a missing __syncthreads
  * shows up as a race (ThreadSanitizer in CI) or wrong numbers, a read or write out of its array as
  * an AddressSanitizer report. Only what the emulated kernels use is here: 1-D blocks, dynamic shared
- * memory (the kernel's `extern __shared__` array, defined by the test in the kernel's namespace),
- * no warp functions, no atomics. Included before the kernels' header. */
+ * memory through dynamic_shared<T>() (a heap block of exactly the launch's size, so that reading
+ * past it is an AddressSanitizer report), no warp functions, no atomics. Included before the
+ * kernels' header, which leaves its own dynamic_shared to nvcc when CT_CUDA_EMULATION is defined. */
 #ifndef CT_CUDA_EMULATION_H
 #define CT_CUDA_EMULATION_H
 
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#define CT_CUDA_EMULATION 1
 #define __global__
 #define __device__
 #define __shared__
@@ -34,17 +36,25 @@ inline pthread_barrier_t ct_emu_barrier;
 
 inline void __syncthreads() { pthread_barrier_wait(&ct_emu_barrier); }
 
+/* The running launch's dynamic shared memory. */
+inline unsigned char *ct_emu_shared;
+template <typename T> T *dynamic_shared() { return (T *)ct_emu_shared; }
+
 /* the device library's overloads that the kernels call unqualified */
 using std::exp;
 using std::log;
 using std::max;
 using std::min;
 
-/* kernel<<<grid, threads>>>(args...): every block of the grid in turn, x fastest, each ending with
- * a barrier so that the next block's staging never overwrites shared memory still being read. */
-template <typename K, typename... A> void ct_emu_launch(dim3 grid, unsigned threads, K kernel, A... args) {
+/* kernel<<<grid, threads, shared_bytes>>>(args...): every block of the grid in turn, x fastest, each
+ * ending with a barrier so that the next block's staging never overwrites shared memory still being
+ * read. */
+template <typename K, typename... A>
+void ct_emu_launch(dim3 grid, unsigned threads, size_t shared_bytes, K kernel, A... args) {
     gridDim = grid;
     blockDim = dim3(threads);
+    std::vector<unsigned char> shared(shared_bytes ? shared_bytes : 1);
+    ct_emu_shared = shared.data();
     if (pthread_barrier_init(&ct_emu_barrier, nullptr, threads) != 0) {
         std::fprintf(stderr, "cuda emulation: cannot make a barrier of %u threads\n", threads);
         std::abort();

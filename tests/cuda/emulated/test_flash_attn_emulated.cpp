@@ -19,11 +19,6 @@ extern "C" {
 #include <cmath>
 #include <cstring>
 
-namespace ct_flash {
-/* the kernels' dynamic shared memory: one block runs at a time, so one array serves them all */
-__attribute__((aligned(16))) unsigned char smem[48 * 1024];
-}  // namespace ct_flash
-
 using namespace ct_flash;
 
 static ct_rng rng;
@@ -57,7 +52,7 @@ static void emulate(pass p, const ct_tensor *qkv, int64_t H, ct_tensor *y, ct_te
     const int64_t B = qkv->shape[0], T = qkv->shape[1], C = qkv->shape[2] / 3, D = C / H;
     const heads_view v = {T, H, D, C, 3 * C};
     const launch_shape s = shape_of(p, B * H, T, D, sizeof(R));
-    CHECK(s.shared_bytes <= sizeof smem && s.tile >= 1, "launch of D=%lld: %zu bytes of shared memory, tile %d",
+    CHECK(s.shared_bytes <= 48 * 1024 && s.tile >= 1, "launch of D=%lld: %zu bytes of shared memory, tile %d",
           (long long)D, s.shared_bytes, s.tile);
     const R scale = (R)(1.0 / std::sqrt((double)D));
     const R *q = (const R *)qkv->data, *g = dy ? (const R *)dy->data : nullptr;
@@ -65,14 +60,15 @@ static void emulate(pass p, const ct_tensor *qkv, int64_t H, ct_tensor *y, ct_te
     const dim3 grid(s.blocks_x, s.blocks_y);
     by_width(D, [&](auto width) {
         constexpr int W = decltype(width)::value;
+        const size_t shm = s.shared_bytes;
         if (p == pass::forward)
-            ct_emu_launch(grid, ROWS, flash_fwd<R, W>, q, yd, ld, v, B * H, s.tile, scale);
+            ct_emu_launch(grid, ROWS, shm, flash_fwd<R, W>, q, yd, ld, v, B * H, s.tile, scale);
         else if (p == pass::backward_dq)
-            ct_emu_launch(grid, ROWS, flash_bwd_dq<R, W>, q, (const R *)yd, (const R *)ld, g, dq, v, B * H, s.tile,
-                          scale);
+            ct_emu_launch(grid, ROWS, shm, flash_bwd_dq<R, W>, q, (const R *)yd, (const R *)ld, g, dq, v, B * H,
+                          s.tile, scale);
         else
-            ct_emu_launch(grid, ROWS, flash_bwd_dkv<R, W>, q, (const R *)yd, (const R *)ld, g, dq, v, B * H, s.tile,
-                          scale);
+            ct_emu_launch(grid, ROWS, shm, flash_bwd_dkv<R, W>, q, (const R *)yd, (const R *)ld, g, dq, v, B * H,
+                          s.tile, scale);
     });
 }
 
