@@ -1,9 +1,6 @@
 /* The kernels of the flash-style causal attention (ct_op_causal_attention_forward / _backward,
- * core/ops/ops_attn.h; the CPU's twin is in backends/cpu/attn_tmpl.h), device code only: launched by
- * backends/cuda/flash_attn.cu, and compiled for the host as well by a test that runs them block by
- * block with a thread per CUDA thread (tests/cuda/emulated/), so that their indexing and
- * synchronisation are checked on machines without a GPU. No [T, T] matrix is ever stored, only each
- * query row's log-sum-exp.
+ * core/ops/ops_attn.h; the CPU's twin is in backends/cpu/attn_tmpl.h), device code only, launched by
+ * backends/cuda/flash_attn.cu. No [T, T] matrix is ever stored, only each query row's log-sum-exp.
  *
  * One thread owns one row and keeps it in registers, the rows of the other side pass through shared
  * memory a tile at a time, so every thread of a block reads the same staged element at once (a
@@ -36,9 +33,9 @@ constexpr int MAX_TILE = 32; /* rows of the other side staged at a time */
 __device__ inline float expo(float x) { return expf(x); }
 __device__ inline double expo(double x) { return exp(x); }
 
-/* The block's dynamic shared memory (the launch's shared_bytes). The emulation of the host test
- * defines its own, an allocation of exactly the launch's size, so that a kernel reading past what
- * shape_of asked for is an AddressSanitizer report there. */
+/* The block's dynamic shared memory (the launch's shared_bytes). The host emulation of the kernels
+ * (tests/cuda/emulated/) defines its own, an allocation of exactly the launch's size, so that a
+ * kernel reading past what shape_of asked for is an AddressSanitizer report there. */
 #ifndef CT_CUDA_EMULATION
 template <typename T> __device__ inline T *dynamic_shared() {
     extern __shared__ __align__(16) unsigned char ct_flash_smem[];

@@ -199,7 +199,10 @@ static void test_activations(void) {
             ct_op_activation_backward(act, from_x ? &x : NULL, from_x ? NULL : &y, &dy, &dx);
             ct_op_activation_backward(act, from_x ? &gx : NULL, from_x ? NULL : &gyc, &gdy, &gdx);
             snprintf(what, sizeof what, "%s backward %s", ct_activation_name(act), ct_dtype_name(dt));
-            ct_ct_check_close(what, &gdx, &dx, tol, 1e-6);
+            /* relative to dy's scale where dx is smaller: GELU's derivative crosses zero near x = -0.75,
+             * where its two terms (each dy-sized) cancel, and the CPU's float formula (a sigmoid)
+             * and the GPU's (tanh in double) leave roundings of the terms, not of the result */
+            ct_ct_check_close(what, &gdx, &dx, tol, fmax(ct_ct_rms(&dy), 1e-30));
 
             /* In place: y = act(x) over x's own memory. */
             ct_op_activation_forward(act, &x, &x);
