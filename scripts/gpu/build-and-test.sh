@@ -7,7 +7,7 @@
 # PyTorch environment's nvidia-* pip packages (or next to the CUDA toolkit), configures with CUDA
 # (sm_90), MPI where OpenMPI was carried, and Ninja, without TensorBoard and training curves
 # (-DCTRAINER_TENSORBOARD=OFF -DCTRAINER_PLOT=OFF: the GPU tests need neither, and leaving out
-# protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L cuda,
+# protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L '^cuda$',
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), trains
 # the Fashion-MNIST MLP and CNN on the GPU and on the CPU and compares them (compare-devices.py),
 # measures GPT-2 small's training throughput against PyTorch (bench/gpt2.py), and ends with a summary
@@ -330,7 +330,7 @@ if ((built)); then
     echo "-- missing libraries:"; grep 'not found' <<<"$libs" | sed 's/^/   | /'
   fi
   # The CUDA tests run one at a time (they share the GPU and some time themselves).
-  ctest_step test-cuda "$out/test-cuda.log" -L cuda
+  ctest_step test-cuda "$out/test-cuda.log" -L '^cuda$'
   if grep -q '(Skipped)$' "$out/test-cuda.log"; then
     echo "-- skipped CUDA tests (a GPU machine should skip only NCCL tests that need more GPUs):"
     grep '(Skipped)$' "$out/test-cuda.log" | sed 's/^/   | /'
