@@ -11,7 +11,9 @@
  * them undefined and the dynamic loader binds them to the copy already in the process, the shared
  * library's or, for programs linked with the static one, the program's (which therefore exports its
  * symbols: the static target asks for that, see CMakeLists.txt; tests/layers/check_backends.py
- * checks that the program and the shared library define every function the module needs). */
+ * checks that the program and the shared library define every function the module needs).
+ * CTRAINER_CUDA_MODULE names the module to load instead, in any build: the tests' emulated CUDA
+ * backend (tests/cuda/emulated/) is one. */
 #define _GNU_SOURCE /* dladdr */
 #include "core/ops/backend.h"
 
@@ -65,11 +67,43 @@ static void own_folder(char *buf, size_t cap) {
     snprintf(buf, cap, "%s", slash ? path : "");
 }
 
+#endif
+
+/* The module's file name in messages (a build without CUDA can still load one it is given). */
+#ifdef CT_CUDA_MODULE
+#define MODULE_NAME CT_CUDA_MODULE
+#else
+#define MODULE_NAME "libctrainer_cuda.so"
+#endif
+
+/* Opens the module at path and takes its table; false with the reason in *why when it cannot. */
+static bool open_module(const char *path, const char **why) {
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    *why = h ? NULL : dlerror();
+    const ct_backend_ops *table = h ? dlsym(h, "ct_backend_cuda") : NULL;
+    if (h && !table) {
+        *why = "it has no ct_backend_cuda table";
+        dlclose(h);
+    }
+    if (!table) return false;
+    cuda_module = h;
+    __atomic_store_n(&ct_backends[CT_DEVICE_CUDA], table, __ATOMIC_RELEASE);
+    return true;
+}
+
+/* CTRAINER_CUDA_MODULE names the module to load, in any build (a test's emulated backend, say);
+ * otherwise a build with CUDA looks for its own where a GPU is, and one without has none. */
 static void load_cuda(void) {
     if (__atomic_load_n(&ct_backends[CT_DEVICE_CUDA], __ATOMIC_ACQUIRE)) return; /* the checked device serves it */
-    const char *forced = getenv("CTRAINER_CUDA_MODULE");
-    if (forced && !*forced) forced = NULL;
-    if (!forced && !gpu_device_nodes()) {
+    const char *forced = getenv("CTRAINER_CUDA_MODULE"), *why = NULL;
+    if (forced && *forced) {
+        if (!open_module(forced, &why)) /* the loader's reason names the file */
+            snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", MODULE_NAME,
+                     why ? why : "unknown error");
+        return;
+    }
+#ifdef CT_CUDA_MODULE
+    if (!gpu_device_nodes()) {
         snprintf(cuda_error, sizeof cuda_error,
                  "no NVIDIA GPU device node (/dev/nvidiactl) on this machine, so the CUDA backend was not loaded");
         return;
@@ -78,38 +112,24 @@ static void load_cuda(void) {
     own_folder(here, sizeof here);
     snprintf(beside, sizeof beside, "%s%s", here, CT_CUDA_MODULE);
     snprintf(installed, sizeof installed, "%s/%s", CT_CUDA_MODULE_DIR, CT_CUDA_MODULE);
-    /* the path asked for; beside the library (a build tree, or an installed lib folder); where it was
-     * installed; the loader's own search (LD_LIBRARY_PATH, the system folders) */
-    const char *candidates[] = {forced, forced ? NULL : beside, forced ? NULL : installed, forced ? NULL : CT_CUDA_MODULE};
+    /* beside the library (a build tree, or an installed lib folder); where it was installed; the
+     * loader's own search (LD_LIBRARY_PATH, the system folders) */
+    const char *candidates[] = {beside, installed, CT_CUDA_MODULE};
     char tried[768] = "";
-    for (size_t i = 0; i < sizeof candidates / sizeof *candidates && !cuda_module; i++) {
-        if (!candidates[i]) continue;
-        void *h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
-        const char *why = h ? NULL : dlerror();
-        const ct_backend_ops *table = h ? dlsym(h, "ct_backend_cuda") : NULL;
-        if (h && !table) {
-            why = "it has no ct_backend_cuda table";
-            dlclose(h);
+    for (size_t i = 0; i < sizeof candidates / sizeof *candidates; i++) {
+        if (open_module(candidates[i], &why)) {
+            cuda_error[0] = 0;
+            return;
         }
-        if (table) {
-            cuda_module = h;
-            __atomic_store_n(&ct_backends[CT_DEVICE_CUDA], table, __ATOMIC_RELEASE);
-        } else if (!tried[0] || (why && strstr(why, "No such file") == NULL)) {
-            /* keep the most telling reason: a module that exists but failed beats one not found */
+        /* keep the most telling reason: a module that exists but failed beats one not found */
+        if (!tried[0] || (why && strstr(why, "No such file") == NULL))
             snprintf(tried, sizeof tried, "%s", why ? why : "unknown error");
-        }
     }
-    if (!cuda_module)
-        snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", CT_CUDA_MODULE, tried);
-    else
-        cuda_error[0] = 0;
-}
-
+    snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", MODULE_NAME, tried);
 #else
-static void load_cuda(void) {
     snprintf(cuda_error, sizeof cuda_error, "this build has no CUDA backend (configure with -DCTRAINER_CUDA=ON)");
-}
 #endif
+}
 
 const ct_backend_ops *ct_backend_load(ct_device_kind kind) {
     if (kind != CT_DEVICE_CUDA) return NULL;

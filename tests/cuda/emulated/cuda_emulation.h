@@ -62,9 +62,8 @@ struct ct_emu_barrier {
     unsigned count, target, generation;
 };
 
-/* A fiber's first entry is setcontext (swapcontext throughout under AddressSanitizer, which follows
- * those); after that, switches are _setjmp / _longjmp, which unlike swapcontext make no system call
- * to save the signal mask: a launch switches millions of times. */
+/* A fiber's first entry is setcontext; after that, switches are _setjmp / _longjmp, which unlike
+ * swapcontext make no system call to save the signal mask: a launch switches millions of times. */
 struct ct_emu_fiber {
     ucontext_t context;
     jmp_buf jump;
@@ -80,7 +79,6 @@ constexpr size_t CT_EMU_STACK = 512 * 1024; /* kernels keep whole rows in locals
 
 inline struct ct_emu_state {
     std::vector<ct_emu_fiber> fibers;
-    ucontext_t scheduler;
     jmp_buf scheduler_jump;
     const void *scheduler_bottom;
     size_t scheduler_size;
@@ -97,10 +95,10 @@ inline void ct_emu_to_scheduler() {
     ct_emu_fiber &f = ct_emu.fibers[ct_emu.current];
 #ifdef CT_EMU_ASAN
     __sanitizer_start_switch_fiber(&f.fake_stack, ct_emu.scheduler_bottom, ct_emu.scheduler_size);
-    swapcontext(&f.context, &ct_emu.scheduler);
-    __sanitizer_finish_switch_fiber(f.fake_stack, &ct_emu.scheduler_bottom, &ct_emu.scheduler_size);
-#else
+#endif
     if (!_setjmp(f.jump)) _longjmp(ct_emu.scheduler_jump, 1);
+#ifdef CT_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.fake_stack, &ct_emu.scheduler_bottom, &ct_emu.scheduler_size);
 #endif
 }
 
@@ -132,15 +130,15 @@ inline void ct_emu_resume(ct_emu_fiber &f) {
     void *fake = nullptr;
 #ifdef CT_EMU_ASAN
     __sanitizer_start_switch_fiber(&fake, f.stack, CT_EMU_STACK);
-    swapcontext(&ct_emu.scheduler, &f.context);
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#else
+#endif
     if (!_setjmp(ct_emu.scheduler_jump)) {
         if (f.started)
             _longjmp(f.jump, 1);
         f.started = true;
         setcontext(&f.context);
     }
+#ifdef CT_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
     (void)fake;
 }
