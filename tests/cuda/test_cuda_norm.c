@@ -29,6 +29,17 @@ static void close_to(const char *what, const char *name, const ct_tensor *gpu, c
     ct_ct_check_close(label, gpu, cpu, tol, fmax(ct_ct_rms(cpu), 1e-30));
 }
 
+/* A normalisation's dx = rstd w (dy - mean(dy) - xhat mean(dy xhat)) cancels to rounding where the
+ * sums leave little (a layer-norm row of one element, a batch-norm channel of two samples: dx is
+ * 0 but for eps): its error is that of terms of dy * w * rstd's size, the floor here. */
+static void dx_close(const char *what, const ct_tensor *gdx, const ct_tensor *dx, const ct_tensor *dy,
+                     const ct_tensor *rstd, const ct_tensor *w, double tol) {
+    char label[400];
+    snprintf(label, sizeof label, "%s: dx", what);
+    const double terms = ct_ct_rms(dy) * ct_ct_rms(rstd) * (w ? ct_ct_rms(w) : 1.0);
+    ct_ct_check_close(label, gdx, dx, tol, fmax(fmax(ct_ct_rms(dx), terms), 1e-30));
+}
+
 static void free_all(ct_tensor **ts, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (ts[i]->data) ct_tensor_free(ts[i]);
@@ -72,7 +83,7 @@ static void check_batchnorm(int ndim, const int64_t *shape, ct_dtype dt, bool af
     close_to(what, "save_rstd", &gsr, &sr, 1e-12);
     close_to(what, "running_mean", &grm, &rm, tol);
     close_to(what, "running_var", &grv, &rv, tol);
-    close_to(what, "dx", &gdx, &dx, tol);
+    dx_close(what, &gdx, &dx, &dy, &sr, affine ? &w : NULL, tol);
     close_to(what, "dweight (accumulated)", &gdw, &dw, tol);
     close_to(what, "dbias (accumulated)", &gdb, &db, tol);
 
@@ -118,12 +129,7 @@ static void check_layernorm(int ndim, const int64_t *shape, ct_dtype dt, bool af
     close_to(what, "y", &gy, &y, tol);
     close_to(what, "save_mean", &gsm, &sm, 1e-12);
     close_to(what, "save_rstd", &gsr, &sr, 1e-12);
-    /* dx = rstd w (dy - mean(dy) - xhat mean(dy xhat)) cancels to rounding where a row has one
-     * element (xhat = 0, dy = mean(dy)): its error is that of terms of dy * w * rstd's size */
-    char label[400];
-    snprintf(label, sizeof label, "%s: dx", what);
-    const double terms = ct_ct_rms(&dy) * ct_ct_rms(&sr) * (affine ? ct_ct_rms(&w) : 1.0);
-    ct_ct_check_close(label, &gdx, &dx, tol, fmax(fmax(ct_ct_rms(&dx), terms), 1e-30));
+    dx_close(what, &gdx, &dx, &dy, &sr, affine ? &w : NULL, tol);
     close_to(what, "dweight (accumulated)", &gdw, &dw, tol);
     close_to(what, "dbias (accumulated)", &gdb, &db, tol);
 
