@@ -236,10 +236,14 @@ inline void ct_emu_run_block(unsigned threads, uint64_t &order_seed) {
     }
 }
 
+/* One launch at a time in the process, whichever host thread makes it (the Trainer's asynchronous
+ * evaluation launches beside training): the state above is the running launch's. One mutex for every
+ * kernel, not a static in the template, which would be one per kernel. */
+inline std::mutex ct_emu_one_launch_at_a_time;
+
 /* Every block of the grid in turn, x fastest. */
 template <typename K, typename... A> void ct_emu_launch(ct_emu_config c, K kernel, A... args) {
-    static std::mutex one_at_a_time;
-    std::lock_guard<std::mutex> hold(one_at_a_time);
+    std::lock_guard<std::mutex> hold(ct_emu_one_launch_at_a_time);
     const unsigned threads = c.block.x;
     if (c.block.y != 1 || c.block.z != 1 || c.grid.z != 1 || threads == 0 || threads > 1024) {
         std::fprintf(stderr, "cuda emulation: only 1-D blocks of 1 to 1024 threads on a 2-D grid\n");
