@@ -72,7 +72,7 @@ static void evaluate(ct_async_eval *e, ct_async_result *r) {
     ct_param_store *ps = &e->replica.params;
     ct_status s = ct_tensor_copy_to(&ps->values, &r->values);
     if (s == CT_OK && r->buffers.data) s = ct_tensor_copy_to(&ps->buffers, &r->buffers);
-    r->metrics = json_object();
+    r->metrics = json_array();
     if (s == CT_OK && !r->metrics) s = ct_error(CT_ERR_NOMEM, "out of memory");
     const ct_trainer *t = e->t;
     for (int i = 0; s == CT_OK && i < t->n_eval; i++) {
@@ -82,8 +82,8 @@ static void evaluate(ct_async_eval *e, ct_async_result *r) {
         json_t *m = NULL;
         s = ct_trainer_evaluation_pass(&e->shadow, t->eval_datasets[i], r->prefixes[i],
                                        e->keep_outputs ? &r->outputs[i] : NULL, &m);
-        if (s == CT_OK) json_object_update(r->metrics, m);
-        json_decref(m);
+        if (s == CT_OK && json_array_append_new(r->metrics, m)) s = ct_error(CT_ERR_NOMEM, "out of memory");
+        else if (s != CT_OK) json_decref(m);
     }
     r->status = s;
     if (s != CT_OK) snprintf(r->error, sizeof r->error, "%s", ct_last_error());

@@ -35,7 +35,7 @@ typedef struct ct_async_result {
     double epoch;       /* state.epoch of the snapshot */
     ct_status status;   /* CT_OK, or why the evaluation failed (message in error) */
     char error[1024];
-    json_t *metrics;    /* every set's metrics, prefixed as ct_trainer_evaluate prefixes them */
+    json_t *metrics;    /* an array: each set's metrics, prefixed as ct_trainer_evaluate prefixes them */
     int n_sets;
     char prefixes[CT_TRAINER_MAX_EVAL_SETS][128];
     ct_prediction_output outputs[CT_TRAINER_MAX_EVAL_SETS]; /* kept when the trainer has compute_metrics */

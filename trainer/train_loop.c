@@ -148,7 +148,7 @@ static json_t *result_message(ct_trainer *t, ct_async_result *r) {
     char error[1100];
     snprintf(error, sizeof error, "%s", r->error);
     for (int i = 0; s == CT_OK && i < r->n_sets; i++) {
-        s = ct_trainer_call_compute_metrics(t, &r->outputs[i], r->prefixes[i], r->metrics);
+        s = ct_trainer_call_compute_metrics(t, &r->outputs[i], r->prefixes[i], json_array_get(r->metrics, i));
         if (s != CT_OK) snprintf(error, sizeof error, "%s", ct_last_error());
     }
     if (s != CT_OK)
@@ -180,8 +180,9 @@ static ct_status keep_best(ct_trainer *t, int64_t step, const ct_async_result *r
     return CT_OK;
 }
 
-/* Handles one result as Hugging Face handles an evaluation at the snapshot's step: log_history
- * entry, on_evaluate, the plateau scheduler, the best metric and its checkpoint. */
+/* Handles one result as Hugging Face handles an evaluation at the snapshot's step: a log_history
+ * entry and on_evaluate for each set, as a synchronous evaluation makes them; the plateau scheduler,
+ * the best metric and its checkpoint from every set's metrics together. */
 static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_result *r) {
     int64_t step = json_integer_value(json_object_get(msg, "step"));
     double epoch = json_number_value(json_object_get(msg, "epoch"));
@@ -189,16 +190,24 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     if (err)
         return ct_error((ct_status)json_integer_value(json_object_get(msg, "status")),
                         "asynchronous evaluation of step %lld: %s", (long long)step, json_string_value(err));
-    json_t *metrics = json_object_get(msg, "metrics");
+    const json_t *sets = json_object_get(msg, "metrics");
+    json_t *metrics = json_object();
+    if (!metrics) return ct_error(CT_ERR_NOMEM, "out of memory");
     int64_t now_step = t->state.global_step;
     double now_epoch = t->state.epoch;
     t->state.global_step = step;
     t->state.epoch = epoch;
-    ct_status s = ct_trainer_log(t, json_deep_copy(metrics));
-    if (s == CT_OK) {
-        ct_callback_args a = ct_trainer_callback_args(t);
-        a.metrics = metrics;
-        s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
+    ct_status s = CT_OK;
+    size_t i;
+    json_t *set;
+    json_array_foreach(sets, i, set) {
+        if (s == CT_OK) s = ct_trainer_log(t, json_deep_copy(set));
+        if (s == CT_OK) {
+            ct_callback_args a = ct_trainer_callback_args(t);
+            a.metrics = set;
+            s = ct_callbacks_fire(&t->callbacks, CT_ON_EVALUATE, &a);
+        }
+        if (s == CT_OK && json_object_update(metrics, set)) s = ct_error(CT_ERR_NOMEM, "out of memory");
     }
     /* step 0 is eval_on_start's snapshot: no scheduler step, no best metric (evaluate_on_start) */
     bool on_start = step == 0;
@@ -206,6 +215,7 @@ static ct_status handle_result(ct_trainer *t, const json_t *msg, const ct_async_
     bool is_new_best = false;
     if (s == CT_OK && !on_start) s = determine_best(t, metrics, &is_new_best);
     if (s == CT_OK && is_new_best) s = keep_best(t, step, r);
+    json_decref(metrics);
     t->state.global_step = now_step;
     t->state.epoch = now_epoch;
     if (s == CT_OK && is_new_best && t->args.save_strategy == CT_INTERVAL_BEST && t->rank == 0)

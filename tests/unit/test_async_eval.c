@@ -8,6 +8,7 @@
  *    the snapshot): best metric, best step, checkpoint and the final weights equal the synchronous
  *    run's; early stopping stops the run (no earlier than the synchronous run), after the same
  *    evaluations, and its best is the best of what it evaluated;
+ *  - two evaluation sets: an entry and an on_evaluate per set, as synchronous evaluation makes them;
  *  - compute_metrics runs on the training thread with the snapshot's outputs: same values;
  *  - metric objects made in C (ct_trainer_setup.make_metrics): the evaluator gets its own copies (one
  *    more call of the factory, other objects) and logs the synchronous values;
@@ -101,6 +102,7 @@ typedef struct rec_trainer {
     bool fail_metrics;
     unsigned step_sleep_us; /* slows training down so that evaluations overlap several steps */
     int64_t stop_at;        /* > 0: SIGTERM at the end of this step; the held evaluation goes on at its save */
+    int evaluations;        /* on_evaluate calls */
 } rec_trainer;
 
 static ct_status record_step(ct_callback *cb, const ct_callback_args *a) {
@@ -125,9 +127,15 @@ static ct_status release_held(ct_callback *cb, const ct_callback_args *a) {
     return CT_OK;
 }
 
+static ct_status count_evaluation(ct_callback *cb, const ct_callback_args *a) {
+    (void)cb;
+    ct_container_of(a->trainer, rec_trainer, base)->evaluations++;
+    return CT_OK;
+}
+
 static const ct_callback_ops recorder_ops = {.size = sizeof(ct_callback_ops), .name = "Recorder",
                                              .on_train_begin = record_step, .on_step_end = record_step,
-                                             .on_save = release_held};
+                                             .on_save = release_held, .on_evaluate = count_evaluation};
 
 /* Hugging Face's compute_metrics: the mean of the first logit and the number of rows. */
 static ct_status my_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
@@ -168,6 +176,7 @@ typedef struct run_opts {
     const char *resume, *output_dir; /* resume_from_checkpoint; an output_dir of an earlier run */
     ct_dataset *eval_data;           /* instead of eval_set */
     bool c_metrics;                  /* make_metrics adds label_mean */
+    bool two_sets;                   /* eval sets "a" (eval_set) and "b" (eval_set_b) */
 } run_opts;
 
 typedef struct run_out {
@@ -215,7 +224,7 @@ static ct_status make_metrics(void *ctx, ct_metric_set *set) {
     return ct_metric_set_add(set, m);
 }
 
-static ct_dataset *train_set, *eval_set;
+static ct_dataset *train_set, *eval_set, *eval_set_b;
 
 static void run(const run_opts *o, run_out *out) {
     memset(out, 0, sizeof *out);
@@ -274,6 +283,12 @@ static void run(const run_opts *o, run_out *out) {
     ct_trainer_setup setup = {.model = &model, .train_dataset = train_set, .n_eval = 1,
                               .eval_datasets = {o->eval_data ? o->eval_data : eval_set}, .metrics = metrics,
                               .callbacks = &cbs};
+    if (o->two_sets) {
+        setup.n_eval = 2;
+        setup.eval_datasets[1] = eval_set_b;
+        setup.eval_names[0] = "a";
+        setup.eval_names[1] = "b";
+    }
     if (!o->no_factory) setup.make_model = make_replica;
     if (o->c_metrics) setup.make_metrics = make_metrics;
     out->status = ct_training_args_validate(&a);
@@ -313,13 +328,13 @@ static bool speed_key(const char *k) {
     return (n > 8 && strcmp(k + n - 8, "_runtime") == 0) || strstr(k, "_per_second") != NULL;
 }
 
-/* The entries of h holding eval_loss, without timing keys, as a new array. */
-static json_t *eval_entries(const json_t *h) {
+/* The entries of h holding `loss_key`, without timing keys, as a new array. */
+static json_t *entries_with(const json_t *h, const char *loss_key) {
     json_t *out = json_array();
     size_t i;
     const json_t *e;
     json_array_foreach(h, i, e) {
-        if (!json_object_get(e, "eval_loss")) continue;
+        if (!json_object_get(e, loss_key)) continue;
         json_t *c = json_object();
         const char *k;
         const json_t *v;
@@ -328,6 +343,8 @@ static json_t *eval_entries(const json_t *h) {
     }
     return out;
 }
+
+static json_t *eval_entries(const json_t *h) { return entries_with(h, "eval_loss"); }
 
 static json_t *train_entries(const json_t *h) {
     json_t *out = json_array();
@@ -431,6 +448,33 @@ static void test_equals_sync(bool compute_metrics) {
     json_decref(ea);
     json_decref(ts);
     json_decref(ta);
+    free_out(&sync);
+    free_out(&async);
+}
+
+/* Two evaluation sets: each logs an entry of its own and fires on_evaluate, as synchronous
+ * evaluation (and Hugging Face's, one evaluate() per set) does, with the same values. */
+static void test_two_sets(void) {
+    run_opts o = {.eval_strategy = CT_INTERVAL_STEPS, .save_strategy = CT_INTERVAL_NO, .eval_steps = 10,
+                  .max_steps = 20, .policy = "wait", .two_sets = true};
+    run_out sync, async;
+    run(&o, &sync);
+    o.async = true;
+    run(&o, &async);
+    CHECK(sync.status == CT_OK && async.status == CT_OK, "two sets: runs (%s%s)", sync.error, async.error);
+    for (int set = 0; set < 2; set++) {
+        const char *key = set ? "eval_b_loss" : "eval_a_loss";
+        json_t *es = entries_with(sync.history, key), *ea = entries_with(async.history, key);
+        CHECK(json_array_size(es) == 2, "two sets: 2 synchronous entries with %s, got %zu", key, json_array_size(es));
+        CHECK(json_object_get(json_array_get(es, 0), set ? "eval_a_loss" : "eval_b_loss") == NULL,
+              "two sets: a synchronous entry holds one set's metrics");
+        check_same_json(set ? "two sets: the entries of set b" : "two sets: the entries of set a", ea, es);
+        json_decref(es);
+        json_decref(ea);
+    }
+    CHECK(sync.rec->evaluations == 4 && async.rec->evaluations == 4,
+          "two sets: on_evaluate once per set and evaluation (synchronous %d, asynchronous %d, want 4)",
+          sync.rec->evaluations, async.rec->evaluations);
     free_out(&sync);
     free_out(&async);
 }
@@ -705,7 +749,9 @@ int main(void) {
     if (!(tmp_root = ct_fixture_tmp_root("ct_async_eval"))) return 1;
     train_set = make_data(400, DIM, CLASSES, ct_test_seed);
     eval_set = make_data(601, DIM, CLASSES, ct_test_seed + 1);
+    eval_set_b = make_data(203, DIM, CLASSES, ct_test_seed + 2);
     test_equals_sync(false);
+    test_two_sets();
     test_equals_sync(true);
     test_c_metrics();
     test_continuous("latest");
@@ -717,6 +763,7 @@ int main(void) {
     test_stop_while_evaluating();
     ct_dataset_free(train_set);
     ct_dataset_free(eval_set);
+    ct_dataset_free(eval_set_b);
     ct_fixture_cleanup();
     return ct_test_finish();
 }
