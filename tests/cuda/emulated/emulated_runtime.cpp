@@ -4,7 +4,9 @@
  * backend leaves to NVIDIA's libraries, GEMMs (blas.cu) and convolutions (conv.cu), done by the CPU
  * backend on the same memory. Every other op of the table (backends/cuda/backend_cuda.c) is the
  * backend's own kernel code, compiled from its .cu file by the host compiler
- * (rewrite_launches.py, cuda_emulation.h). So the emulated module checks the kernels' indexing,
+ * (rewrite_launches.py, cuda_emulation.h). GEMMs and convolutions round their float32 inputs as
+ * tensor cores do under the thread's math mode (tf32, bf16, fp16), so mixed-precision training
+ * differs from float32 here as it would on a GPU. So the emulated module checks the kernels' indexing,
  * synchronisation and arithmetic and the table's wiring, not NVIDIA's libraries or real streams. */
 #include "cuda_emulation.h"
 
@@ -33,6 +35,40 @@ struct on_cpu {
     const ct_tensor *p;
     explicit on_cpu(const ct_tensor *g) : t(g ? *g : ct_tensor{}), p(g ? &t : nullptr) { t.device = CT_CPU; }
     ct_tensor *get() { return (ct_tensor *)p; }
+};
+
+/* A float32 value as tensor cores take it: rounded to nearest even to tf32's 10-bit or bf16's 7-bit
+ * mantissa (float32's range), or converted to fp16, whose range ends at 65504 (larger values become
+ * infinite, as cuBLAS's and cuDNN's down-conversion makes them: what fp16's loss scaler is for). */
+float tensor_core_input(float x, ct_math_mode m) {
+    if (m == CT_MATH_FP16) return (float)(_Float16)x;
+    if (m == CT_MATH_F32 || std::isnan(x)) return x;
+    const unsigned dropped = m == CT_MATH_TF32 ? 13 : 16;
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    u += ((1u << (dropped - 1)) - 1) + ((u >> dropped) & 1); /* to nearest, ties to even */
+    u &= ~((1u << dropped) - 1);
+    std::memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* An operand of a GEMM or convolution as NVIDIA's libraries read it under math mode m: float32
+ * inputs rounded (tensor_core_input) into a copy; float64, exact float32 and NULL as they are. */
+struct operand {
+    on_cpu view;
+    ct_tensor copy{};
+    operand(const ct_tensor *g, ct_math_mode m) : view(g) {
+        if (!g || g->dtype != CT_F32 || m == CT_MATH_F32) return;
+        if (ct_tensor_alloc(&copy, CT_F32, CT_CPU, g->ndim, g->shape) != CT_OK)
+            ct_abort_at(__FILE__, __LINE__, "%s", ct_last_error());
+        const float *from = (const float *)g->data;
+        float *to = (float *)copy.data;
+        for (int64_t i = 0, n = ct_tensor_numel(g); i < n; i++) to[i] = tensor_core_input(from[i], m);
+    }
+    ~operand() { ct_tensor_free(&copy); }
+    operand(const operand &) = delete;
+    operand &operator=(const operand &) = delete;
+    const ct_tensor *get() { return copy.data ? &copy : view.get(); }
 };
 
 const ct_backend_ops &cpu() { return *ct_backend_for_kind(CT_DEVICE_CPU); }
@@ -132,11 +168,18 @@ void *ct_cuda_workspace(size_t bytes) {
 extern "C" void ct_cuda_set_math_mode(ct_math_mode m) { math_mode = m; }
 extern "C" ct_math_mode ct_cuda_math_mode(void) { return math_mode; }
 
+/* cuBLAS's float32 compute types (blas.cu): tensor cores that round the inputs under the math
+ * mode and accumulate in float32. */
 extern "C" void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                                 double beta, ct_tensor *c) {
-    on_cpu ca(a), cb(b), cc(c);
+    operand ca(a, math_mode), cb(b, math_mode);
+    on_cpu cc(c);
     cpu().gemm(trans_a, trans_b, alpha, ca.get(), cb.get(), beta, cc.get());
 }
+
+/* What cuDNN's math type may do to a float32 convolution's inputs under the math mode (conv.cu's
+ * wanted_math): TF32 tensor cores in tf32 and bf16 modes, down-conversion to fp16 in fp16 mode. */
+static ct_math_mode conv_math(void) { return math_mode == CT_MATH_BF16 ? CT_MATH_TF32 : math_mode; }
 
 /* The CPU's convolution needs its own scratch: a slot per thread for the batch given. */
 static ct_tensor conv_scratch(const ct_conv2d_geom *g, const ct_tensor *x) {
@@ -150,7 +193,8 @@ static ct_tensor conv_scratch(const ct_conv2d_geom *g, const ct_tensor *x) {
 extern "C" void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                           const ct_tensor *bias, ct_tensor *y, ct_tensor *) {
     CT_ASSERT(!g->relu && !g->pool2x2); /* as cuDNN's path: the activation is a layer of its own */
-    on_cpu cx(x), cw(weight), cb(bias), cy(y);
+    operand cx(x, conv_math()), cw(weight, conv_math());
+    on_cpu cb(bias), cy(y);
     ct_tensor ws = conv_scratch(g, x);
     cpu().conv2d_forward(g, cx.get(), cw.get(), cb.get(), cy.get(), &ws);
     ct_tensor_free(&ws);
@@ -159,8 +203,11 @@ extern "C" void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tens
 extern "C" void ct_cuda_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
                                            ct_tensor *) {
-    on_cpu cx(x), cw(weight), cdy(dy), cdw(dweight), cdb(dbias), cdx(dx);
+    operand cx(x, conv_math()), cw(weight, conv_math()), cdy(dy, conv_math());
+    on_cpu exact_dy(dy), cdw(dweight), cdb(dbias), cdx(dx);
     ct_tensor ws = conv_scratch(g, x);
-    cpu().conv2d_backward(g, cx.get(), cw.get(), cdy.get(), cdw.get(), cdb.get(), cdx.get(), &ws);
+    cpu().conv2d_backward(g, cx.get(), cw.get(), cdy.get(), cdw.get(), nullptr, cdx.get(), &ws);
+    /* the bias gradient is the backend's own kernel's sum (conv.cu), of the exact dy */
+    if (dbias) cpu().conv2d_backward(g, cx.get(), cw.get(), exact_dy.get(), nullptr, cdb.get(), nullptr, &ws);
     ct_tensor_free(&ws);
 }
