@@ -24,20 +24,7 @@ bad() { echo "FAIL: $1"; failed=$((failed + 1)); }
 rm -rf "$runs" && mkdir -p "$runs" && cd "$runs" || exit 1
 
 # Log histories without wall-clock entries (runtimes, rates) must be equal.
-same_history() {
-    /usr/bin/python3 - "$1/trainer_state.json" "$2/trainer_state.json" <<'EOF'
-import json, sys
-def history(path):
-    clock = ("runtime", "per_second", "total_flos")
-    return [{k: v for k, v in e.items() if not any(c in k for c in clock)} for e in json.load(open(path))["log_history"]]
-a, b = history(sys.argv[1]), history(sys.argv[2])
-if a != b:
-    for x, y in zip(a, b):
-        if x != y: print(f"first difference:\n  {x}\n  {y}")
-    sys.exit(1)
-print(f"{len(a)} log entries equal")
-EOF
-}
+same_history() { /usr/bin/python3 "$src/tests/cli/compare_histories.py" "$1" "$2"; }
 
 # The fortunes corpus as token files under $runs/tok, for the GPT runs; fails when it cannot be had.
 tokenize_corpus() {
@@ -73,15 +60,8 @@ done
 # Asynchronous evaluation beside training, its replica on the training device.
 "$ctrainer" train "$mlp" --device cuda --output_dir async-cuda --eval_async true --eval_async_policy wait \
     >async-cuda.log 2>&1 || bad "eval_async on cuda: $(tail -1 async-cuda.log)"
-/usr/bin/python3 - mlp-cpu/trainer_state.json async-cuda/trainer_state.json <<'EOF' && ok || bad "eval_async on cuda evaluates differently"
-import json, sys
-def evals(path):
-    return sorted((e["step"], k, v) for e in json.load(open(path))["log_history"] for k, v in e.items()
-                  if k.startswith("eval_") and not any(c in k for c in ("runtime", "per_second")))
-a, b = evals(sys.argv[1]), evals(sys.argv[2])
-print(f"{len(a)} evaluation values, asynchronous on cuda {'equal' if a == b else 'DIFFERENT'}")
-sys.exit(0 if a == b and a else 1)
-EOF
+/usr/bin/python3 "$src/tests/cli/compare_histories.py" mlp-cpu async-cuda --keys eval_,test_ && ok ||
+    bad "eval_async on cuda evaluates differently"
 
 for dev in cpu cuda; do
     "$ctrainer" evaluate "$mlp" --model mlp-cpu --device $dev --output_dir eval-$dev >eval-$dev.log 2>&1 ||
