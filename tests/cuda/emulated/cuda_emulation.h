@@ -9,7 +9,8 @@
  *
  * What is here is what the kernels use: 1-D blocks on a 2-D grid; static __shared__ arrays (static
  * locals: one block runs at a time, so its threads share them); dynamic shared memory through
- * dynamic_shared<T>() (a heap block of exactly the launch's size, so reading past it is an
+ * dynamic_shared<T>() (a heap block of exactly the launch's size, 128-byte aligned and filled with
+ * NaN bytes, so reading past it is an
  * AddressSanitizer report); __syncwarp and the warp shuffles __shfl_sync and __shfl_xor_sync (the
  * 32 threads of a warp meet at a barrier of their own, as a full mask requires them all); atomicMin;
  * __trap. Launches are `ct_emu_launch(ct_emu_config(grid, block[, shared_bytes[, stream]]), kernel,
@@ -46,6 +47,7 @@
 #define __restrict__ __restrict
 #define __shared__ static
 #define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
 
 struct dim3 {
     unsigned x, y, z;
@@ -249,10 +251,24 @@ template <typename K, typename... A> void ct_emu_launch(ct_emu_config c, K kerne
         std::fprintf(stderr, "cuda emulation: only 1-D blocks of 1 to 1024 threads on a 2-D grid\n");
         std::abort();
     }
+    if (c.shared_bytes > 227 * 1024) { /* Hopper's most a block may have (opted in) */
+        std::fprintf(stderr, "cuda emulation: %zu bytes of dynamic shared memory, more than 227 KiB\n", c.shared_bytes);
+        std::abort();
+    }
     gridDim = c.grid;
     blockDim = c.block;
-    std::vector<unsigned char> shared(c.shared_bytes ? c.shared_bytes : 1);
-    ct_emu.shared = shared.data();
+    /* exactly the launch's bytes (reading past them is an AddressSanitizer report), aligned as a GPU's */
+    void *shared = nullptr;
+    if (posix_memalign(&shared, 128, c.shared_bytes ? c.shared_bytes : 1) != 0) {
+        std::fprintf(stderr, "cuda emulation: no memory for %zu bytes of shared memory\n", c.shared_bytes);
+        std::abort();
+    }
+    std::memset(shared, 0xFF, c.shared_bytes); /* NaN as float and bf16: a read before a write shows */
+    struct release {
+        void *p;
+        ~release() { std::free(p); }
+    } release_shared{shared};
+    ct_emu.shared = (unsigned char *)shared;
     const unsigned warps = (threads + warpSize - 1) / warpSize;
     ct_emu.exchange.assign((size_t)warps * warpSize, 0.0);
     ct_emu.block = {0, threads, 0};

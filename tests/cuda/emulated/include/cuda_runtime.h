@@ -35,6 +35,11 @@ inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemc
 }
 
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+
+/* A kernel's opt-in to more than 48 KiB of dynamic shared memory: nothing to do on the host, where
+ * ct_emu_launch holds a launch to the hardware's 227 KiB. */
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+template <typename F> cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 inline const char *cudaGetErrorString(cudaError_t) { return "no error (emulated)"; }
 
