@@ -38,7 +38,7 @@ __device__ inline double expo(double x) { return exp(x); }
  * kernel reading past what shape_of asked for is an AddressSanitizer report there. */
 #ifndef CT_CUDA_EMULATION
 template <typename T> __device__ inline T *dynamic_shared() {
-    extern __shared__ __align__(16) unsigned char ct_flash_smem[];
+    extern __shared__ __align__(128) unsigned char ct_flash_smem[]; /* wmma tiles need 32-byte alignment */
     return (T *)ct_flash_smem;
 }
 #endif

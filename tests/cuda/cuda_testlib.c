@@ -89,6 +89,27 @@ double ct_ct_rms(const ct_tensor *t) {
     return k ? sqrt(s / (double)k) : 0.0;
 }
 
+double ct_ct_check_rms_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol) {
+    ct_tensor back = ct_ct_to_cpu(gpu);
+    int64_t n = ct_tensor_numel(cpu), nan_mismatch = 0;
+    double diff = 0, ref = 0;
+    CHECK(ct_tensor_numel(&back) == n && back.dtype == cpu->dtype, "%s: shape or dtype differs", what);
+    for (int64_t i = 0; i < n && ct_tensor_numel(&back) == n; i++) {
+        double a = value(&back, i), b = value(cpu, i);
+        if (isnan(a) || isnan(b)) {
+            nan_mismatch += isnan(a) != isnan(b);
+            continue;
+        }
+        diff += (a - b) * (a - b);
+        ref += b * b;
+    }
+    double err = ref > 0 ? sqrt(diff / ref) : sqrt(diff);
+    CHECK(nan_mismatch == 0 && err <= rel_tol, "%s: relative RMS error %.3g > %.3g (%lld NaNs on one side only)", what,
+          err, rel_tol, (long long)nan_mismatch);
+    ct_tensor_free(&back);
+    return err;
+}
+
 double ct_ct_check_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol, double floor) {
     ct_tensor back = ct_ct_to_cpu(gpu);
     int64_t n = ct_tensor_numel(cpu), worst = -1;

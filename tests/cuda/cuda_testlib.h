@@ -29,6 +29,11 @@ ct_tensor ct_ct_to_cpu(const ct_tensor *gpu);
 /* CHECKs that gpu (copied back) equals cpu elementwise within rel_tol (relative to max(|cpu|,
  * floor)); names the worst element. Returns the largest relative error. */
 double ct_ct_check_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol, double floor);
+/* CHECKs that gpu (copied back) is within rel_tol of cpu in root mean square, relative to cpu's:
+ * for reduced-precision math, whose rounding leaves every element a small independent error (a
+ * maximum would measure the rare cancelling element; ct_ct_check_close bounds those more loosely).
+ * A NaN on one side only fails. Returns the relative RMS error. */
+double ct_ct_check_rms_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol);
 /* Root mean square of a CPU tensor's finite elements: the scale of a comparison floor. */
 double ct_ct_rms(const ct_tensor *t);
 /* CHECKs exact equality (integer outputs, masks, indices). */
