@@ -10,7 +10,8 @@
 # protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L '^cuda$',
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), trains
 # the Fashion-MNIST MLP and CNN on the GPU and on the CPU and compares them (compare-devices.py),
-# measures GPT-2 small's training throughput against PyTorch (bench/gpt2.py), and ends with a summary
+# times the fused attention against PyTorch's (bench/attention.py), measures GPT-2 small's training
+# throughput against PyTorch (bench/gpt2.py), and ends with a summary
 # table. Each step's output goes to a log under $OUT (the folder whose contents come
 # back from the GPU machine; /tmp/out when unset); a failed step prints its last lines and the script
 # goes on where the next step still makes sense. Exit status: 0 when every step passed, 1 otherwise.
@@ -352,6 +353,17 @@ if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "${data_dir:-/usr/share/data
   fi
 else
   row compare skipped 0 "no ctrainer, python3 or Fashion-MNIST files (--data DIR)"
+fi
+
+# The fused attention against PyTorch's scaled_dot_product_attention at GPT-2 small's shapes
+# (bench/attention.py): float32 on the CUDA cores and bf16 on the tensor cores, within a minute.
+if [[ -x "$build/bench/bench_attention" && -n "$python" ]]; then
+  if step attention "$out/attention.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" timeout 120 "$python" \
+      "$root/bench/attention.py" --build "$build" --python "$python" --seconds 1; then
+    row attention ok "$step_s" "$(grep -m1 '^forward .*bf16' "$out/attention.log" | tr -s ' ' | cut -c1-70); see attention.log"
+  else
+    row attention FAIL "$step_s" "see attention.log"
+  fi
 fi
 
 # GPT-2 small throughput against PyTorch, eager and torch.compile (bench/gpt2.py): tokens/s, MFU and
