@@ -18,12 +18,15 @@ ratios to ctrainer.
 gradient_checkpointing, torch.utils.checkpoint around each of the peer's blocks, as Hugging Face does).
 On the CPU the peak memory is each process's peak RSS (ctrainer's longer run).
 
+--profile runs ctrainer once more for --short steps with CTRAINER_OP_PROFILE=1 (core/ops/op_profile.h) and
+prints its table of op times: where a step's time goes, op by op.
+
 --tiny trains a small GPT of the same shape family (2 layers, 128 wide, context 128) so the script
 itself can be checked on any machine; on the CPU there is no MFU (no stated peak) and no bf16.
 
 Usage: bench/gpt2.py [--device cuda|cpu] [--steps 20] [--short 5] [--batch 16] [--accum 1]
                      [--warmup 5] [--no-compile] [--tiny] [--context T] [--gradient-checkpointing] [--build DIR]
-                     [--python PY]"""
+                     [--python PY] [--profile]"""
 import argparse
 import array
 import json
@@ -48,6 +51,8 @@ ap.add_argument("--context", type=int, help="tokens per sequence (default: the m
 ap.add_argument("--gradient-checkpointing", action="store_true", help="recompute each block's activations, both sides")
 ap.add_argument("--build", default=os.path.join(root, "build"))
 ap.add_argument("--python", default=sys.executable, help="the Python with torch for the peer")
+ap.add_argument("--profile", action="store_true",
+                help="afterwards, --short steps once more with CTRAINER_OP_PROFILE=1, and print its op table")
 a = ap.parse_args()
 if a.steps <= a.short or a.short < 1:
     sys.exit("--steps must exceed --short, which must be at least 1")
@@ -83,17 +88,21 @@ config_path = os.path.join(tmp, "gpt2.json")
 json.dump(config, open(config_path, "w"))
 
 
-def run_ctrainer(steps):
-    out = os.path.join(tmp, f"ct{steps}")
+def run_ctrainer(steps, profile=False):
+    out = os.path.join(tmp, f"ct{steps}{'-profile' if profile else ''}")
     cmd = [ctrainer, "train", config_path, "--output_dir", out, "--max_steps", str(steps), "--device", a.device]
     if gpu:
         cmd += ["--bf16", "true"]
+    env = dict(os.environ, CTRAINER_OP_PROFILE="1") if profile else None
     with tempfile.TemporaryFile("w+") as err:
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
         _, status, usage = os.wait4(p.pid, 0)  # its own peak RSS, which subprocess.run does not give
         err.seek(0)
+        text = err.read()
         if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"failed: {' '.join(cmd)}\n{err.read()[-3000:]}")
+            sys.exit(f"failed: {' '.join(cmd)}\n{text[-3000:]}")
+    if profile:  # the op table printed at exit
+        return text[text.find("op profile"):] if "op profile" in text else "no op profile printed"
     return dict(json.load(open(os.path.join(out, "train_results.json"))), peak_rss_bytes=usage.ru_maxrss * 1024)
 
 
@@ -134,3 +143,6 @@ for name, tps, mfu, mem in rows:
     print(f"  {name:56s} {tps:12.0f} tokens/s  {mfu_text}  {mem_text}  {ratio}")
 print(json.dumps({"device": a.device, "tiny": a.tiny, "gradient_checkpointing": a.gradient_checkpointing, "rows": [
     {"name": n, "tokens_per_s": t, "mfu": m, "peak_memory_bytes": mem} for n, t, m, mem in rows]}))
+if a.profile:
+    print(f"ctrainer, {a.short} steps with every op timed between synchronisations (start-up included):")
+    print(run_ctrainer(a.short, profile=True))

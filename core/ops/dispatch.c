@@ -4,7 +4,7 @@
  * sit on one device kind; a mismatch is a bug in the calling layer and aborts with file:line), looks
  * up the backend table of its dispatching tensor's device (core/ops/backend.h) and makes one
  * indirect call. Nothing else happens here: no allocation, no pass over the data, so an op costs what
- * its kernel costs. What only one backend needs (the CPU's workspace, cuDNN's index limits, CUDA's
+ * its kernel costs (and, with CTRAINER_OP_PROFILE set, two device synchronisations and a clock). What only one backend needs (the CPU's workspace, cuDNN's index limits, CUDA's
  * device index) the backend checks itself.
  *
  * The dispatching tensor is the op's output where there is one that must live on the device
@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/ops/backend.h"
+#include "core/ops/op_profile.h"
 
 /* --- dispatch ---------------------------------------------------------------------------------- */
 
@@ -37,22 +38,27 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
 }
 
 /* The kernel `op` of t's backend, called with the remaining arguments between the backend's
- * op_begin and op_end (CALL_RETURN: its value). */
+ * op_begin and op_end (CALL_RETURN: its value), and timed when the op profile is on
+ * (core/ops/op_profile.h: one flag read otherwise). */
 #define CALL(t, op, ...)                                                                                               \
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
+        double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         b_->op(__VA_ARGS__);                                                                                           \
         if (b_->op_end) b_->op_end();                                                                                  \
+        if (__builtin_expect(ct_op_profile_on, 0)) ct_op_profile_end(b_, #op, started_);                               \
     } while (0)
 #define CALL_RETURN(t, op, ...)                                                                                        \
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
+        double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         __typeof__(b_->op(__VA_ARGS__)) r_ = b_->op(__VA_ARGS__);                                                      \
         if (b_->op_end) b_->op_end();                                                                                  \
+        if (__builtin_expect(ct_op_profile_on, 0)) ct_op_profile_end(b_, #op, started_);                               \
         return r_;                                                                                                     \
     } while (0)
 

@@ -367,10 +367,11 @@ if [[ -x "$build/bench/bench_attention" && -n "$python" ]]; then
 fi
 
 # GPT-2 small throughput against PyTorch, eager and torch.compile (bench/gpt2.py): tokens/s, MFU and
-# peak memory of each side, within 5 minutes; --no-gpt2 leaves it out.
+# peak memory of each side, and ctrainer's op profile (where its step's time goes), within 5 minutes;
+# --no-gpt2 leaves it out.
 if [[ "$run_gpt2" = 1 && -x "$build/ctrainer" && -n "$python" ]]; then
   if step gpt2 "$out/gpt2.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" timeout 300 "$python" "$root/bench/gpt2.py" \
-      --build "$build" --python "$python"; then
+      --build "$build" --python "$python" --profile; then
     row gpt2 ok "$step_s" "$(grep -m1 '^  ctrainer' "$out/gpt2.log" | tr -s ' ' | cut -c1-70); see gpt2.log"
   else
     row gpt2 FAIL "$step_s" "see gpt2.log"
