@@ -12,6 +12,7 @@
 #   - resuming across devices, both ways: the evaluations of the uninterrupted run;
 #   - asynchronous evaluation on the device: the same bits as synchronous evaluation there;
 #   - `ctrainer evaluate` and `predict` on the device;
+#   - device memory: what 1000 steps leave allocated equals what 100 leave;
 #   - the CNN preset and the GPT example for a few steps; the GPT again with gradient checkpointing on
 #     the device (the same bits: the recomputed forward is the same kernels' run), in bf16 and in fp16
 #     (whose first steps overflow and are skipped).
@@ -90,6 +91,22 @@ with h5py.File(sys.argv[3]) as p, h5py.File(sys.argv[4]) as q:
 print(f"evaluate: {len(keys)} values agree; predict: {', '.join(names)} agree")
 EOF
     bad "evaluate or predict on cpu and cuda disagree"
+
+# Device memory does not grow with steps: what 1000 steps leave allocated (HF's train_mem_gpu_alloc_delta,
+# from the module's own count) is what 100 leave.
+for n in 100 1000; do
+    "$ctrainer" train "$mlp" --device cuda --output_dir soak-$n --max_steps $n --per_device_train_batch_size 8 \
+        --eval_strategy no --save_strategy no --logging_steps 100 --skip_memory_metrics false >soak-$n.log 2>&1 ||
+        bad "$n steps on cuda: $(tail -1 soak-$n.log)"
+done
+/usr/bin/python3 - soak-100/train_results.json soak-1000/train_results.json <<'EOF' && ok ||
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+key = "train_mem_gpu_alloc_delta"
+print(f"device memory left by training: {a[key]} bytes after 100 steps, {b[key]} after 1000")
+sys.exit(0 if a[key] == b[key] else 1)
+EOF
+    bad "device memory grows with the steps"
 
 # The CNN preset: the fused convolution + ReLU + pooling path; cuDNN's convolutions are the CPU's here.
 cnn=$src/examples/configs/fashion_mnist_cnn.json
