@@ -85,6 +85,25 @@ __device__ inline float row_delta(const float *y, const float *dy, const heads_v
     return acc;
 }
 
+/* What both backward passes stage of `rows` queries from q0 on: q and dy as bf16 (sm.q, sm.dy), each
+ * row's lse and delta in float (sm.lse, sm.delta; zeros past T). */
+template <int DP, typename S>
+__device__ inline void stage_queries(S &sm, const float *qkv, const float *y, const float *lse, const float *dy,
+                                     const heads_view &hv, int64_t bh, int64_t q0, int rows) {
+    constexpr int LD = ld_of(DP);
+    stage_rows(sm.q, LD, qkv, hv, bh, q0, rows, DP, 0);
+    for (int i = threadIdx.x; i < rows * DP; i += THREADS) {
+        const int r = i / DP, d = i % DP;
+        const int64_t t = q0 + r;
+        sm.dy[r * LD + d] = __float2bfloat16(t < hv.T && d < hv.D ? dy[hv.out_at(bh, t) + d] : 0.0f);
+    }
+    if ((int)threadIdx.x < rows) {
+        const int64_t t = q0 + threadIdx.x;
+        sm.lse[threadIdx.x] = t < hv.T ? lse[bh * hv.T + t] : 0.0f;
+        sm.delta[threadIdx.x] = row_delta(y, dy, hv, bh, t);
+    }
+}
+
 /* out[16 x 16 n] = a (16 x DP, rows) times b^T, b's rows 16 n at a time (b stored by rows, read as
  * columns), into float shared memory with row stride ldo. */
 template <int DP, int N>
@@ -262,17 +281,7 @@ __global__ void __launch_bounds__(THREADS)
     dq_smem<DP> sm(dynamic_shared<unsigned char>());
     const int64_t bh = blockIdx.x, q0 = (int64_t)(gridDim.y - 1 - blockIdx.y) * OWN;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    stage_rows(sm.q, LD, qkv, hv, bh, q0, OWN, DP, 0);
-    for (int i = threadIdx.x; i < OWN * DP; i += THREADS) {
-        const int rr = i / DP, d = i % DP;
-        const int64_t tt = q0 + rr;
-        sm.dy[rr * LD + d] = __float2bfloat16(tt < hv.T && d < hv.D ? dy[hv.out_at(bh, tt) + d] : 0.0f);
-    }
-    if (threadIdx.x < OWN) {
-        const int64_t tt = q0 + threadIdx.x;
-        sm.lse[threadIdx.x] = tt < hv.T ? lse[bh * hv.T + tt] : 0.0f;
-        sm.delta[threadIdx.x] = row_delta(y, dy, hv, bh, tt);
-    }
+    stage_queries<DP>(sm, qkv, y, lse, dy, hv, bh, q0, OWN);
     frag_acc dq[DP / 16];
 #pragma unroll
     for (int n = 0; n < DP / 16; n++) wmma::fill_fragment(dq[n], 0.0f);
@@ -342,17 +351,7 @@ __global__ void __launch_bounds__(THREADS)
     const int64_t key = k0 + r;
     for (int64_t q0 = k0 / TILE * TILE; q0 < hv.T; q0 += TILE) {
         __syncthreads();
-        stage_rows(sm.q, LD, qkv, hv, bh, q0, TILE, DP, 0);
-        for (int i = threadIdx.x; i < TILE * DP; i += THREADS) {
-            const int rr = i / DP, d = i % DP;
-            const int64_t tt = q0 + rr;
-            sm.dy[rr * LD + d] = __float2bfloat16(tt < hv.T && d < hv.D ? dy[hv.out_at(bh, tt) + d] : 0.0f);
-        }
-        if (threadIdx.x < TILE) {
-            const int64_t tt = q0 + threadIdx.x;
-            sm.lse[threadIdx.x] = tt < hv.T ? lse[bh * hv.T + tt] : 0.0f;
-            sm.delta[threadIdx.x] = row_delta(y, dy, hv, bh, tt);
-        }
+        stage_queries<DP>(sm, qkv, y, lse, dy, hv, bh, q0, TILE);
         __syncthreads();
         times_transposed<DP, TILE / 16>(sm.s + warp * 16 * TILE, TILE, sm.k + warp * 16 * LD, sm.q, LD);
         times_transposed<DP, TILE / 16>(sm.dp + warp * 16 * TILE, TILE, sm.v + warp * 16 * LD, sm.dy, LD);
