@@ -57,7 +57,8 @@ while fwd + bwd < seconds:
     bwd += time.perf_counter() - t1
     reps += 1
 flops = 4.0 * B * H * T * T * D / 2
-print(json.dumps({"torch": torch.__version__, "attention": kind, "dtype": dtype_name, "reps": reps, "forward_ms": 1e3 * fwd / reps,
+print(json.dumps({"torch": torch.__version__, "attention": kind, "dtype": dtype_name, "reps": reps,
+                  "forward_ms": 1e3 * fwd / reps,
                   "backward_ms": 1e3 * bwd / reps, "forward_tflops": flops * reps / fwd * 1e-12,
                   "backward_tflops": 2.5 * flops * reps / bwd * 1e-12}))
 """

@@ -4,8 +4,9 @@
  * sit on one device kind; a mismatch is a bug in the calling layer and aborts with file:line), looks
  * up the backend table of its dispatching tensor's device (core/ops/backend.h) and makes one
  * indirect call. Nothing else happens here: no allocation, no pass over the data, so an op costs what
- * its kernel costs (and, with CTRAINER_OP_PROFILE set, two device synchronisations and a clock). What only one backend needs (the CPU's workspace, cuDNN's index limits, CUDA's
- * device index) the backend checks itself.
+ * its kernel costs (and, with CTRAINER_OP_PROFILE set, two device synchronisations and a clock).
+ * What only one backend needs (the CPU's workspace, cuDNN's index limits, CUDA's device index) the
+ * backend checks itself.
  *
  * The dispatching tensor is the op's output where there is one that must live on the device
  * (ct_op_gemm's c, ct_op_copy's dst), else its first input; a backend without the op (a NULL

@@ -360,7 +360,8 @@ fi
 if [[ -x "$build/bench/bench_attention" && -n "$python" ]]; then
   if step attention "$out/attention.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" timeout 120 "$python" \
       "$root/bench/attention.py" --build "$build" --python "$python" --seconds 1; then
-    row attention ok "$step_s" "$(grep -m1 '^forward .*bf16' "$out/attention.log" | tr -s ' ' | cut -c1-70); see attention.log"
+    row attention ok "$step_s" \
+      "$(grep -m1 '^forward .*bf16' "$out/attention.log" | tr -s ' ' | cut -c1-70); see attention.log"
   else
     row attention FAIL "$step_s" "see attention.log"
   fi

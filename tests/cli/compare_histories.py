@@ -10,8 +10,8 @@ each number may differ by R relative to the larger of the two (the logged loss, 
 decimals as Hugging Face logs it, by 5e-5 more): two devices whose kernels sum in other orders.
 --keys keeps only the keys that start with one of the prefixes (e.g. eval_ for the evaluations)
 and the entries that have one, ordered by step (asynchronous evaluation logs its results when they
-are done, among training's entries, and two evaluation sets' in either order). Prints the worst difference, or the first entry that differs; exit 1
-when they differ."""
+are done, among training's entries, and two evaluation sets' in either order). Prints the worst
+difference, or the first entry that differs; exit 1 when they differ."""
 import argparse
 import json
 import os

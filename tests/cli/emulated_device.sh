@@ -37,7 +37,8 @@ for run in fp32-cpu fp32-cuda bf16-cuda fp16-cuda; do
     "$ctrainer" train "$mlp" --device $dev --output_dir mlp-$run --save_strategy steps --save_steps 16 "${flags[@]}" \
         >mlp-$run.log 2>&1 || bad "MLP ($precision) on $dev: $(tail -1 mlp-$run.log)"
 done
-compare mlp-fp32-cpu mlp-fp32-cuda --rtol 1e-4 && ok || bad "MLP: the log histories on cpu and cuda differ by more than 1e-4"
+compare mlp-fp32-cpu mlp-fp32-cuda --rtol 1e-4 && ok ||
+    bad "MLP: the log histories on cpu and cuda differ by more than 1e-4"
 # bf16 and fp16 round every GEMM input to 8 or 11 significant bits: 64 steps of it move the losses and
 # gradient norms about 1.5% from float32's (accuracies, counts of samples, may move by whole samples)
 for precision in bf16 fp16; do
@@ -113,7 +114,8 @@ cnn=$src/examples/configs/fashion_mnist_cnn.json
 for dev in cpu cuda; do
     "$ctrainer" train "$cnn" --device $dev --output_dir cnn-$dev --set data.train.limit=128 --set data.eval.limit=64 \
         --max_steps 4 --per_device_train_batch_size 32 --per_device_eval_batch_size 32 --eval_strategy steps \
-        --eval_steps 2 --logging_steps 1 --save_strategy no >cnn-$dev.log 2>&1 || bad "CNN on $dev: $(tail -1 cnn-$dev.log)"
+        --eval_steps 2 --logging_steps 1 --save_strategy no >cnn-$dev.log 2>&1 ||
+        bad "CNN on $dev: $(tail -1 cnn-$dev.log)"
 done
 compare cnn-cpu cnn-cuda --rtol 1e-3 && ok || bad "CNN: the log histories on cpu and cuda differ by more than 1e-3"
 
@@ -128,7 +130,8 @@ if [ "${#corpus[@]}" -gt 0 ] && "$ctrainer" data tokenize --input "${corpus[@]}"
         "$ctrainer" train "$src/examples/configs/fortunes_gpt.json" --device $dev --output_dir $name \
             --set "data.train.path=\"$runs/tok/train.bin\"" --set "data.eval.path=\"$runs/tok/val.bin\"" \
             --set data.eval.limit=8 --per_device_train_batch_size 4 --per_device_eval_batch_size 8 --max_steps 4 \
-            --eval_steps 2 --logging_steps 1 --save_strategy no "$@" >$name.log 2>&1 || bad "GPT $name: $(tail -1 $name.log)"
+            --eval_steps 2 --logging_steps 1 --save_strategy no "$@" >$name.log 2>&1 ||
+            bad "GPT $name: $(tail -1 $name.log)"
     }
     gpt gpt-cpu cpu
     gpt gpt-cuda cuda

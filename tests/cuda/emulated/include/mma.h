@@ -56,7 +56,8 @@ void load_matrix_sync(fragment<Use, M, N, K, T, L> &f, const T *p, unsigned ldm)
     ct_emu_check_operand(p, ldm);
     using F = fragment<Use, M, N, K, T, L>;
     for (int r = 0; r < F::rows; r++)
-        for (int c = 0; c < F::cols; c++) f.x[r * F::cols + c] = ct_emu_at(p, ldm, r, c, std::is_same<L, row_major>::value);
+        for (int c = 0; c < F::cols; c++)
+            f.x[r * F::cols + c] = ct_emu_at(p, ldm, r, c, std::is_same<L, row_major>::value);
 }
 
 template <int M, int N, int K>
