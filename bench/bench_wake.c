@@ -72,11 +72,11 @@ int main(int argc, char **argv) {
      * falls on all of them alike */
     for (int round = 0; round < 4; round++)
         for (int kind = 0; kind < CASES; kind++) {
-            ct_op_linear_forward(&x, &w, NULL, CT_ACT_NONE, &y); /* warm: the first call's faults aside */
+            ct_op_linear_forward(&x, &w, NULL, CT_ACT_NONE, NULL, &y); /* warm: the first call's faults aside */
             for (int c = 0; c < calls; c++) {
                 pause_before((pause_kind)kind, junk);
                 double t0 = now();
-                ct_op_linear_forward(&x, &w, NULL, CT_ACT_NONE, &y);
+                ct_op_linear_forward(&x, &w, NULL, CT_ACT_NONE, NULL, &y);
                 ms[kind] += (now() - t0) * 1e3 / (4.0 * calls);
             }
         }

@@ -1,9 +1,10 @@
 /* Linear: y = x W^T + b over the last dimension (nn.Linear), with W of shape [out, in].
  * Leading dimensions are flattened into rows, so [B, T, in] works as the transformer needs.
- * On backends with ct_op_linear_forward the bias is added inside the GEMM, and a ReLU after the
- * layer in a Sequential is applied by it too (fuse_activation; the ReLU module then passes
- * through): backward first masks the output gradient where the output is <= 0, as the ReLU's own
- * backward would, into a buffer of the layer's. */
+ * On backends with ct_op_linear_forward the bias is added inside the GEMM, and a ReLU or a tanh GELU
+ * after the layer in a Sequential is applied by it too (fuse_activation; the activation module then
+ * passes through). With GELU the layer keeps the activation's input as well (the GEMM writes both).
+ * Backward first takes the output gradient through the activation, as its own backward would, into
+ * a buffer of the layer's. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -18,10 +19,11 @@ typedef struct linear {
     ct_module base;
     int64_t in_features, out_features;
     bool has_bias;
-    bool relu; /* the ReLU after the layer is applied here (fuse_activation) */
+    ct_activation act; /* the activation after the layer, applied here (fuse_activation), or none */
     ct_tensor weight, bias, dweight, dbias;
     ct_tensor out, dinput; /* [max_batch, ..., out] and [max_batch, ..., in] */
-    ct_tensor dpre;        /* with relu: the gradient before the ReLU, [max_batch, ..., out] */
+    ct_tensor pre;         /* with GELU: the activation's input, [max_batch, ..., out] */
+    ct_tensor dpre;        /* with an activation: the gradient before it, [max_batch, ..., out] */
     ct_tensor x;           /* the last input, for backward */
 } linear;
 
@@ -39,7 +41,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
     }
     *out = *in;
     out->dims[out->ndim - 1] = l->out_features;
-    l->relu = false; /* until the enclosing Sequential fuses it again */
+    l->act = CT_ACT_NONE; /* until the enclosing Sequential fuses it again */
     return CT_OK;
 }
 
@@ -65,7 +67,8 @@ static void init(ct_module *m, ct_rng *rng) {
 static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
     linear *l = self(m);
     CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->out));
-    if (l->relu) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->out_shape, &l->dpre));
+    if (l->act == CT_ACT_GELU_TANH) CT_TRY(ct_reserve_activation(ctx, m->dtype, m->device, &m->out_shape, &l->pre));
+    if (l->act != CT_ACT_NONE) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->out_shape, &l->dpre));
     if (m->need_input_grad) CT_TRY(ct_reserve_backward(ctx, m->dtype, m->device, &m->in_shape, &l->dinput));
     return CT_OK;
 }
@@ -76,23 +79,33 @@ static ct_tensor as_matrix(const ct_tensor *t, int64_t features) {
     return ct_tensor_view(t->data, t->dtype, t->device, 2, shape);
 }
 
+/* The first `rows` rows of a layer buffer's matrix view (an empty view of a buffer not reserved). */
+static ct_tensor first_rows(const ct_tensor *buf, int64_t rows, int64_t features) {
+    if (!buf->data) return (ct_tensor){0};
+    ct_tensor all = as_matrix(buf, features);
+    return ct_tensor_rows(&all, 0, rows);
+}
+
 static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     linear *l = self(m);
     l->x = *x;
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
     ct_tensor xm = as_matrix(x, l->in_features), ym = as_matrix(y, l->out_features);
-    ct_op_linear_forward(&xm, &l->weight, l->has_bias ? &l->bias : NULL, l->relu ? CT_ACT_RELU : CT_ACT_NONE, &ym);
+    ct_tensor pre = first_rows(&l->pre, xm.shape[0], l->out_features);
+    ct_op_linear_forward(&xm, &l->weight, l->has_bias ? &l->bias : NULL, l->act,
+                         l->act == CT_ACT_GELU_TANH ? &pre : NULL, &ym);
     return CT_OK;
 }
 
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     linear *l = self(m);
     ct_tensor dym = as_matrix(dy, l->out_features), xm = as_matrix(&l->x, l->in_features);
-    if (l->relu) {
-        ct_tensor y = as_matrix(&l->out, l->out_features), dpre = as_matrix(&l->dpre, l->out_features);
-        y = ct_tensor_rows(&y, 0, dym.shape[0]);
-        dpre = ct_tensor_rows(&dpre, 0, dym.shape[0]);
-        ct_op_activation_backward(CT_ACT_RELU, &y, &y, &dym, &dpre);
+    if (l->act != CT_ACT_NONE) {
+        const int64_t rows = dym.shape[0];
+        ct_tensor y = first_rows(&l->out, rows, l->out_features), dpre = first_rows(&l->dpre, rows, l->out_features);
+        /* the activation's input: the GELU's formula needs it, the ReLU's only the output */
+        ct_tensor in = l->act == CT_ACT_GELU_TANH ? first_rows(&l->pre, rows, l->out_features) : y;
+        ct_op_activation_backward(l->act, &in, &y, &dym, &dpre);
         dym = dpre;
     }
     ct_tensor dxm;
@@ -105,11 +118,12 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     return CT_OK;
 }
 
-/* A following ReLU is applied by ct_op_linear_forward where the backend has it. */
+/* A following ReLU or tanh GELU is applied by ct_op_linear_forward where the backend has it. */
 static bool fuse_activation(ct_module *m, int act) {
     linear *l = self(m);
-    l->relu = act == CT_ACT_RELU && CT_BACKEND_HAS(m->device, linear_forward);
-    return l->relu;
+    const bool fusable = act == CT_ACT_RELU || act == CT_ACT_GELU_TANH;
+    l->act = fusable && CT_BACKEND_HAS(m->device, linear_forward) ? (ct_activation)act : CT_ACT_NONE;
+    return l->act != CT_ACT_NONE;
 }
 
 /* The layer's JSON spec (ct_module_to_json): what ct_linear_from_json reads back. */

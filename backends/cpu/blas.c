@@ -133,34 +133,45 @@ void ct_cpu_gemm_batched(bool trans_a, bool trans_b, double alpha, const ct_tens
 #undef R
 #undef FN
 
-/* One thread's block of y = act(x w^T + b). On the built-in engine (float) the bias and the ReLU are
- * the tiles' last step. Elsewhere the bias is the GEMM's starting value (beta 1 adds the product to
- * it with the one rounding a separate bias pass makes, and the engine then skips the pass that
- * clears C for beta 0), the ReLU follows on the block while it is in cache. */
-static void linear_block(const gemm_args *g, const ct_tensor *bias, ct_activation act, int64_t m0, int64_t m1,
-                         int64_t n0, int64_t n1) {
+/* One thread's block of y = act(x w^T + b), the product written to g->c: y itself, or with GELU the
+ * pre-activation buffer that the activation's backward reads. On the built-in engine (float) the bias
+ * and the ReLU are the tiles' last step. Elsewhere the bias is the GEMM's starting value (beta 1 adds
+ * the product to it with the one rounding a separate bias pass makes, and the engine then skips the
+ * pass that clears C for beta 0). The ReLU or GELU follows on the block while it is in cache. */
+static void linear_block(const gemm_args *g, const ct_tensor *bias, ct_activation act, ct_tensor *y, int64_t m0,
+                         int64_t m1, int64_t n0, int64_t n1) {
+    bool done = false;
     if (g->c->dtype == CT_F32) {
         const int64_t k = g->k, ldc = g->n;
         const float *x = (const float *)g->a->data + m0 * k, *w = (const float *)g->b->data + n0 * k;
-        if (ct_cpu_sgemm_linear((int)(m1 - m0), (int)(n1 - n0), (int)k, x, (int)(k ? k : 1), w, (int)(k ? k : 1),
-                                bias ? (const float *)bias->data + n0 : NULL, act == CT_ACT_RELU,
-                                (float *)g->c->data + m0 * ldc + n0, (int)ldc))
-            return;
+        done = ct_cpu_sgemm_linear((int)(m1 - m0), (int)(n1 - n0), (int)k, x, (int)(k ? k : 1), w, (int)(k ? k : 1),
+                                   bias ? (const float *)bias->data + n0 : NULL, act == CT_ACT_RELU,
+                                   (float *)g->c->data + m0 * ldc + n0, (int)ldc);
     }
-    if (bias) CT_REAL_DISPATCH(g->c, bias_rows, bias->data, g->c->data, g->n, m0, m1, n0, n1);
-    gemm_block(g, m0, m1, n0, n1);
-    if (act == CT_ACT_RELU) CT_REAL_DISPATCH(g->c, relu_rows, g->c->data, g->n, m0, m1, n0, n1);
+    if (!done) {
+        if (bias) CT_REAL_DISPATCH(g->c, bias_rows, bias->data, g->c->data, g->n, m0, m1, n0, n1);
+        gemm_block(g, m0, m1, n0, n1);
+        if (act == CT_ACT_RELU) CT_REAL_DISPATCH(g->c, relu_rows, g->c->data, g->n, m0, m1, n0, n1);
+    }
+    if (act == CT_ACT_GELU_TANH)
+        for (int64_t r = m0; r < m1; r++) {
+            const int64_t at = r * g->n + n0, n = n1 - n0;
+            if (y->dtype == CT_F32)
+                ct_cpu_gelu_tanh_span_f32((const float *)g->c->data + at, (float *)y->data + at, n);
+            else
+                ct_cpu_gelu_tanh_span_f64((const double *)g->c->data + at, (double *)y->data + at, n);
+        }
 }
 
 void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
-                           ct_tensor *y) {
+                           ct_tensor *pre, ct_tensor *y) {
     int64_t m = y->shape[0], n = y->shape[1], k = x->shape[1];
     if (m == 0) return;
-    gemm_args g = {false, true, 1.0, bias ? 1.0 : 0.0, x, weight, y, n, k};
+    gemm_args g = {false, true, 1.0, bias ? 1.0 : 0.0, x, weight, pre ? pre : y, n, k};
     bool by_rows;
     int nt = gemm_threads(m, n, k, &by_rows);
     if (nt == 1) {
-        linear_block(&g, bias, act, 0, m, 0, n);
+        linear_block(&g, bias, act, y, 0, m, 0, n);
         return;
     }
 #pragma omp parallel num_threads(nt)
@@ -168,9 +179,9 @@ void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct
         int64_t lo, hi;
         gemm_part(by_rows ? m : n, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
         if (by_rows)
-            linear_block(&g, bias, act, lo, hi, 0, n);
+            linear_block(&g, bias, act, y, lo, hi, 0, n);
         else
-            linear_block(&g, bias, act, 0, m, lo, hi);
+            linear_block(&g, bias, act, y, 0, m, lo, hi);
     }
 }
 

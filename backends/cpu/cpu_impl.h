@@ -132,7 +132,7 @@ ct_status ct_cpu_gemm_engine_check(int level);
 void ct_cpu_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                  ct_tensor *c);
 void ct_cpu_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
-                           ct_tensor *y);
+                           ct_tensor *pre, ct_tensor *y);
 void ct_cpu_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
                             ct_tensor *dbias, ct_tensor *dx);
 void ct_cpu_bias_grad_linear(const ct_tensor *dy, ct_tensor *dbias);
@@ -153,6 +153,9 @@ void ct_cpu_conv2d_relu_pool_backward(const ct_conv2d_geom *g, const ct_tensor *
                                       const ct_tensor *y, const ct_tensor *indices, const ct_tensor *dy,
                                       ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx, ct_tensor *ws);
 /* elementwise.c */
+/* y = GELU(x) with the tanh approximation over n elements, on the calling thread (no thread team). */
+void ct_cpu_gelu_tanh_span_f32(const float *x, float *y, int64_t n);
+void ct_cpu_gelu_tanh_span_f64(const double *x, double *y, int64_t n);
 void ct_cpu_fill(ct_tensor *t, double value);
 void ct_cpu_copy(ct_tensor *dst, const ct_tensor *src);
 void ct_cpu_add(const ct_tensor *a, const ct_tensor *b, ct_tensor *out);

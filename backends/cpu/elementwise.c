@@ -34,15 +34,22 @@ static inline float gelu_sigmoid(float m2u, float *e_out) {
     return m2u > gelu_hi ? 0.0f : 1.0f / (1.0f + e);
 }
 
+/* y = GELU(x) over n elements on the calling thread: the loop of gelu_tanh_fwd_f32's threads, and a
+ * linear layer's epilogue on its block of rows (blas.c). */
+void ct_cpu_gelu_tanh_span_f32(const float *x, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float e;
+        y[i] = x[i] * gelu_sigmoid(gelu_minus_2u(x[i]), &e);
+    }
+}
+
 static void gelu_tanh_fwd_f32(const float *x, float *y, int64_t n) {
+    const int64_t chunk = 4096; /* a whole number of vectors per call */
 #pragma omp parallel if (n > CT_OMP_MIN)
     {
         ct_cpu_sse_work_start();
 #pragma omp for
-        for (int64_t i = 0; i < n; i++) {
-            float e;
-            y[i] = x[i] * gelu_sigmoid(gelu_minus_2u(x[i]), &e);
-        }
+        for (int64_t i = 0; i < n; i += chunk) ct_cpu_gelu_tanh_span_f32(x + i, y + i, n - i < chunk ? n - i : chunk);
     }
 }
 
@@ -61,13 +68,18 @@ static void gelu_tanh_bwd_f32(const float *x, const float *dy, float *dx, int64_
     }
 }
 
-static void gelu_tanh_fwd_f64(const double *x, double *y, int64_t n) {
-#pragma omp parallel for if (n > CT_OMP_MIN)
+void ct_cpu_gelu_tanh_span_f64(const double *x, double *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         double v = x[i];
         double inner = gelu_k * (v + 0.044715 * v * v * v);
         y[i] = 0.5 * v * (1.0 + tanh(inner));
     }
+}
+
+static void gelu_tanh_fwd_f64(const double *x, double *y, int64_t n) {
+    const int64_t chunk = 4096;
+#pragma omp parallel for if (n > CT_OMP_MIN)
+    for (int64_t i = 0; i < n; i += chunk) ct_cpu_gelu_tanh_span_f64(x + i, y + i, n - i < chunk ? n - i : chunk);
 }
 
 static void gelu_tanh_bwd_f64(const double *x, const double *dy, double *dx, int64_t n) {

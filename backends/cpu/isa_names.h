@@ -50,6 +50,8 @@
 #define ct_cpu_embedding_find_invalid CT_CPU_ISA_NAME(ct_cpu_embedding_find_invalid)
 #define ct_cpu_embedding_forward CT_CPU_ISA_NAME(ct_cpu_embedding_forward)
 #define ct_cpu_fill CT_CPU_ISA_NAME(ct_cpu_fill)
+#define ct_cpu_gelu_tanh_span_f32 CT_CPU_ISA_NAME(ct_cpu_gelu_tanh_span_f32)
+#define ct_cpu_gelu_tanh_span_f64 CT_CPU_ISA_NAME(ct_cpu_gelu_tanh_span_f64)
 #define ct_cpu_gemm CT_CPU_ISA_NAME(ct_cpu_gemm)
 #define ct_cpu_gemm_batched CT_CPU_ISA_NAME(ct_cpu_gemm_batched)
 #define ct_cpu_heads_merge CT_CPU_ISA_NAME(ct_cpu_heads_merge)

@@ -155,7 +155,7 @@ typedef struct ct_backend_ops {
     /* --- appended: a linear layer's forward with its epilogue (NULL: gemm, bias_add and
      * activation_forward one after the other) ---------------------------------------------------- */
     void (*linear_forward)(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
-                           ct_tensor *y);
+                           ct_tensor *pre, ct_tensor *y);
 
     /* --- appended: a batch of GEMMs (NULL: the op's callers loop over gemm; see ct_op_gemm_batched) -- */
     void (*gemm_batched)(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,

@@ -145,23 +145,28 @@ void ct_op_bias_add(ct_tensor *y, const ct_tensor *bias, int64_t inner) {
 }
 
 void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
-                          ct_tensor *y) {
+                          ct_tensor *pre, ct_tensor *y) {
     SAME_KIND(y, x);
     SAME_KIND(y, weight);
     SAME_KIND(y, bias);
+    SAME_KIND(y, pre);
     CT_ASSERT(x->ndim == 2 && weight->ndim == 2 && y->ndim == 2);
     CT_ASSERT(x->dtype == y->dtype && weight->dtype == y->dtype && (!bias || bias->dtype == y->dtype));
     CT_ASSERT(x->shape[1] == weight->shape[1] && y->shape[0] == x->shape[0] && y->shape[1] == weight->shape[0]);
     CT_ASSERT(!bias || ct_tensor_numel(bias) == weight->shape[0]);
-    CT_ASSERT(act == CT_ACT_NONE || act == CT_ACT_RELU);
+    CT_ASSERT(act == CT_ACT_NONE || act == CT_ACT_RELU || act == CT_ACT_GELU_TANH);
+    CT_ASSERT((act == CT_ACT_GELU_TANH) == (pre != NULL));
+    CT_ASSERT(!pre || (pre->ndim == 2 && pre->shape[0] == y->shape[0] && pre->shape[1] == y->shape[1] &&
+                       pre->dtype == y->dtype && pre->data != y->data));
     if (backend_of(y, "linear_forward")->linear_forward) {
-        CALL(y, linear_forward, x, weight, bias, act, y);
+        CALL(y, linear_forward, x, weight, bias, act, pre, y);
         return;
     }
     /* a backend without the kernel: the same values in three passes */
-    ct_op_gemm(false, true, 1.0, x, weight, 0.0, y);
-    if (bias) ct_op_bias_add(y, bias, 1);
-    if (act != CT_ACT_NONE) ct_op_activation_forward(act, y, y);
+    ct_tensor *z = pre ? pre : y;
+    ct_op_gemm(false, true, 1.0, x, weight, 0.0, z);
+    if (bias) ct_op_bias_add(z, bias, 1);
+    if (act != CT_ACT_NONE) ct_op_activation_forward(act, z, y);
 }
 
 void ct_op_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,

@@ -109,17 +109,20 @@ void ct_op_activation_backward(ct_activation act, const ct_tensor *x, const ct_t
                                ct_tensor *dx);
 
 /* y = act(x weight^T + bias): a linear layer's forward, x [rows, in], weight [out, in], bias [out] or
- * NULL, y [rows, out], act CT_ACT_NONE or CT_ACT_RELU. The same values as ct_op_gemm, ct_op_bias_add
- * and ct_op_activation_forward in turn, in one pass over y: the bias is the GEMM's starting value and
- * the ReLU is applied while the rows are in cache, on backends with the kernel (the CPU); elsewhere
- * those three ops in turn. */
+ * NULL, y [rows, out], act CT_ACT_NONE, CT_ACT_RELU or CT_ACT_GELU_TANH. With GELU, pre [rows, out]
+ * receives x weight^T + bias too, the activation's input that its backward needs (NULL otherwise;
+ * the ReLU's backward needs only y). The same values as ct_op_gemm, ct_op_bias_add and
+ * ct_op_activation_forward in turn, in one pass over y on backends with the kernel: the CPU starts
+ * the GEMM from the bias and applies the activation while the rows are in cache, CUDA has cuBLASLt
+ * do both in the GEMM's epilogue; elsewhere those three ops in turn. */
 void ct_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
-                          ct_tensor *y);
+                          ct_tensor *pre, ct_tensor *y);
 /* A linear layer's backward from its output gradient dy [rows, out] and input x [rows, in]:
  * dweight [out, in] += dy^T x, dbias [out] += dy's column sums (when not NULL), dx [rows, in] = dy
  * weight (when not NULL). The same values as ct_op_gemm, ct_op_bias_grad and ct_op_gemm in turn; on
- * backends with the kernel (the CPU) the three share one parallel region, so the thread team meets
- * once instead of three times. */
+ * backends with the kernel the bias gradient is summed as the weight gradient's GEMM reads dy (the
+ * CPU's packing, cuBLASLt's epilogue), and on the CPU the three share one parallel region, so the
+ * thread team meets once instead of three times. */
 void ct_op_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
                            ct_tensor *dbias, ct_tensor *dx);
 

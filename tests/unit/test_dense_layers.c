@@ -47,6 +47,23 @@ static void gradchecks(void) {
     ct_module_add_child(seq, c, NULL);
     ct_shape img = {2, {2, 3}};
     ct_gradcheck_module("sequential", seq, &img, &o);
+
+    /* linear -> ReLU / tanh GELU -> linear: the activation applied by the first linear's kernel */
+    const ct_activation fused[] = {CT_ACT_RELU, CT_ACT_GELU_TANH};
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(ct_sequential_create(&seq));
+        CHECK_OK(ct_linear_create(7, 6, true, &c));
+        ct_module_add_child(seq, c, NULL);
+        CHECK_OK(ct_activation_create(fused[i], &c));
+        ct_module_add_child(seq, c, NULL);
+        CHECK_OK(ct_linear_create(6, 3, true, &c));
+        ct_module_add_child(seq, c, NULL);
+        ct_gradcheck_opts of = o;
+        of.kink_margin = fused[i] == CT_ACT_RELU ? 1e-3 : 0;
+        char name[64];
+        snprintf(name, sizeof name, "linear + %s (fused) + linear", ct_activation_name(fused[i]));
+        ct_gradcheck_module(name, seq, &seq_in, &of);
+    }
 }
 
 static void init_bounds_and_names(void) {
@@ -193,45 +210,59 @@ static void model_misuse(void) {
 }
 
 /* ct_op_linear_forward with and without the backend's kernel (the CPU's table swapped for a copy
- * that lacks it): the same values, float64, with and without bias and ReLU, on rows the kernel splits
- * over threads. */
+ * that lacks it): the same values, float64 and float32, with and without bias, with no activation, a
+ * ReLU and a tanh GELU (whose input both paths keep in pre), on rows the kernel splits over threads.
+ * float64 agrees to 1e-12; float32 to its rounding of the bias (the kernel starts the sum from it). */
 static void linear_forward_fallback(void) {
     ct_rng rng;
     ct_rng_init(&rng, ct_test_seed, 7, CT_RNG_USER);
     const int64_t rows = 300, in = 70, out = 90;
-    ct_tensor x = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, in}), w = ct_test_alloc(CT_F64, 2, (int64_t[]){out, in});
-    ct_tensor b = ct_test_alloc(CT_F64, 1, (int64_t[]){out}), y1 = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, out});
-    ct_tensor y2 = ct_test_alloc(CT_F64, 2, (int64_t[]){rows, out});
-    for (int64_t i = 0; i < rows * in; i++) ct_tensor_set(&x, i, ct_rng_normal(&rng));
-    for (int64_t i = 0; i < out * in; i++) ct_tensor_set(&w, i, ct_rng_normal(&rng));
-    for (int64_t i = 0; i < out; i++) ct_tensor_set(&b, i, ct_rng_normal(&rng));
+    const ct_dtype dtypes[] = {CT_F64, CT_F32};
+    const ct_activation acts[] = {CT_ACT_NONE, CT_ACT_RELU, CT_ACT_GELU_TANH};
     const ct_backend_ops *cpu = ct_backends[CT_DEVICE_CPU];
     ct_backend_ops without = *cpu;
     without.linear_forward = NULL;
-    for (int with_bias = 0; with_bias < 2; with_bias++)
-        for (int relu = 0; relu < 2; relu++) {
-            const ct_activation act = relu ? CT_ACT_RELU : CT_ACT_NONE;
-            ct_op_linear_forward(&x, &w, with_bias ? &b : NULL, act, &y1);
-            ct_backends[CT_DEVICE_CPU] = &without;
-            ct_op_linear_forward(&x, &w, with_bias ? &b : NULL, act, &y2);
-            ct_backends[CT_DEVICE_CPU] = cpu;
-            double worst = 0;
-            int64_t negative = 0;
-            for (int64_t i = 0; i < rows * out; i++) {
-                const double d = fabs(ct_tensor_get(&y1, i) - ct_tensor_get(&y2, i));
-                worst = d > worst ? d : worst;
-                negative += ct_tensor_get(&y2, i) < 0;
-            }
-            CHECK(worst <= 1e-12, "linear_forward bias=%d relu=%d: kernel and three-op path differ by %.3g", with_bias,
-                  relu, worst);
-            CHECK(relu ? negative == 0 : negative > 0, "linear_forward bias=%d relu=%d: %lld negative outputs",
-                  with_bias, relu, (long long)negative);
+    for (int d = 0; d < 2; d++) {
+        const ct_dtype dt = dtypes[d];
+        const double tol = dt == CT_F64 ? 1e-12 : 1e-5;
+        ct_tensor x = ct_test_alloc(dt, 2, (int64_t[]){rows, in}), w = ct_test_alloc(dt, 2, (int64_t[]){out, in});
+        ct_tensor b = ct_test_alloc(dt, 1, (int64_t[]){out}), y[2], pre[2];
+        for (int k = 0; k < 2; k++) {
+            y[k] = ct_test_alloc(dt, 2, (int64_t[]){rows, out});
+            pre[k] = ct_test_alloc(dt, 2, (int64_t[]){rows, out});
         }
-    ct_tensor_free(&x);
-    ct_tensor_free(&w);
-    ct_tensor_free(&b);
-    ct_tensor_free(&y1);
-    ct_tensor_free(&y2);
+        for (int64_t i = 0; i < rows * in; i++) ct_tensor_set(&x, i, ct_rng_normal(&rng));
+        for (int64_t i = 0; i < out * in; i++) ct_tensor_set(&w, i, ct_rng_normal(&rng) / sqrt((double)in));
+        for (int64_t i = 0; i < out; i++) ct_tensor_set(&b, i, ct_rng_normal(&rng));
+        for (int with_bias = 0; with_bias < 2; with_bias++)
+            for (int a = 0; a < 3; a++) {
+                const ct_activation act = acts[a];
+                const bool gelu = act == CT_ACT_GELU_TANH;
+                for (int k = 0; k < 2; k++) {
+                    ct_op_fill(&pre[k], NAN);
+                    ct_backends[CT_DEVICE_CPU] = k ? &without : cpu;
+                    ct_op_linear_forward(&x, &w, with_bias ? &b : NULL, act, gelu ? &pre[k] : NULL, &y[k]);
+                    ct_backends[CT_DEVICE_CPU] = cpu;
+                }
+                double worst = 0, lowest = INFINITY;
+                for (int64_t i = 0; i < rows * out; i++) {
+                    const double want = ct_tensor_get(&y[1], i), want_pre = ct_tensor_get(&pre[1], i);
+                    double d1 = fabs(ct_tensor_get(&y[0], i) - want) / fmax(1.0, fabs(want));
+                    if (gelu) d1 = fmax(d1, fabs(ct_tensor_get(&pre[0], i) - want_pre) / fmax(1.0, fabs(want_pre)));
+                    worst = d1 > worst || d1 != d1 ? d1 : worst;
+                    lowest = fmin(lowest, want);
+                }
+                CHECK(worst <= tol, "linear_forward %s bias=%d %s: kernel and three-op path differ by %.3g",
+                      ct_dtype_name(dt), with_bias, ct_activation_name(act), worst);
+                /* each activation's range: the ReLU's >= 0, the GELU's >= its minimum -0.170 */
+                const double floor = act == CT_ACT_RELU ? 0.0 : gelu ? -0.1701 : -INFINITY;
+                CHECK(lowest >= floor && (act == CT_ACT_RELU ? lowest == 0 : lowest < 0),
+                      "linear_forward %s bias=%d %s: lowest output %.4g", ct_dtype_name(dt), with_bias,
+                      ct_activation_name(act), lowest);
+            }
+        ct_tensor *all[] = {&x, &w, &b, &y[0], &y[1], &pre[0], &pre[1]};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
+    }
 }
 
 /* ct_op_linear_backward with and without the backend's kernel, float32, at 1 to 3 threads: the same

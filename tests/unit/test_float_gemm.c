@@ -136,7 +136,7 @@ static void linear_case(int64_t m, int64_t n, int64_t k, bool relu) {
     ct_tensor x = random_matrix(m, k), w = random_matrix(n, k), y = random_matrix(m, n), ref = random_matrix(m, n);
     ct_tensor bias = ct_test_alloc(CT_F32, 1, (int64_t[]){n});
     for (int64_t j = 0; j < n; j++) ((float *)bias.data)[j] = (float)ct_rng_normal(&rng);
-    ct_op_linear_forward(&x, &w, &bias, relu ? CT_ACT_RELU : CT_ACT_NONE, &y);
+    ct_op_linear_forward(&x, &w, &bias, relu ? CT_ACT_RELU : CT_ACT_NONE, NULL, &y);
     float *r = ref.data;
     for (int64_t i = 0; i < m; i++) memcpy(r + i * n, bias.data, sizeof(float) * (size_t)n);
     ct_op_gemm(false, true, 1.0, &x, &w, 1.0, &ref);
