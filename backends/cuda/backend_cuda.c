@@ -23,6 +23,8 @@ const ct_backend_ops ct_backend_cuda = {
     .collectives = "nccl",
 
     .gemm = ct_cuda_op_gemm,
+    .linear_forward = ct_cuda_op_linear_forward,
+    .linear_backward = ct_cuda_op_linear_backward,
     .fill = ct_cuda_op_fill,
     .copy = ct_cuda_op_copy,
     .add = ct_cuda_op_add,

@@ -21,18 +21,6 @@ extern "C" void ct_cuda_set_math_mode(ct_math_mode m) {
 
 extern "C" ct_math_mode ct_cuda_math_mode(void) { return math_mode; }
 
-/* The cuBLAS compute type of a float32 GEMM under the current math mode: exact float32, or tensor
- * cores that round the float32 inputs to tf32 / bf16 / fp16 and accumulate in float32. */
-static cublasComputeType_t f32_compute_type(void) {
-    switch (math_mode) {
-    case CT_MATH_F32: return CUBLAS_COMPUTE_32F;
-    case CT_MATH_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
-    case CT_MATH_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
-    case CT_MATH_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
-    }
-    ct_abort_at(__FILE__, __LINE__, "gemm: unknown math mode %d", (int)math_mode);
-}
-
 extern "C" void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                                 double beta, ct_tensor *c) {
     CT_ASSERT(a->ndim == 2 && b->ndim == 2 && c->ndim == 2);
@@ -61,8 +49,8 @@ extern "C" void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const 
     if (a->dtype == CT_F32) {
         float al = (float)alpha, be = (float)beta;
         CT_CUBLAS_CHECK(cublasGemmEx(h, tb, ta, (int)n, (int)m, (int)k, &al, b->data, CUDA_R_32F, ldb, a->data,
-                                     CUDA_R_32F, lda, &be, c->data, CUDA_R_32F, ldc, f32_compute_type(),
-                                     CUBLAS_GEMM_DEFAULT));
+                                     CUDA_R_32F, lda, &be, c->data, CUDA_R_32F, ldc,
+                                     ct_cuda_f32_compute_type(math_mode), CUBLAS_GEMM_DEFAULT));
     } else if (a->dtype == CT_F64) {
         CT_CUBLAS_CHECK(cublasDgemm(h, tb, ta, (int)n, (int)m, (int)k, &alpha, (const double *)b->data, ldb,
                                     (const double *)a->data, lda, &beta, (double *)c->data, ldc));

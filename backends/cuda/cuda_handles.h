@@ -1,9 +1,11 @@
-/* cuBLAS and cuDNN handles for the kernels (C++ only: included by .cu files). One handle of each per
- * (thread, device), bound to the thread's current stream each time it is fetched, so ops enqueue on
- * whatever stream their thread runs. Workspace for cuDNN is owned here too. */
+/* cuBLAS, cuBLASLt and cuDNN handles for the kernels (C++ only: included by .cu files). One handle of
+ * each per (thread, device); cuBLAS's and cuDNN's are bound to the thread's current stream each time
+ * they are fetched, so ops enqueue on whatever stream their thread runs (cuBLASLt takes the stream
+ * with each call). Workspace for the libraries is owned here too. */
 #ifndef CT_CUDA_HANDLES_H
 #define CT_CUDA_HANDLES_H
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
@@ -12,6 +14,7 @@
 
 cudaStream_t ct_cuda_stream_t(void);
 cublasHandle_t ct_cublas_handle(void);
+cublasLtHandle_t ct_cublaslt_handle(void);
 cudnnHandle_t ct_cudnn_handle(void);
 /* A device buffer of at least `bytes` for library workspaces, reused (grown, never shrunk) per
  * (thread, device). Valid until the next call on this thread. */
@@ -21,6 +24,18 @@ void ct_cublas_check_at(cublasStatus_t s, const char *what, const char *file, in
 void ct_cudnn_check_at(cudnnStatus_t s, const char *what, const char *file, int line);
 #define CT_CUBLAS_CHECK(call) ct_cublas_check_at((call), #call, __FILE__, __LINE__)
 #define CT_CUDNN_CHECK(call) ct_cudnn_check_at((call), #call, __FILE__, __LINE__)
+
+/* The cuBLAS compute type of a float32 GEMM under math mode m: exact float32, or tensor cores that
+ * round the float32 inputs to tf32 / bf16 / fp16 and accumulate in float32. */
+static inline cublasComputeType_t ct_cuda_f32_compute_type(ct_math_mode m) {
+    switch (m) {
+    case CT_MATH_F32: return CUBLAS_COMPUTE_32F;
+    case CT_MATH_TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case CT_MATH_BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case CT_MATH_FP16: return CUBLAS_COMPUTE_32F_FAST_16F;
+    }
+    ct_abort_at(__FILE__, __LINE__, "gemm: unknown math mode %d", (int)m);
+}
 
 /* Launch geometry for n elements: 256 threads a block, blocks capped (kernels loop grid-stride). */
 static inline unsigned ct_cuda_blocks(long long n) {

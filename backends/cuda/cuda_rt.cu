@@ -21,6 +21,7 @@ std::unordered_map<void *, size_t> *sizes; /* live device allocations (cudaFree 
 struct thread_state {
     cudaStream_t current[MAX_DEVICES]; /* NULL: the device's compute stream */
     cublasHandle_t blas[MAX_DEVICES];
+    cublasLtHandle_t lt[MAX_DEVICES];
     cudnnHandle_t dnn[MAX_DEVICES];
     void *ws[MAX_DEVICES];
     size_t ws_bytes[MAX_DEVICES];
@@ -216,6 +217,12 @@ cublasHandle_t ct_cublas_handle(void) {
     }
     CT_CUBLAS_CHECK(cublasSetStream(ts.blas[d], ct_cuda_stream_t()));
     return ts.blas[d];
+}
+
+cublasLtHandle_t ct_cublaslt_handle(void) {
+    int d = device_now();
+    if (!ts.lt[d]) CT_CUBLAS_CHECK(cublasLtCreate(&ts.lt[d]));
+    return ts.lt[d];
 }
 
 cudnnHandle_t ct_cudnn_handle(void) {

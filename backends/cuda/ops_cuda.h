@@ -33,6 +33,10 @@ ct_math_mode ct_cuda_math_mode(void);
 /* dense */
 void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b, double beta,
                      ct_tensor *c);
+void ct_cuda_op_linear_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, ct_activation act,
+                               ct_tensor *pre, ct_tensor *y);
+void ct_cuda_op_linear_backward(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
+                                ct_tensor *dbias, ct_tensor *dx);
 /* elementwise */
 void ct_cuda_op_fill(ct_tensor *t, double value);
 void ct_cuda_op_copy(ct_tensor *dst, const ct_tensor *src);

@@ -1,9 +1,9 @@
 /* What the CUDA backend takes from the CUDA runtime, cuBLAS and cuDNN, in the host emulation: the
  * functions of backends/cuda/cuda_rt.h and cuda_handles.h (one device "cuda:0" whose memory is host
  * memory, streams that are the host's one order, a workspace per thread) and the two families the
- * backend leaves to NVIDIA's libraries, GEMMs (blas.cu) and convolutions (conv.cu), done by the CPU
- * backend on the same memory. Every other op of the table (backends/cuda/backend_cuda.c) is the
- * backend's own kernel code, compiled from its .cu file by the host compiler
+ * backend leaves to NVIDIA's libraries, GEMMs (blas.cu; cuBLASLt's are emulated_cublaslt.cpp's) and
+ * convolutions (conv.cu), done by the CPU backend on the same memory. Every other op of the table
+ * (backends/cuda/backend_cuda.c) is the backend's own kernel code, compiled from its .cu file by the host compiler
  * (rewrite_launches.py, cuda_emulation.h). GEMMs and convolutions round their float32 inputs as
  * tensor cores do under the thread's math mode (tf32, bf16, fp16), so mixed-precision training
  * differs from float32 here as it would on a GPU. So the emulated module checks the kernels' indexing,
@@ -20,6 +20,7 @@
 #include "backends/cuda/cuda_handles.h"
 #include "backends/cuda/ops_cuda.h"
 #include "core/ops/backend.h"
+#include "emulated_libraries.h"
 
 namespace {
 
@@ -157,6 +158,11 @@ void ct_cudnn_check_at(cudnnStatus_t s, const char *what, const char *file, int 
 }
 cublasHandle_t ct_cublas_handle(void) { return nullptr; }
 cudnnHandle_t ct_cudnn_handle(void) { return nullptr; }
+cublasLtHandle_t ct_cublaslt_handle(void) {
+    cublasLtHandle_t h;
+    cublasLtCreate(&h);
+    return h;
+}
 
 void *ct_cuda_workspace(size_t bytes) {
     if (workspace.size() < bytes) workspace.resize(bytes);
@@ -170,11 +176,16 @@ extern "C" ct_math_mode ct_cuda_math_mode(void) { return math_mode; }
 
 /* cuBLAS's float32 compute types (blas.cu): tensor cores that round the inputs under the math
  * mode and accumulate in float32. */
-extern "C" void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
-                                double beta, ct_tensor *c) {
-    operand ca(a, math_mode), cb(b, math_mode);
+void ct_emu_gemm(ct_math_mode mode, bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                 double beta, ct_tensor *c) {
+    operand ca(a, mode), cb(b, mode);
     on_cpu cc(c);
     cpu().gemm(trans_a, trans_b, alpha, ca.get(), cb.get(), beta, cc.get());
+}
+
+extern "C" void ct_cuda_op_gemm(bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
+                                double beta, ct_tensor *c) {
+    ct_emu_gemm(math_mode, trans_a, trans_b, alpha, a, b, beta, c);
 }
 
 /* What cuDNN's math type may do to a float32 convolution's inputs under the math mode (conv.cu's
