@@ -265,8 +265,7 @@ static ct_status block_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     CT_TRY(ct_module_forward(b->ln_1, x, &h));
     CT_TRY(ct_module_forward(b->attn, &h, &a));
     ct_tensor r1 = ct_tensor_rows(&b->r1, 0, B);
-    ct_op_add(x, &a, &r1);
-    CT_TRY(ct_module_forward(b->ln_2, &r1, &h));
+    CT_TRY(ct_module_forward_residual(b->ln_2, x, &a, &r1, &h)); /* r1 = x + a, h = ln_2(r1) */
     CT_TRY(ct_module_forward(b->mlp, &h, &a));
     *y = ct_tensor_rows(&b->out, 0, B);
     ct_op_add(&r1, &a, y);
@@ -276,17 +275,14 @@ static ct_status block_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
 static ct_status block_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
     block *b = block_self(m);
     const int64_t B = dy->shape[0];
-    ct_tensor g, h;
+    ct_tensor g;
     CT_TRY(ct_module_backward(b->mlp, dy, &g));
-    CT_TRY(ct_module_backward(b->ln_2, &g, &h));
     ct_tensor d1 = ct_tensor_rows(&b->d1, 0, B);
-    ct_op_add(dy, &h, &d1);
+    CT_TRY(ct_module_backward_residual(b->ln_2, &g, dy, &d1)); /* d1 = dy + ln_2's input gradient */
     CT_TRY(ct_module_backward(b->attn, &d1, &g));
     if (!dx) return ct_module_backward(b->ln_1, &g, NULL);
-    CT_TRY(ct_module_backward(b->ln_1, &g, &h));
     *dx = ct_tensor_rows(&b->dinput, 0, B);
-    ct_op_add(&d1, &h, dx);
-    return CT_OK;
+    return ct_module_backward_residual(b->ln_1, &g, &d1, dx); /* dx = d1 + ln_1's input gradient */
 }
 
 static const ct_module_ops block_ops = {

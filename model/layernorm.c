@@ -2,7 +2,8 @@
  * [B, ..., F]. Parameters "weight" (init 1) and "bias" (init 0), both excluded from weight decay;
  * elementwise_affine=false drops both, bias=false only the bias (PyTorch >= 2.1's argument). The
  * mean and 1/std of every row are kept, in float64, for backward. features = 0 infers F from the
- * input. */
+ * input. It can take a residual stream's add into its pass (forward_residual: the norm of x + r,
+ * the sum written for the caller; backward_residual: the residual path's gradient added to dx). */
 #include <stdlib.h>
 
 #include "core/json.h"
@@ -66,13 +67,22 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
 
 static ct_tensor *opt(layernorm *l, ct_tensor *t, bool present) { return l->affine && present ? t : NULL; }
 
-static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
+/* The norm of x, or of x + residual written to sum (forward_residual: the block's residual add). */
+static ct_status norm_forward(ct_module *m, const ct_tensor *x, const ct_tensor *residual, ct_tensor *sum,
+                              ct_tensor *y) {
     layernorm *l = self(m);
-    l->x = *x;
+    l->x = residual ? *sum : *x; /* what is normalised, which backward reads */
     *y = ct_tensor_rows(&l->out, 0, x->shape[0]);
-    ct_op_layernorm_forward(x, opt(l, &l->weight, true), opt(l, &l->bias, l->has_bias), l->eps, y, &l->save_mean,
-                            &l->save_rstd);
+    ct_op_layernorm_forward(x, residual, opt(l, &l->weight, true), opt(l, &l->bias, l->has_bias), l->eps, sum, y,
+                            &l->save_mean, &l->save_rstd);
     return CT_OK;
+}
+
+static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) { return norm_forward(m, x, NULL, NULL, y); }
+
+static ct_status forward_residual(ct_module *m, const ct_tensor *x, const ct_tensor *residual, ct_tensor *sum,
+                                  ct_tensor *y) {
+    return norm_forward(m, x, residual, sum, y);
 }
 
 static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
@@ -81,7 +91,15 @@ static ct_status backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
         CT_ASSERT(m->need_input_grad);
         *dx = ct_tensor_rows(&l->dinput, 0, dy->shape[0]);
     }
-    ct_op_layernorm_backward(&l->x, dy, opt(l, &l->weight, true), &l->save_mean, &l->save_rstd, dx,
+    ct_op_layernorm_backward(&l->x, dy, opt(l, &l->weight, true), &l->save_mean, &l->save_rstd, NULL, dx,
+                             opt(l, &l->dweight, true), opt(l, &l->dbias, l->has_bias));
+    return CT_OK;
+}
+
+/* dx = dresidual + the norm's input gradient, in the caller's buffer. */
+static ct_status backward_residual(ct_module *m, const ct_tensor *dy, const ct_tensor *dresidual, ct_tensor *dx) {
+    layernorm *l = self(m);
+    ct_op_layernorm_backward(&l->x, dy, opt(l, &l->weight, true), &l->save_mean, &l->save_rstd, dresidual, dx,
                              opt(l, &l->dweight, true), opt(l, &l->dbias, l->has_bias));
     return CT_OK;
 }
@@ -103,6 +121,8 @@ static const ct_module_ops layernorm_ops = {
     .forward = forward,
     .backward = backward,
     .to_json = to_json,
+    .forward_residual = forward_residual,
+    .backward_residual = backward_residual,
 };
 
 ct_status ct_layernorm_create(int64_t features, double eps, bool elementwise_affine, bool bias, ct_module **out) {

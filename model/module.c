@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/ops.h"
 #include "core/vtable.h"
 #include "model/params.h"
 
@@ -239,7 +240,8 @@ static ct_status check_input(const ct_module *m, const ct_tensor *x) {
                     ct_device_str(m->device, dev, sizeof dev));
 }
 
-ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
+/* What every forward checks first (m can run, x fits it), and the batch it records. */
+static ct_status begin_forward(ct_module *m, const ct_tensor *x) {
     if (!m->ops->forward)
         return ct_error(CT_ERR_STATE, "%s '%s': has no forward", m->ops->type, display_name(m));
     if (m->max_batch <= 0)
@@ -248,6 +250,11 @@ ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     ct_status s = check_input(m, x);
     if (s != CT_OK) return ct_error_prefix(s, "%s '%s': ", m->ops->type, display_name(m));
     m->batch = x->shape[0];
+    return CT_OK;
+}
+
+ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
+    CT_TRY(begin_forward(m, x));
     /* A copy: layers may set *y before they have read *x, and callers may pass one tensor for both. */
     ct_tensor input = *x;
     if (!m->recompute) return named(m, m->ops->forward(m, &input, y));
@@ -285,7 +292,20 @@ static ct_status recompute_forward(ct_module *m) {
     return ct_module_forward(m, &x, &y);
 }
 
-ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
+ct_status ct_module_forward_residual(ct_module *m, const ct_tensor *x, const ct_tensor *residual, ct_tensor *sum,
+                                     ct_tensor *y) {
+    if (!CT_OPS_HAS(m->ops, ct_module_ops, forward_residual) || m->recompute) {
+        ct_op_add(x, residual, sum);
+        return ct_module_forward(m, sum, y);
+    }
+    CT_TRY(begin_forward(m, x));
+    ct_status s = check_input(m, residual);
+    if (s != CT_OK) return ct_error_prefix(s, "%s '%s': residual: ", m->ops->type, display_name(m));
+    return named(m, m->ops->forward_residual(m, x, residual, sum, y));
+}
+
+/* What every backward checks first: a forward to take the gradient of, and dy its output's. */
+static ct_status begin_backward(ct_module *m, const ct_tensor *dy) {
     if (!m->ops->backward)
         return ct_error(CT_ERR_STATE, "%s '%s': has no backward", m->ops->type, display_name(m));
     if (m->batch < 0)
@@ -302,16 +322,42 @@ ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
                         "forward (batch %lld, %s)", m->ops->type, display_name(m), got, want,
                         (long long)m->batch, ct_dtype_name(m->dtype));
     }
+    return CT_OK;
+}
+
+/* After a backward: its gradients are done (DDP starts the all-reduce of the buckets they fill). */
+static ct_status end_backward(ct_module *m) {
+    const ct_step_ctx *ctx = m->step_ctx;
+    if (ctx && ctx->grads_ready && m->grad_hi > m->grad_lo)
+        return ctx->grads_ready(ctx->grads_ready_ctx, m);
+    return CT_OK;
+}
+
+ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx) {
+    CT_TRY(begin_backward(m, dy));
     ct_tensor grad = *dy;
     if (m->recompute) {
         CT_TRY(recompute_forward(m));
         m->recompute->holder = NULL; /* a backward may overwrite activations it no longer needs */
     }
     CT_TRY(named(m, m->ops->backward(m, &grad, dx)));
-    const ct_step_ctx *ctx = m->step_ctx;
-    if (ctx && ctx->grads_ready && m->grad_hi > m->grad_lo)
-        return ctx->grads_ready(ctx->grads_ready_ctx, m);
-    return CT_OK;
+    return end_backward(m);
+}
+
+ct_status ct_module_backward_residual(ct_module *m, const ct_tensor *dy, const ct_tensor *dresidual, ct_tensor *dx) {
+    if (!m->need_input_grad)
+        return ct_error(CT_ERR_STATE, "%s '%s': a backward with the residual path's gradient makes the input "
+                        "gradient, which the module was built without", m->ops->type, display_name(m));
+    if (!CT_OPS_HAS(m->ops, ct_module_ops, backward_residual) || m->recompute) {
+        ct_tensor h;
+        CT_TRY(ct_module_backward(m, dy, &h));
+        ct_op_add(dresidual, &h, dx);
+        return CT_OK;
+    }
+    CT_TRY(begin_backward(m, dy));
+    ct_tensor grad = *dy;
+    CT_TRY(named(m, m->ops->backward_residual(m, &grad, dresidual, dx)));
+    return end_backward(m);
 }
 
 void ct_module_destroy(ct_module *m) {

@@ -115,6 +115,16 @@ typedef struct ct_module_ops {
      * count (llm.c, nanoGPT: a training step is three forward passes' worth, 6N per token plus
      * attention): elementwise work, norms and pooling are left out. NULL: none of its own. */
     double (*forward_flops)(const ct_module *m);
+    /* forward on x + residual, writing the sum to *sum (a buffer of the caller's, x's shape) too: a
+     * residual stream's add done by the layer that reads the new stream, in its own pass over it. The
+     * same results as ct_op_add into sum and forward on sum. NULL: the layer has no such pass
+     * (ct_module_forward_residual then does the two). */
+    ct_status (*forward_residual)(ct_module *m, const ct_tensor *x, const ct_tensor *residual, ct_tensor *sum,
+                                  ct_tensor *y);
+    /* backward that writes dx = dresidual + the gradient of the input to *dx (a buffer of the
+     * caller's): the gradient the stream's sum gets by the residual path too, added as the layer
+     * writes its own. The same results as backward and ct_op_add after it. NULL: as forward_residual. */
+    ct_status (*backward_residual)(ct_module *m, const ct_tensor *dy, const ct_tensor *dresidual, ct_tensor *dx);
 } ct_module_ops;
 
 struct ct_module {
@@ -160,6 +170,15 @@ struct ct_module {
     } recompute_input; /* what its last forward ran on, and in which mode and step */
 };
 
+/* y = m(x + residual), with x + residual written to sum (x's shape, the caller's buffer): m's
+ * forward_residual, or ct_op_add and ct_module_forward where m has none (and where gradient
+ * checkpointing recomputes m, which keeps one input). Checked and recorded as ct_module_forward. */
+ct_status ct_module_forward_residual(ct_module *m, const ct_tensor *x, const ct_tensor *residual, ct_tensor *sum,
+                                     ct_tensor *y);
+/* dx = dresidual + the gradient of m's input (the caller's buffer), after
+ * ct_module_forward_residual: m's backward_residual, or ct_module_backward and ct_op_add. Checked
+ * and reported (DDP's gradients-ready) as ct_module_backward. */
+ct_status ct_module_backward_residual(ct_module *m, const ct_tensor *dy, const ct_tensor *dresidual, ct_tensor *dx);
 /* m's fuse_activation, or false when its table has none (or predates the member). */
 bool ct_module_fuse_activation(ct_module *m, int act);
 /* m's fuse_maxpool, likewise. */

@@ -56,32 +56,36 @@ void ct_cpu_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct
         ct_abort_at(__FILE__, __LINE__, "batchnorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
-void ct_cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                              ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
+void ct_cpu_layernorm_forward(const ct_tensor *x, const ct_tensor *residual, const ct_tensor *weight,
+                              const ct_tensor *bias, double eps, ct_tensor *sum, ct_tensor *y, ct_tensor *save_mean,
+                              ct_tensor *save_rstd) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     int64_t rows = total / f;
     ct_dtype dt = x->dtype;
     void *w = opt_data(weight, dt, f), *b = opt_data(bias, dt, f);
+    const void *r = residual ? residual->data : NULL;
+    void *s = sum ? sum->data : NULL;
     if (dt == CT_F32)
-        ln_fwd_f32(x->data, w, b, eps, y->data, save_mean->data, save_rstd->data, rows, f);
+        ln_fwd_f32(x->data, r, w, b, eps, s, y->data, save_mean->data, save_rstd->data, rows, f);
     else if (dt == CT_F64)
-        ln_fwd_f64(x->data, w, b, eps, y->data, save_mean->data, save_rstd->data, rows, f);
+        ln_fwd_f64(x->data, r, w, b, eps, s, y->data, save_mean->data, save_rstd->data, rows, f);
     else
         ct_abort_at(__FILE__, __LINE__, "layernorm: unsupported dtype %s", ct_dtype_name(dt));
 }
 
 void ct_cpu_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                               const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                               ct_tensor *dweight, ct_tensor *dbias) {
+                               const ct_tensor *save_mean, const ct_tensor *save_rstd, const ct_tensor *dresidual,
+                               ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias) {
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     int64_t rows = total / f;
     ct_dtype dt = x->dtype;
     void *w = opt_data(weight, dt, f), *dw = opt_data(dweight, dt, f), *db = opt_data(dbias, dt, f);
     void *dxp = dx ? dx->data : NULL;
+    const void *dr = dresidual ? dresidual->data : NULL;
     if (dt == CT_F32)
-        ln_bwd_f32(x->data, dy->data, w, save_mean->data, save_rstd->data, dxp, dw, db, rows, f);
+        ln_bwd_f32(x->data, dy->data, w, save_mean->data, save_rstd->data, dr, dxp, dw, db, rows, f);
     else if (dt == CT_F64)
-        ln_bwd_f64(x->data, dy->data, w, save_mean->data, save_rstd->data, dxp, dw, db, rows, f);
+        ln_bwd_f64(x->data, dy->data, w, save_mean->data, save_rstd->data, dr, dxp, dw, db, rows, f);
     else
         ct_abort_at(__FILE__, __LINE__, "layernorm: unsupported dtype %s", ct_dtype_name(dt));
 }

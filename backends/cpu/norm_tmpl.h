@@ -131,12 +131,20 @@ static inline void FN(ln_row_stats)(const R *p, int64_t f, double *mean_out, dou
     *var_out = var / (double)f;
 }
 
-static void FN(ln_fwd)(const R *x, const R *w, const R *b, double eps, R *y, double *smean, double *srstd,
-                       int64_t rows, int64_t f) {
+/* With res (and sum), the row normalised is x + res, written to sum first (and read back from there
+ * while it is in cache). */
+static void FN(ln_fwd)(const R *x, const R *res, const R *w, const R *b, double eps, R *sum, R *y, double *smean,
+                       double *srstd, int64_t rows, int64_t f) {
 #pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
     for (int64_t r = 0; r < rows; r++) {
         const R *p = x + r * f;
         R *q = y + r * f;
+        if (res) {
+            R *s = sum + r * f;
+            const R *e = res + r * f;
+            for (int64_t j = 0; j < f; j++) s[j] = p[j] + e[j];
+            p = s;
+        }
         double mean, var;
         FN(ln_row_stats)(p, f, &mean, &var);
         double rstd = 1.0 / sqrt(var + eps);
@@ -154,8 +162,9 @@ static void FN(ln_fwd)(const R *x, const R *w, const R *b, double eps, R *y, dou
 /* Columns per block of the parameter-gradient pass: a block's float64 sums live on the stack. */
 #define CT_LN_COLS 64
 
-static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean, const double *srstd, R *dx,
-                       R *dw, R *db, int64_t rows, int64_t f) {
+/* With dres, each row of dx is dres's plus the norm's (rounded first, as a separate add takes it). */
+static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean, const double *srstd, const R *dres,
+                       R *dx, R *dw, R *db, int64_t rows, int64_t f) {
     if (dx) {
 #pragma omp parallel for schedule(static) if (rows * f > CT_OMP_MIN)
         for (int64_t r = 0; r < rows; r++) {
@@ -188,6 +197,10 @@ static void FN(ln_bwd)(const R *x, const R *dy, const R *w, const double *smean,
                 double gj = w ? (double)g[j] * w[j] : (double)g[j];
                 q[j] = (R)(rstd * (gj - a - (p[j] - mean) * rstd * bcoef));
             }
+            /* a pass of its own over the row (in cache): in one expression the compiler could
+             * contract the add into the product (an FMA), and double would lose the separate add's bits */
+            if (dres)
+                for (j = 0; j < f; j++) q[j] = dres[r * f + j] + q[j];
         }
     }
     if (!dw && !db) return;

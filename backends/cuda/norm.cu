@@ -111,13 +111,21 @@ __global__ void bn_bwd_kernel(const T *x, const T *dy, const T *w, const double 
     }
 }
 
+/* With res (and sum), the row normalised is x + res: each thread writes its elements of the sum and
+ * reads back only those, so the row needs no barrier before the statistics. */
 template <typename T>
-__global__ void ln_fwd_kernel(const T *x, const T *w, const T *b, double eps, T *y, double *smean, double *srstd,
-                              int64_t rows, int64_t f) {
+__global__ void ln_fwd_kernel(const T *x, const T *res, const T *w, const T *b, double eps, T *sum, T *y,
+                              double *smean, double *srstd, int64_t rows, int64_t f) {
     __shared__ double shm[LN_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *p = x + r * f;
         T *q = y + r * f;
+        if (res) {
+            T *s = sum + r * f;
+            const T *e = res + r * f;
+            for (int64_t j = threadIdx.x; j < f; j += LN_THREADS) s[j] = p[j] + e[j];
+            p = s;
+        }
         double part = 0.0;
         for (int64_t j = threadIdx.x; j < f; j += LN_THREADS) part += (double)p[j];
         const double mean = ct_block_sum<LN_THREADS>(part, shm) / (double)f;
@@ -140,9 +148,10 @@ __global__ void ln_fwd_kernel(const T *x, const T *w, const T *b, double eps, T 
     }
 }
 
+/* With dres, each element of dx is dres's plus the norm's (rounded first, as a separate add takes it). */
 template <typename T>
-__global__ void ln_bwd_dx_kernel(const T *x, const T *dy, const T *w, const double *smean, const double *srstd, T *dx,
-                                 int64_t rows, int64_t f) {
+__global__ void ln_bwd_dx_kernel(const T *x, const T *dy, const T *w, const double *smean, const double *srstd,
+                                 const T *dres, T *dx, int64_t rows, int64_t f) {
     __shared__ double shm[LN_THREADS];
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
         const T *p = x + r * f;
@@ -159,7 +168,8 @@ __global__ void ln_bwd_dx_kernel(const T *x, const T *dy, const T *w, const doub
         const double bcoef = ct_block_sum<LN_THREADS>(p_g_xhat, shm) / (double)f;
         for (int64_t j = threadIdx.x; j < f; j += LN_THREADS) {
             const double gj = w ? (double)g[j] * (double)w[j] : (double)g[j];
-            q[j] = (T)(rstd * (gj - a - ((double)p[j] - mean) * rstd * bcoef));
+            const T v = (T)(rstd * (gj - a - ((double)p[j] - mean) * rstd * bcoef));
+            q[j] = dres ? dres[r * f + j] + v : v;
         }
     }
 }
@@ -220,22 +230,23 @@ void bn_bwd(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *w, const c
 }
 
 template <typename T>
-void ln_fwd(const ct_tensor *x, const ct_tensor *w, const ct_tensor *b, double eps, ct_tensor *y, ct_tensor *smean,
-            ct_tensor *srstd, int64_t rows, int64_t f) {
+void ln_fwd(const ct_tensor *x, const ct_tensor *res, const ct_tensor *w, const ct_tensor *b, double eps,
+            ct_tensor *sum, ct_tensor *y, ct_tensor *smean, ct_tensor *srstd, int64_t rows, int64_t f) {
     ln_fwd_kernel<T><<<grid_for(rows), LN_THREADS, 0, ct_cuda_stream_t()>>>(
-        (const T *)x->data, w ? (const T *)w->data : nullptr, b ? (const T *)b->data : nullptr, eps, (T *)y->data,
-        (double *)smean->data, (double *)srstd->data, rows, f);
+        (const T *)x->data, res ? (const T *)res->data : nullptr, w ? (const T *)w->data : nullptr,
+        b ? (const T *)b->data : nullptr, eps, sum ? (T *)sum->data : nullptr, (T *)y->data, (double *)smean->data,
+        (double *)srstd->data, rows, f);
     CT_CUDA_LAUNCHED();
 }
 
 template <typename T>
 void ln_bwd(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *w, const ct_tensor *smean, const ct_tensor *srstd,
-            ct_tensor *dx, ct_tensor *dw, ct_tensor *db, int64_t rows, int64_t f) {
+            const ct_tensor *dres, ct_tensor *dx, ct_tensor *dw, ct_tensor *db, int64_t rows, int64_t f) {
     cudaStream_t stream = ct_cuda_stream_t();
     if (dx) {
         ln_bwd_dx_kernel<T><<<grid_for(rows), LN_THREADS, 0, stream>>>(
             (const T *)x->data, (const T *)dy->data, w ? (const T *)w->data : nullptr, (const double *)smean->data,
-            (const double *)srstd->data, (T *)dx->data, rows, f);
+            (const double *)srstd->data, dres ? (const T *)dres->data : nullptr, (T *)dx->data, rows, f);
         CT_CUDA_LAUNCHED();
     }
     if (!dw && !db) return;
@@ -310,23 +321,29 @@ extern "C" void ct_cuda_op_batchnorm_backward(const ct_tensor *x, const ct_tenso
     CT_CUDA_REAL_DISPATCH(x, bn_bwd, x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias, n, c, inner);
 }
 
-extern "C" void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias,
-                                             double eps, ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
+extern "C" void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *residual, const ct_tensor *weight,
+                                             const ct_tensor *bias, double eps, ct_tensor *sum, ct_tensor *y,
+                                             ct_tensor *save_mean, ct_tensor *save_rstd) {
     CT_ASSERT(on_this_gpu(x) && on_this_gpu(y));
     CT_ASSERT(x->ndim >= 1);
     const int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     CT_ASSERT(f > 0 && y->dtype == x->dtype && ct_tensor_numel(y) == total);
+    CT_ASSERT(!residual == !sum);
+    CT_ASSERT(!residual || (on_this_gpu(residual) && on_this_gpu(sum) && residual->dtype == x->dtype &&
+                            sum->dtype == x->dtype && ct_tensor_numel(residual) == total &&
+                            ct_tensor_numel(sum) == total));
     const int64_t rows = total / f;
     check_stats(save_mean, save_rstd, rows);
     check_opt(weight, x->dtype, f);
     check_opt(bias, x->dtype, f);
     if (rows == 0) return;
-    CT_CUDA_REAL_DISPATCH(x, ln_fwd, x, weight, bias, eps, y, save_mean, save_rstd, rows, f);
+    CT_CUDA_REAL_DISPATCH(x, ln_fwd, x, residual, weight, bias, eps, sum, y, save_mean, save_rstd, rows, f);
 }
 
 extern "C" void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                                              const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                                              ct_tensor *dweight, ct_tensor *dbias) {
+                                              const ct_tensor *save_mean, const ct_tensor *save_rstd,
+                                              const ct_tensor *dresidual, ct_tensor *dx, ct_tensor *dweight,
+                                              ct_tensor *dbias) {
     CT_ASSERT(on_this_gpu(x) && on_this_gpu(dy));
     CT_ASSERT(x->ndim >= 1);
     const int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
@@ -338,5 +355,7 @@ extern "C" void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tenso
     check_opt(dweight, x->dtype, f);
     check_opt(dbias, x->dtype, f);
     if (rows == 0) return;
-    CT_CUDA_REAL_DISPATCH(x, ln_bwd, x, dy, weight, save_mean, save_rstd, dx, dweight, dbias, rows, f);
+    CT_ASSERT(!dresidual || (dx && on_this_gpu(dresidual) && dresidual->dtype == x->dtype &&
+                             ct_tensor_numel(dresidual) == total));
+    CT_CUDA_REAL_DISPATCH(x, ln_bwd, x, dy, weight, save_mean, save_rstd, dresidual, dx, dweight, dbias, rows, f);
 }

@@ -96,11 +96,12 @@ void ct_cuda_op_batchnorm_forward(const ct_tensor *x, const ct_tensor *weight, c
 void ct_cuda_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
                                    const ct_tensor *save_mean, const ct_tensor *save_rstd, bool training,
                                    ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias);
-void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                                  ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+void ct_cuda_op_layernorm_forward(const ct_tensor *x, const ct_tensor *residual, const ct_tensor *weight,
+                                  const ct_tensor *bias, double eps, ct_tensor *sum, ct_tensor *y,
+                                  ct_tensor *save_mean, ct_tensor *save_rstd);
 void ct_cuda_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                                   ct_tensor *dweight, ct_tensor *dbias);
+                                   const ct_tensor *save_mean, const ct_tensor *save_rstd, const ct_tensor *dresidual,
+                                   ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias);
 /* optimizers and norms */
 void ct_cuda_op_sgd_step(ct_tensor *param, ct_tensor *grad, ct_tensor *momentum_buffer, const ct_sgd_args *a);
 void ct_cuda_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_tensor *exp_avg_sq,

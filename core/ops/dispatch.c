@@ -576,32 +576,40 @@ void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_
     CALL(x, batchnorm_backward, x, dy, weight, save_mean, save_rstd, training, dx, dweight, dbias);
 }
 
-void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                             ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd) {
+void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *residual, const ct_tensor *weight,
+                             const ct_tensor *bias, double eps, ct_tensor *sum, ct_tensor *y, ct_tensor *save_mean,
+                             ct_tensor *save_rstd) {
     SAME_KIND(x, weight);
     SAME_KIND(x, bias);
     SAME_KIND(x, y);
+    SAME_KIND(x, residual);
+    SAME_KIND(x, sum);
     CT_ASSERT(x->ndim >= 1);
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     CT_ASSERT(f > 0 && y->dtype == x->dtype && ct_tensor_numel(y) == total);
+    CT_ASSERT(!residual == !sum);
+    CT_ASSERT(!residual || (residual->dtype == x->dtype && ct_tensor_numel(residual) == total &&
+                            sum->dtype == x->dtype && ct_tensor_numel(sum) == total && sum->data != y->data));
     check_stats(x, save_mean, save_rstd, total / f);
-    CALL(x, layernorm_forward, x, weight, bias, eps, y, save_mean, save_rstd);
+    CALL(x, layernorm_forward, x, residual, weight, bias, eps, sum, y, save_mean, save_rstd);
 }
 
 void ct_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                              const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                              ct_tensor *dweight, ct_tensor *dbias) {
+                              const ct_tensor *save_mean, const ct_tensor *save_rstd, const ct_tensor *dresidual,
+                              ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias) {
     SAME_KIND(x, dy);
     SAME_KIND(x, weight);
     SAME_KIND(x, dx);
     SAME_KIND(x, dweight);
     SAME_KIND(x, dbias);
+    SAME_KIND(x, dresidual);
     CT_ASSERT(x->ndim >= 1);
     int64_t f = x->shape[x->ndim - 1], total = ct_tensor_numel(x);
     CT_ASSERT(f > 0 && dy->dtype == x->dtype && ct_tensor_numel(dy) == total);
     CT_ASSERT(!dx || (dx->dtype == x->dtype && ct_tensor_numel(dx) == total));
+    CT_ASSERT(!dresidual || (dx && dresidual->dtype == x->dtype && ct_tensor_numel(dresidual) == total));
     check_stats(x, save_mean, save_rstd, total / f);
-    CALL(x, layernorm_backward, x, dy, weight, save_mean, save_rstd, dx, dweight, dbias);
+    CALL(x, layernorm_backward, x, dy, weight, save_mean, save_rstd, dresidual, dx, dweight, dbias);
 }
 
 /* --- optimizer updates and norms (ops_optim.h) ------------------------------------------------- */

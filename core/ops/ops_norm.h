@@ -35,14 +35,21 @@ void ct_op_batchnorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_
                               ct_tensor *dweight, ct_tensor *dbias);
 
 /* Layer norm over the last dimension F of x (rows = numel / F), as nn.LayerNorm(F): biased variance,
- * y = (x - mean) * rstd * weight + bias. save_mean / save_rstd: float64 tensors of `rows` elements. */
-void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *weight, const ct_tensor *bias, double eps,
-                             ct_tensor *y, ct_tensor *save_mean, ct_tensor *save_rstd);
+ * y = (x - mean) * rstd * weight + bias. save_mean / save_rstd: float64 tensors of `rows` elements.
+ * With residual (else NULL, and sum NULL), the layer normalises x + residual, which it writes to sum
+ * as well: a transformer's residual add and the norm that reads the new stream, in one pass (the
+ * same bits as ct_op_add into sum, then the norm of sum). sum may be x or residual. */
+void ct_op_layernorm_forward(const ct_tensor *x, const ct_tensor *residual, const ct_tensor *weight,
+                             const ct_tensor *bias, double eps, ct_tensor *sum, ct_tensor *y, ct_tensor *save_mean,
+                             ct_tensor *save_rstd);
 
-/* dx overwritten (NULL to skip); dweight, dbias accumulated (NULL when absent). */
+/* x: what was normalised (the sum, with a residual). dx overwritten (NULL to skip); with dresidual
+ * (else NULL), dx = dresidual + the norm's input gradient: the gradient that reaches the sum by the
+ * residual path too, added as the row is written (the same bits as ct_op_add after). dresidual may
+ * be dx. dweight, dbias accumulated (NULL when absent). */
 void ct_op_layernorm_backward(const ct_tensor *x, const ct_tensor *dy, const ct_tensor *weight,
-                              const ct_tensor *save_mean, const ct_tensor *save_rstd, ct_tensor *dx,
-                              ct_tensor *dweight, ct_tensor *dbias);
+                              const ct_tensor *save_mean, const ct_tensor *save_rstd, const ct_tensor *dresidual,
+                              ct_tensor *dx, ct_tensor *dweight, ct_tensor *dbias);
 
 #ifdef __cplusplus
 }

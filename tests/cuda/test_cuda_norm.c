@@ -6,7 +6,8 @@
  * dbias accumulated onto non-zero values; dx skipped). Inputs sit off zero (|mean| > std) as real activations do.
  *
  * Layer norm: rows x F with F from 1 to a few hundred (wider than a block), many rows (the parameter gradients sum
- * over rows in chunks), with and without weight and bias.
+ * over rows in chunks), with and without weight and bias, and with a residual (the norm of x + r, the sum written;
+ * dx with the residual path's gradient added); the sum is the same bits on both sides.
  *
  * Both sides accumulate in double and round the same way, so float32 agrees to about an ulp: 1e-5 relative, with the
  * floor at the rms of the CPU tensor for outputs whose elements can cancel to near zero (dx, gradients); float64 to
@@ -100,13 +101,14 @@ static void check_batchnorm(int ndim, const int64_t *shape, ct_dtype dt, bool af
     free_all(all, sizeof all / sizeof all[0]);
 }
 
-static void check_layernorm(int ndim, const int64_t *shape, ct_dtype dt, bool affine, bool bias) {
+/* With residual: the norm of x + r (the sum written too) and dx = dres + the norm's gradient. */
+static void check_layernorm(int ndim, const int64_t *shape, ct_dtype dt, bool affine, bool bias, bool residual) {
     const double tol = dt == CT_F64 ? 1e-12 : 1e-5;
     const int64_t f = shape[ndim - 1];
     const double eps = unif(1e-6, 1e-3);
     char what[256], buf[96];
-    snprintf(what, sizeof what, "layernorm %s %s affine=%d bias=%d eps=%.2e", ct_dtype_name(dt),
-             ct_shape_str(ndim, shape, buf, sizeof buf), affine, bias, eps);
+    snprintf(what, sizeof what, "layernorm %s %s affine=%d bias=%d residual=%d eps=%.2e", ct_dtype_name(dt),
+             ct_shape_str(ndim, shape, buf, sizeof buf), affine, bias, residual, eps);
 
     ct_tensor x = ct_ct_rand(&rng, dt, ndim, shape, -1, 1);
     int64_t n = ct_tensor_numel(&x), rows = n / f;
@@ -119,29 +121,45 @@ static void check_layernorm(int ndim, const int64_t *shape, ct_dtype dt, bool af
     ct_tensor gx = ct_ct_to_gpu(&x), gdy = ct_ct_to_gpu(&dy), gw = ct_ct_to_gpu(&w), gb = ct_ct_to_gpu(&b);
     ct_tensor gdw = ct_ct_to_gpu(&dw), gdb = ct_ct_to_gpu(&db), gy = ct_ct_to_gpu(&y), gdx = ct_ct_to_gpu(&dx);
     ct_tensor gsm = ct_ct_to_gpu(&sm), gsr = ct_ct_to_gpu(&sr);
+    ct_tensor r = {0}, sum = {0}, dres = {0}, gr = {0}, gsum = {0}, gdres = {0};
+    if (residual) {
+        r = ct_ct_rand(&rng, dt, ndim, shape, -1, 1);
+        dres = ct_ct_rand(&rng, dt, ndim, shape, -1, 1);
+        sum = ct_ct_zeros(dt, ndim, shape);
+        gr = ct_ct_to_gpu(&r), gdres = ct_ct_to_gpu(&dres), gsum = ct_ct_to_gpu(&sum);
+    }
+    /* what is normalised: x, or the sum */
+    const ct_tensor *xn = residual ? &sum : &x, *gxn = residual ? &gsum : &gx;
 
-    ct_op_layernorm_forward(&x, affine ? &w : NULL, bias ? &b : NULL, eps, &y, &sm, &sr);
-    ct_op_layernorm_backward(&x, &dy, affine ? &w : NULL, &sm, &sr, &dx, affine ? &dw : NULL, bias ? &db : NULL);
-    ct_op_layernorm_forward(&gx, affine ? &gw : NULL, bias ? &gb : NULL, eps, &gy, &gsm, &gsr);
-    ct_op_layernorm_backward(&gx, &gdy, affine ? &gw : NULL, &gsm, &gsr, &gdx, affine ? &gdw : NULL,
-                             bias ? &gdb : NULL);
+    ct_op_layernorm_forward(&x, residual ? &r : NULL, affine ? &w : NULL, bias ? &b : NULL, eps,
+                            residual ? &sum : NULL, &y, &sm, &sr);
+    ct_op_layernorm_backward(xn, &dy, affine ? &w : NULL, &sm, &sr, residual ? &dres : NULL, &dx, affine ? &dw : NULL,
+                             bias ? &db : NULL);
+    ct_op_layernorm_forward(&gx, residual ? &gr : NULL, affine ? &gw : NULL, bias ? &gb : NULL, eps,
+                            residual ? &gsum : NULL, &gy, &gsm, &gsr);
+    ct_op_layernorm_backward(gxn, &gdy, affine ? &gw : NULL, &gsm, &gsr, residual ? &gdres : NULL, &gdx,
+                             affine ? &gdw : NULL, bias ? &gdb : NULL);
 
+    if (residual) ct_ct_check_equal("layernorm: x + residual", &gsum, &sum); /* one rounded add on both sides */
     close_to(what, "y", &gy, &y, tol);
     close_to(what, "save_mean", &gsm, &sm, 1e-12);
     close_to(what, "save_rstd", &gsr, &sr, 1e-12);
-    dx_close(what, &gdx, &dx, &dy, &sr, affine ? &w : NULL, tol);
+    if (residual)
+        close_to(what, "dx (with the residual's)", &gdx, &dx, tol);
+    else
+        dx_close(what, &gdx, &dx, &dy, &sr, affine ? &w : NULL, tol);
     close_to(what, "dweight (accumulated)", &gdw, &dw, tol);
     close_to(what, "dbias (accumulated)", &gdb, &db, tol);
 
     /* Parameter gradients alone (dx skipped), accumulated once more. */
-    ct_op_layernorm_backward(&x, &dy, affine ? &w : NULL, &sm, &sr, NULL, affine ? &dw : NULL, bias ? &db : NULL);
-    ct_op_layernorm_backward(&gx, &gdy, affine ? &gw : NULL, &gsm, &gsr, NULL, affine ? &gdw : NULL,
+    ct_op_layernorm_backward(xn, &dy, affine ? &w : NULL, &sm, &sr, NULL, NULL, affine ? &dw : NULL, bias ? &db : NULL);
+    ct_op_layernorm_backward(gxn, &gdy, affine ? &gw : NULL, &gsm, &gsr, NULL, NULL, affine ? &gdw : NULL,
                              bias ? &gdb : NULL);
     close_to(what, "dweight (dx skipped)", &gdw, &dw, tol);
     close_to(what, "dbias (dx skipped)", &gdb, &db, tol);
 
-    ct_tensor *all[] = {&x, &dy, &w, &b, &dw, &db, &y, &dx, &sm, &sr, &gx, &gdy, &gw, &gb, &gdw, &gdb, &gy, &gdx, &gsm,
-                        &gsr};
+    ct_tensor *all[] = {&x,   &dy,  &w,   &b,  &dw,  &db,   &y,  &dx,   &sm,  &sr,  &gx,   &gdy,  &gw, &gb,
+                        &gdw, &gdb, &gy, &gdx, &gsm, &gsr, &r, &sum, &dres, &gr, &gsum, &gdres};
     free_all(all, sizeof all / sizeof all[0]);
 }
 
@@ -178,13 +196,13 @@ int main(void) {
         static const int64_t widths[] = {1, 2, 7, 32, 100, 128, 129, 300};
         shape[ndim - 1] = widths[rnd(0, 7)];
         for (int d = 0; d < ndim - 1; d++) shape[d] = rnd(1, 40);
-        check_layernorm(ndim, shape, dt, t % 4 != 3, t % 4 != 2);
+        check_layernorm(ndim, shape, dt, t % 4 != 3, t % 4 != 2, t % 3 == 0);
     }
     /* Many rows: the row chunks of the parameter gradients, up to their cap. */
     const int64_t tall[2] = {17000, 3}, mid[3] = {8, 100, 64};
     for (int d = 0; d < 2; d++) {
-        check_layernorm(2, tall, dts[d], true, true);
-        check_layernorm(3, mid, dts[d], true, false);
+        check_layernorm(2, tall, dts[d], true, true, false);
+        check_layernorm(3, mid, dts[d], true, false, true);
     }
     return ct_test_finish();
 }
