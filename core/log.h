@@ -30,6 +30,10 @@
 
 #define CT_LOG_LINE_MAX 2048
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* The threshold: messages below it are dropped. A negative level (passive) changes nothing. */
 void ct_log_set_level(int level);
 int ct_log_get_level(void);
@@ -52,5 +56,9 @@ bool ct_log_should_log(int rank, int local_rank, bool log_on_each_node);
 /* Hugging Face's get_process_log_level: should_log ? log_level : log_level_replica, where passive
  * stands for the current threshold. */
 int ct_log_process_level(bool should_log, int log_level, int log_level_replica);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -19,15 +19,16 @@
  * - Input gradient: dx = dy W, a plain GEMM (blas.cu).
  *
  * float32 only, in the thread's math mode (blas.cu's compute types). float64, an empty sum (in = 0)
- * and a product cuBLASLt has no algorithm for take the separate ops instead, as do GELU outputs whose
- * width is not a multiple of 8 (cuBLASLt's rule for the leading dimension of the GELU input it
- * writes). The algorithm cuBLASLt's heuristic picks for a shape is kept per thread, so a step asks
+ * and a product cuBLASLt's heuristic finds no algorithm for (with a warning) take the separate ops
+ * instead, as do GELU outputs whose width is not a multiple of 8 (cuBLASLt's rule for the leading
+ * dimension of the GELU input it writes). The algorithm cuBLASLt's heuristic picks for a shape is kept per thread, so a step asks
  * it once per distinct GEMM, not once per call. */
 #include <climits>
 #include <cstdint>
 
 #include "backends/cuda/cuda_handles.h"
 #include "backends/cuda/ops_cuda.h"
+#include "core/log.h"
 
 namespace {
 
@@ -124,10 +125,16 @@ const plan &plan_for(const lt_gemm &g, cublasComputeType_t compute, descriptors 
     int count = 0;
     cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ct_cublaslt_handle(), desc.op, desc.a, desc.b, desc.d, desc.d,
                                                       desc.pref, 1, &found, &count);
-    if (s != CUBLAS_STATUS_NOT_SUPPORTED) CT_CUBLAS_CHECK(s);
     want.usable = s == CUBLAS_STATUS_SUCCESS && count > 0 && found.state == CUBLAS_STATUS_SUCCESS;
     want.algo = found.algo;
     want.workspace = found.workspaceSize;
+    /* Which epilogues a library version has kernels for, for which types and compute types, is a
+     * table of its own: where it has none the separate ops do the work, said once per GEMM shape. */
+    if (!want.usable)
+        ct_log_warning("cuda:%d: cuBLASLt has no algorithm for a %lld x %lld x %lld GEMM with epilogue %d in %s math "
+                       "(%s); the linear layer runs it as separate ops", want.device, (long long)g.m, (long long)g.n,
+                       (long long)g.k, (int)g.epilogue, ct_math_mode_name(ct_cuda_math_mode()),
+                       s == CUBLAS_STATUS_SUCCESS ? "no result" : cublasGetStatusString(s));
 
     plan &slot = plans[plans_used < kPlans ? plans_used++ : plans_next++ % kPlans];
     slot = want;

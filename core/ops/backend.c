@@ -25,6 +25,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/log.h"
+
 const ct_backend_ops *ct_backends[CT_DEVICE_KINDS] = {
     [CT_DEVICE_CPU] = &ct_backend_cpu,
 };
@@ -44,6 +46,7 @@ __attribute__((constructor)) static void settle_registry(void) {
 static pthread_once_t cuda_once = PTHREAD_ONCE_INIT;
 static void *cuda_module;
 static char cuda_error[1024];
+static bool cuda_failed; /* a module was there and did not load */
 
 #ifdef CT_CUDA_MODULE
 /* Whether this machine shows an NVIDIA GPU to user space at all: the driver's control node, or WSL's
@@ -86,6 +89,7 @@ static bool open_module(const char *path, const char **why) {
         dlclose(h);
     }
     if (!table) return false;
+    ct_log_debug("CUDA backend: loaded %s", path); /* which file, where several could be */
     cuda_module = h;
     __atomic_store_n(&ct_backends[CT_DEVICE_CUDA], table, __ATOMIC_RELEASE);
     return true;
@@ -97,9 +101,11 @@ static void load_cuda(void) {
     if (__atomic_load_n(&ct_backends[CT_DEVICE_CUDA], __ATOMIC_ACQUIRE)) return; /* the checked device serves it */
     const char *forced = getenv("CTRAINER_CUDA_MODULE"), *why = NULL;
     if (forced && *forced) {
-        if (!open_module(forced, &why)) /* the loader's reason names the file */
+        if (!open_module(forced, &why)) { /* the loader's reason names the file */
             snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", MODULE_NAME,
                      why ? why : "unknown error");
+            cuda_failed = true;
+        }
         return;
     }
 #ifdef CT_CUDA_MODULE
@@ -126,6 +132,7 @@ static void load_cuda(void) {
             snprintf(tried, sizeof tried, "%s", why ? why : "unknown error");
     }
     snprintf(cuda_error, sizeof cuda_error, "the CUDA backend (%s) could not be loaded: %s", MODULE_NAME, tried);
+    cuda_failed = strstr(tried, "No such file") == NULL; /* one was found: not merely absent */
 #else
     snprintf(cuda_error, sizeof cuda_error, "this build has no CUDA backend (configure with -DCTRAINER_CUDA=ON)");
 #endif
@@ -141,6 +148,12 @@ const char *ct_backend_load_error(ct_device_kind kind) {
     if (kind != CT_DEVICE_CUDA) return "";
     pthread_once(&cuda_once, load_cuda);
     return cuda_error;
+}
+
+bool ct_backend_module_failed(ct_device_kind kind) {
+    if (kind != CT_DEVICE_CUDA) return false;
+    pthread_once(&cuda_once, load_cuda);
+    return cuda_failed;
 }
 
 void *ct_backend_symbol(ct_device_kind kind, const char *name) {

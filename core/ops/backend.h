@@ -214,6 +214,9 @@ extern const ct_backend_ops *ct_backends[CT_DEVICE_KINDS];
  * ct_backend_symbol finds another entry point of a kind's module (NULL without it). */
 const ct_backend_ops *ct_backend_load(ct_device_kind kind);
 const char *ct_backend_load_error(ct_device_kind kind);
+/* Whether a module for the kind was there (found, or named by CTRAINER_CUDA_MODULE) and failed to
+ * load: a broken install or module, not a machine without the device. */
+bool ct_backend_module_failed(ct_device_kind kind);
 void *ct_backend_symbol(ct_device_kind kind, const char *name);
 
 /* The table of a device kind, or NULL when this build has no backend for it. */

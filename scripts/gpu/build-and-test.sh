@@ -379,6 +379,13 @@ if [[ "$run_gpt2" = 1 && -x "$build/ctrainer" && -n "$python" ]]; then
   fi
 fi
 
+# A linear layer whose cuBLASLt epilogue (bias, GELU, bias gradient) has no algorithm on this GPU runs
+# as separate ops, with one warning per GEMM shape (backends/cuda/linear.cu): counted here, so the
+# figures above are read knowing whether the fused path ran.
+lt_misses="$(cat "$out"/*.log 2>/dev/null | grep -c 'cuBLASLt has no algorithm' || true)"
+row cublaslt "$([[ "$lt_misses" = 0 ]] && echo ok || echo note)" 0 \
+  "$lt_misses warning(s) 'cuBLASLt has no algorithm' in the logs (0: every fused epilogue ran)"
+
 if [[ -n "$extra" ]]; then
   : >"$out/extra.log"
   if step extra "$out/extra.log" bash -c '. "$1"; cd "$2" && bash -c "$3"' _ "$deps/env.sh" "$root" "$extra"; then

@@ -12,7 +12,14 @@
 static const ct_device GPU = {CT_DEVICE_CUDA, 0};
 
 void ct_cuda_test_begin(const char *name) {
-    if (!ct_backend_for_kind(CT_DEVICE_CUDA)) { /* not compiled in, or no GPU to load its module for */
+    if (!ct_backend_for_kind(CT_DEVICE_CUDA)) {
+        /* a module that is there (the emulated one, or a build's on a GPU machine) must load: a
+         * broken one would otherwise pass every CUDA test as skipped */
+        if (ct_backend_module_failed(CT_DEVICE_CUDA)) {
+            printf("%s: FAIL: %s\n", name, ct_backend_load_error(CT_DEVICE_CUDA));
+            exit(1);
+        }
+        /* not compiled in, or no GPU to load its module for */
         printf("%s: skipped (%s)\n", name, ct_backend_load_error(CT_DEVICE_CUDA));
         exit(77);
     }
