@@ -10,7 +10,8 @@
 # protobuf-c and cairo keeps the carried .debs small), builds, runs the CUDA tests (ctest -L '^cuda$',
 # which includes the one-GPU NCCL tests when MPI is on) and the unit tests (ctest -L unit), trains
 # the Fashion-MNIST MLP and CNN on the GPU and on the CPU and compares them (compare-devices.py),
-# times the fused attention against PyTorch's (bench/attention.py), measures GPT-2 small's training
+# times their training against PyTorch eager on the GPU (bench/fmnist_device.py), times the fused
+# attention against PyTorch's (bench/attention.py), measures GPT-2 small's training
 # throughput against PyTorch (bench/gpt2.py), and ends with a summary
 # table. Each step's output goes to a log under $OUT (the folder whose contents come
 # back from the GPU machine; /tmp/out when unset); a failed step prints its last lines and the script
@@ -353,6 +354,22 @@ if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "${data_dir:-/usr/share/data
   fi
 else
   row compare skipped 0 "no ctrainer, python3 or Fashion-MNIST files (--data DIR)"
+fi
+
+# The Fashion-MNIST MLP and CNN, the Trainer on the GPU against PyTorch eager on it (bench/fmnist_device.py):
+# training samples/s and peak GPU memory of each side, float32 and bf16, within two minutes each.
+fmnist_dir="${data_dir:-/usr/share/datasets/fashion-mnist}"
+if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "$fmnist_dir"/*ubyte.gz >/dev/null 2>&1; then
+  for precision in float32 bf16; do
+    if step "fmnist-$precision" "$out/fmnist.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" timeout 120 \
+        "$python" "$root/bench/fmnist_device.py" --device cuda --build "$build" --python "$python" \
+        ${data_dir:+--data "$data_dir"} $([[ $precision = bf16 ]] && echo --bf16); then
+      row "fmnist-$precision" ok "$step_s" \
+        "$(grep '^train_samples_per_s' "$out/fmnist.log" | tail -2 | awk '{printf "%s ", $NF}')x PyTorch (mlp, cnn)"
+    else
+      row "fmnist-$precision" FAIL "$step_s" "see fmnist.log"
+    fi
+  done
 fi
 
 # The fused attention against PyTorch's scaled_dot_product_attention at GPT-2 small's shapes
