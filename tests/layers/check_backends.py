@@ -19,6 +19,8 @@ finds the communicator in the module (dist/nccl/nccl_entry.c).
 With --module NM MODULE PROGRAM... it checks that every ct_ function the CUDA module leaves undefined
 (to bind to the library already in the process) is defined and exported by each PROGRAM (the ctrainer
 program, linked with the static library) and shared library: otherwise loading the module fails there.
+And that each is on CT_CUDA_MODULE_IMPORTS in CMakeLists.txt, which every program linked with the
+static library is made to hold, whatever it calls.
 
 Usage: check_backends.py [SOURCE_ROOT]
        check_backends.py --nm NM LIBRARY...
@@ -64,7 +66,14 @@ def check_module(nm, module, hosts):
     needed = {s for s in dynamic(module, True) if s.startswith("ct_")}
     if not needed:
         sys.exit(f"check_backends: {module} needs no ct_ function: not the CUDA module?")
-    bad = 0
+    # every import on CMakeLists.txt's list, which makes each program linked with the static library
+    # hold it (a program that calls none of them would otherwise lack them)
+    cmake = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "CMakeLists.txt")).read()
+    listed = re.search(r"set\(CT_CUDA_MODULE_IMPORTS\s+([^)]*)\)", cmake)
+    unlisted = sorted(needed - set(listed.group(1).split() if listed else []))
+    for sym in unlisted:
+        print(f"CMakeLists.txt: CT_CUDA_MODULE_IMPORTS lacks {sym}, which {os.path.basename(module)} calls")
+    bad = len(unlisted)
     for host in hosts:
         missing = sorted(needed - dynamic(host, False))
         for sym in missing:
