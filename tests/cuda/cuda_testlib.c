@@ -83,6 +83,30 @@ static double value(const ct_tensor *t, int64_t i) {
     }
 }
 
+void ct_ct_check_scaled(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, const ct_tensor *scale,
+                        double tol) {
+    ct_tensor back = ct_ct_to_cpu(gpu);
+    double worst = 0;
+    int64_t at = 0;
+    for (int64_t i = 0; i < ct_tensor_numel(cpu); i++) {
+        const double g = ct_tensor_get(&back, i), c = ct_tensor_get(cpu, i);
+        const double err = g == c ? 0 : fabs(g - c) / fmax(ct_tensor_get(scale, i), 1e-30);
+        if (!(err <= worst)) { /* NaN counts as the worst */
+            worst = err;
+            at = i;
+        }
+    }
+    CHECK(worst <= tol, "%s: error %.3g > %.3g of the terms' scale at element %lld (gpu %.9g, cpu %.9g)", what, worst,
+          tol, (long long)at, ct_tensor_get(&back, at), ct_tensor_get(cpu, at));
+    ct_tensor_free(&back);
+}
+
+ct_tensor ct_ct_abs(const ct_tensor *t) {
+    ct_tensor a = ct_ct_zeros(t->dtype, t->ndim, t->shape);
+    for (int64_t i = 0; i < ct_tensor_numel(t); i++) ct_tensor_set(&a, i, fabs(ct_tensor_get(t, i)));
+    return a;
+}
+
 double ct_ct_rms(const ct_tensor *t) {
     double s = 0;
     int64_t n = ct_tensor_numel(t), k = 0;

@@ -34,6 +34,14 @@ double ct_ct_check_close(const char *what, const ct_tensor *gpu, const ct_tensor
  * maximum would measure the rare cancelling element; ct_ct_check_close bounds those more loosely).
  * A NaN on one side only fails. Returns the relative RMS error. */
 double ct_ct_check_rms_close(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, double rel_tol);
+/* CHECKs each element of gpu (copied back) within tol of cpu relative to scale's element: for sums,
+ * scale is the sum of the absolute values of the terms (the same op on |inputs|), which is what
+ * rounding the inputs or reordering the sum can change, where a plain relative error means nothing
+ * on elements whose terms cancel. A NaN fails. */
+void ct_ct_check_scaled(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, const ct_tensor *scale,
+                        double tol);
+/* |t|, a new CPU tensor. */
+ct_tensor ct_ct_abs(const ct_tensor *t);
 /* Root mean square of a CPU tensor's finite elements: the scale of a comparison floor. */
 double ct_ct_rms(const ct_tensor *t);
 /* CHECKs exact equality (integer outputs, masks, indices). */

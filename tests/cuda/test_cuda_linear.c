@@ -21,37 +21,10 @@
 
 static ct_rng rng;
 
-/* The componentwise bound of test_cuda_dense: each element of gpu within tol of cpu, relative to
- * scale's element (the sum of the absolute values of the terms it sums, which is what rounding the
- * inputs or reordering the sum can change; a plain relative error means nothing where terms cancel). */
-static void check(const char *what, const ct_tensor *gpu, const ct_tensor *cpu, const ct_tensor *scale, double tol) {
-    ct_tensor back = ct_ct_to_cpu(gpu);
-    double worst = 0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < ct_tensor_numel(cpu); i++) {
-        const double g = ct_tensor_get(&back, i), c = ct_tensor_get(cpu, i);
-        const double err = g == c ? 0 : fabs(g - c) / fmax(ct_tensor_get(scale, i), 1e-30);
-        if (!(err <= worst)) { /* NaN counts as the worst */
-            worst = err;
-            at = i;
-        }
-    }
-    CHECK(worst <= tol, "%s: error %.3g > %.3g at element %lld (gpu %.9g, cpu %.9g)", what, worst, tol, (long long)at,
-          ct_tensor_get(&back, at), ct_tensor_get(cpu, at));
-    ct_tensor_free(&back);
-}
-
 static double tolerance(ct_dtype dt, ct_math_mode mode) {
     if (mode == CT_MATH_BF16) return 1e-2; /* 7 mantissa bits: each product within 2^-7 of its size */
     if (mode != CT_MATH_F32) return 1e-3;  /* tf32, fp16: 10 bits */
     return dt == CT_F64 ? 1e-12 : 1e-5;
-}
-
-/* |t|, a new CPU tensor */
-static ct_tensor abs_of(const ct_tensor *t) {
-    ct_tensor a = ct_ct_zeros(t->dtype, t->ndim, t->shape);
-    for (int64_t i = 0; i < ct_tensor_numel(t); i++) ct_tensor_set(&a, i, fabs(ct_tensor_get(t, i)));
-    return a;
 }
 
 /* A [rows, cols] tensor of uniform values that starts `offset` rows into a buffer of its own (the
@@ -93,7 +66,7 @@ static void linear_case(ct_dtype dt, ct_math_mode mode, int64_t rows, int64_t in
     ct_tensor db1 = ct_tensor_view(db.cpu.data, dt, CT_CPU, 1, &out),
               gdb1 = ct_tensor_view(db.gpu.data, dt, db.gpu.device, 1, &out);
 
-    ct_tensor dw0 = abs_of(&dw.cpu), db0 = abs_of(&db1); /* |the gradients before|, for the scales */
+    ct_tensor dw0 = ct_ct_abs(&dw.cpu), db0 = ct_ct_abs(&db1); /* |the gradients before|, for the scales */
     ct_op_linear_forward(&x.cpu, &w.cpu, bias ? &b1 : NULL, act, gelu ? &pre.cpu : NULL, &y.cpu);
     ct_op_linear_backward(&dy.cpu, &x.cpu, &w.cpu, &dw.cpu, bias ? &db1 : NULL, &dx.cpu);
     ct_cuda_set_math_mode(mode);
@@ -103,27 +76,27 @@ static void linear_case(ct_dtype dt, ct_math_mode mode, int64_t rows, int64_t in
 
     /* the scales: the same products over absolute values, the starting gradients' too */
     const double tol = tolerance(dt, mode);
-    ct_tensor ax = abs_of(&x.cpu), aw = abs_of(&w.cpu), ab = abs_of(&b1), ady = abs_of(&dy.cpu);
+    ct_tensor ax = ct_ct_abs(&x.cpu), aw = ct_ct_abs(&w.cpu), ab = ct_ct_abs(&b1), ady = ct_ct_abs(&dy.cpu);
     ct_tensor s_pre = ct_ct_zeros(dt, 2, y.cpu.shape), s_dx = ct_ct_zeros(dt, 2, dx.cpu.shape);
-    ct_tensor s_dw = abs_of(&dw0), s_db = abs_of(&db0);
+    ct_tensor s_dw = ct_ct_abs(&dw0), s_db = ct_ct_abs(&db0);
     ct_op_linear_forward(&ax, &aw, bias ? &ab : NULL, CT_ACT_NONE, NULL, &s_pre);
     ct_op_linear_backward(&ady, &ax, &aw, &s_dw, bias ? &s_db : NULL, &s_dx);
 
     char name[200];
     snprintf(name, sizeof name, "%s: y", what);
-    check(name, &y.gpu, &y.cpu, &s_pre, gelu ? 1.5 * tol : tol); /* the GELU's slope is at most 1.13 */
+    ct_ct_check_scaled(name, &y.gpu, &y.cpu, &s_pre, gelu ? 1.5 * tol : tol); /* the GELU's slope is at most 1.13 */
     if (gelu) {
         snprintf(name, sizeof name, "%s: the GELU's input", what);
-        check(name, &pre.gpu, &pre.cpu, &s_pre, tol);
+        ct_ct_check_scaled(name, &pre.gpu, &pre.cpu, &s_pre, tol);
     }
     snprintf(name, sizeof name, "%s: dweight (accumulated)", what);
-    check(name, &dw.gpu, &dw.cpu, &s_dw, tol);
+    ct_ct_check_scaled(name, &dw.gpu, &dw.cpu, &s_dw, tol);
     if (bias) {
         snprintf(name, sizeof name, "%s: dbias (accumulated)", what);
-        check(name, &gdb1, &db1, &s_db, tol);
+        ct_ct_check_scaled(name, &gdb1, &db1, &s_db, tol);
     }
     snprintf(name, sizeof name, "%s: dx", what);
-    check(name, &dx.gpu, &dx.cpu, &s_dx, tol);
+    ct_ct_check_scaled(name, &dx.gpu, &dx.cpu, &s_dx, tol);
     ct_tensor *scales[] = {&ax, &aw, &ab, &ady, &s_pre, &s_dx, &s_dw, &s_db, &dw0, &db0};
     for (size_t i = 0; i < sizeof scales / sizeof *scales; i++) ct_tensor_free(scales[i]);
     twin *all[] = {&x, &w, &b, &y, &pre, &dy, &dx, &dw, &db};
