@@ -63,6 +63,30 @@ ct_status ct_device_copy(void *dst, ct_device dd, const void *src, ct_device sd,
 /* Zeroes bytes of memory on a device. */
 void ct_device_zero(ct_device d, void *p, size_t bytes);
 
+/* Asynchronous uploads: a batch's copy to a device that runs beside the work enqueued before it.
+ * An event is a point in the calling thread's order of work on its device, which the host or a copy
+ * can wait for; where the backend has no asynchronous copies (the CPU) its handle is NULL, every
+ * event call does nothing, pinned memory is plain host memory and an upload is ct_device_copy. */
+typedef struct ct_device_event {
+    ct_device device;
+    void *handle; /* the backend's (a cudaEvent_t); NULL: none */
+} ct_device_event;
+ct_status ct_device_event_create(ct_device d, ct_device_event *out);
+void ct_device_event_destroy(ct_device_event *e);
+/* Marks the point the calling thread's work on e's device has reached. */
+ct_status ct_device_event_record(ct_device_event *e);
+/* Waits on the host until the work before e's last record has run. */
+ct_status ct_device_event_wait(const ct_device_event *e);
+/* Host memory that d's asynchronous copies can read (page-locked for CUDA), zeroed, and its release. */
+ct_status ct_device_pinned_alloc(ct_device d, size_t bytes, void **out);
+void ct_device_pinned_free(ct_device d, void *p);
+/* bytes from pinned host memory src to memory dst on d without waiting for them: the copy starts once
+ * `after` has passed (NULL: at once) and records `done` (an event of d's) when it has read src; work the
+ * calling thread enqueues afterwards runs after the copy. The caller keeps src untouched until done
+ * has passed, and dst unused by any work enqueued after `after`. */
+ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes, const ct_device_event *after,
+                           ct_device_event *done);
+
 /* Bytes allocated on a device through ct_device_alloc at their peak since the start or the last
  * ct_device_reset_peak, which makes the peak the current count; -1 where the backend does not count
  * (the CPU: its memory is the process's, which trainer/memory.h reads from the kernel). */

@@ -1,26 +1,52 @@
-/* Batches and outputs between the host and the model's device: Hugging Face's _prepare_inputs.
+/* Batches and outputs between the host and the model's device: Hugging Face's _prepare_inputs, with
+ * the pinned memory and the copy stream of PyTorch's DataLoader(pin_memory) + to(non_blocking).
  *
  * Loaders make batches in host memory. Before the hooks see a batch (compute_loss, training_step,
- * prediction_step), its features and labels are copied into buffers on the model's device that the
- * trainer keeps for its largest batch, so a step allocates nothing; the mask and the sample indices
- * stay on the host, where the loop that reads them runs. Outputs come back to the host only where
- * host code reads them (metrics, kept predictions). On the CPU both are the identity: no copy. */
+ * prediction_step), its features and labels are copied to the model's device so that the host never
+ * waits for the copy: the host copies them into pinned memory, and an upload on the device's copy
+ * stream (core/device.h) moves them while the work enqueued before still runs; the ops of the batch
+ * wait for it on the device. Two slots are used in turn, so the copy of batch k overlaps the work on
+ * batch k - 1: slot k % 2's device memory is refilled only after the work on batch k - 2 (its
+ * "released" event, recorded when batch k - 1 arrived), and its pinned memory only after the upload of
+ * batch k - 2 has read it (its "copied" event). Both are kept for the largest batch, so a step
+ * allocates nothing. The mask and the sample indices stay on the host, where the loop that reads them
+ * runs. Outputs come back to the host only where host code reads them (metrics, kept predictions).
+ * On the CPU both are the identity: no copy. */
 #include <string.h>
 
 #include "trainer/trainer_impl.h"
 
+/* Where the labels start in a slot: a whole number of cache lines after the features. */
+#define LABELS_ALIGN 256
+
 static bool on_host(const ct_trainer *t) { return t->model->params.device.kind == CT_DEVICE_CPU; }
 
-/* dst as a device tensor shaped like src, in the buffer *keep (grown when src is larger). */
-static ct_status place(ct_tensor *keep, ct_device dev, const ct_tensor *src, ct_tensor *dst) {
-    size_t need = ct_tensor_nbytes(src);
-    if (!keep->data || ct_tensor_nbytes(keep) < need) {
-        ct_tensor_free(keep);
-        int64_t n = (int64_t)need;
-        CT_TRY(ct_tensor_alloc(keep, CT_U8, dev, 1, &n));
+/* Lets go of a slot's memory and events, after its last upload has read the pinned side. */
+static void slot_free(ct_batch_slot *s) {
+    if (s->used) (void)ct_device_event_wait(&s->copied);
+    ct_device_pinned_free(s->device, s->pinned);
+    ct_tensor_free(&s->on_device);
+    ct_device_event_destroy(&s->copied);
+    ct_device_event_destroy(&s->released);
+    *s = (ct_batch_slot){0};
+}
+
+/* Makes slot s hold `need` bytes on dev (the caller has waited for its last upload). */
+static ct_status slot_reserve(ct_batch_slot *s, ct_device dev, size_t need) {
+    if (s->cap >= need && ct_device_eq(s->device, dev)) return CT_OK;
+    slot_free(s); /* the device side is released once the work still reading it has run */
+    s->device = dev;
+    int64_t n = (int64_t)need;
+    ct_status st = ct_device_pinned_alloc(dev, need, &s->pinned);
+    if (st == CT_OK) st = ct_tensor_alloc(&s->on_device, CT_U8, dev, 1, &n);
+    if (st == CT_OK) st = ct_device_event_create(dev, &s->copied);
+    if (st == CT_OK) st = ct_device_event_create(dev, &s->released);
+    if (st != CT_OK) {
+        slot_free(s);
+        return st;
     }
-    *dst = ct_tensor_view(keep->data, src->dtype, dev, src->ndim, src->shape);
-    return ct_tensor_copy_to(dst, src);
+    s->cap = need;
+    return CT_OK;
 }
 
 ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const ct_batch **out) {
@@ -30,10 +56,26 @@ ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const c
     }
     struct ct_trainer_private *p = t->priv;
     ct_device dev = t->model->params.device;
+    /* every op on the previous batch has been enqueued: its slot may be refilled after this point */
+    ct_batch_slot *prev = &p->batch_slots[p->batch_slot];
+    if (prev->used) CT_TRY(ct_device_event_record(&prev->released));
+    p->batch_slot ^= 1;
+    ct_batch_slot *s = &p->batch_slots[p->batch_slot];
+    const ct_tensor *f = &host->features, *l = &host->labels;
+    bool labels = l->data && l->ndim > 0;
+    size_t f_bytes = ct_tensor_nbytes(f), l_at = (f_bytes + LABELS_ALIGN - 1) / LABELS_ALIGN * LABELS_ALIGN;
+    size_t need = labels ? l_at + ct_tensor_nbytes(l) : f_bytes;
+    /* the upload of two batches ago has read the pinned side before the host overwrites it */
+    if (s->used) CT_TRY(ct_device_event_wait(&s->copied));
+    CT_TRY(slot_reserve(s, dev, need ? need : 1));
+    memcpy(s->pinned, f->data, f_bytes);
+    if (labels) memcpy((char *)s->pinned + l_at, l->data, ct_tensor_nbytes(l));
+    CT_TRY(ct_device_upload(dev, s->on_device.data, s->pinned, need, s->used ? &s->released : NULL, &s->copied));
+    s->used = true;
     p->device_batch = *host;
-    CT_TRY(place(&p->device_features, dev, &host->features, &p->device_batch.features));
-    if (host->labels.data && host->labels.ndim > 0)
-        CT_TRY(place(&p->device_labels, dev, &host->labels, &p->device_batch.labels));
+    p->device_batch.features = ct_tensor_view(s->on_device.data, f->dtype, dev, f->ndim, f->shape);
+    if (labels)
+        p->device_batch.labels = ct_tensor_view((char *)s->on_device.data + l_at, l->dtype, dev, l->ndim, l->shape);
     *out = &p->device_batch;
     return CT_OK;
 }
@@ -55,7 +97,7 @@ ct_status ct_trainer_outputs_to_host(ct_trainer *t, const ct_tensor *outputs, ct
 }
 
 void ct_trainer_free_device_batch(ct_trainer *t) {
-    ct_tensor_free(&t->priv->device_features);
-    ct_tensor_free(&t->priv->device_labels);
+    for (int i = 0; i < 2; i++) slot_free(&t->priv->batch_slots[i]);
+    t->priv->batch_slot = 0;
     ct_tensor_free(&t->priv->host_outputs);
 }

@@ -25,6 +25,19 @@ ct_status ct_trainer_check_dataset(ct_trainer *t, ct_dataset *ds, const char *ro
  * and each asynchronous evaluator's come from here, so no metric object is shared between them. */
 ct_status ct_trainer_make_metrics(const ct_trainer *t, ct_metric_set *out);
 
+/* One of the two slots a batch reaches the model's device through (trainer/device_batch.c): the
+ * batch's features and then its labels in pinned host memory and in device memory, and the events that
+ * say when each may be refilled. */
+typedef struct ct_batch_slot {
+    ct_device device;
+    size_t cap;              /* bytes each side holds */
+    void *pinned;            /* copied from the loader's batch by the host */
+    ct_tensor on_device;     /* the same bytes on the device (u8), uploaded from `pinned` */
+    ct_device_event copied;  /* the last upload has read `pinned` */
+    ct_device_event released; /* every op on the slot's last batch was enqueued before this */
+    bool used;
+} ct_batch_slot;
+
 /* What the trainer keeps for itself (ct_trainer's priv): applications never see these members, so
  * they may change freely. */
 struct ct_trainer_private {
@@ -33,10 +46,12 @@ struct ct_trainer_private {
     ct_dataset *test_dataset;
     /* the gradient of the loss w.r.t. the model's outputs, sized for the train batch */
     ct_tensor dloss;
-    /* a batch's features and labels on the model's device, and outputs back on the host
-     * (trainer/device_batch.c): kept for the largest batch, unused on the CPU */
+    /* a batch's features and labels on the model's device, through two slots used in turn, and
+     * outputs back on the host (trainer/device_batch.c): kept for the largest batch, unused on the CPU */
     ct_batch device_batch;
-    ct_tensor device_features, device_labels, host_outputs;
+    ct_batch_slot batch_slots[2];
+    int batch_slot;
+    ct_tensor host_outputs;
     double train_start_time;
     /* this process's samples and input elements (tokens of token data) trained since train_start_time:
      * the throughput and MFU of the run's final metrics */

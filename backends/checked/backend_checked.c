@@ -15,6 +15,7 @@
 #include "core/ops/backend.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,8 +124,6 @@ static void checked_memset_zero(int index, void *dst, size_t bytes) {
     checked_op_end();
 }
 
-static ct_status checked_synchronize(void) { return CT_OK; }
-
 static size_t checked_peak_allocated(int index) {
     (void)index;
     pthread_mutex_lock(&pool.lock);
@@ -143,6 +142,137 @@ static void checked_reset_peak(int index) {
 static void checked_describe(int index, char *buf, size_t cap) {
     snprintf(buf, cap, "cuda:%d: checked device (host memory closed outside ops, CPU kernels; "
                        "CTRAINER_CHECKED_DEVICE is set)", index);
+}
+
+/* --- asynchronous uploads ------------------------------------------------------------------------- *
+ * The copy itself is done at once (the kernels are synchronous), but the host is held to the contract
+ * a GPU's copy stream sets: an upload's pinned source stays untouched until an event recorded after
+ * the upload has been waited for. Each upload in flight keeps a hash of its source. Waiting for an
+ * event ends every upload enqueued before the event's record (a copy stream runs in order) and checks
+ * that its source did not change; a new upload from, or the release of, memory that an upload in
+ * flight still reads aborts at once. */
+typedef struct in_flight {
+    const unsigned char *src;
+    size_t bytes;
+    uint64_t hash, seq;
+} in_flight;
+
+static struct {
+    pthread_mutex_t lock;
+    in_flight *items;
+    int count, cap;
+    uint64_t seq; /* uploads so far */
+} uploads = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* An event: how many uploads had been enqueued at its last record. */
+typedef struct checked_event {
+    uint64_t seq;
+} checked_event;
+
+static uint64_t fnv1a(const unsigned char *p, size_t n) {
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static _Noreturn void contract_broken(const char *what, const void *src, size_t bytes) {
+    fprintf(stderr, "checked device: %s (pinned memory %p, %zu bytes): an upload's source must stay untouched "
+                    "until an event recorded after it has been waited for\n", what, src, bytes);
+    abort();
+}
+
+/* Ends the uploads numbered up to seq; uploads.lock is held. */
+static void end_uploads(uint64_t seq) {
+    for (int i = 0; i < uploads.count;) {
+        in_flight *u = &uploads.items[i];
+        if (u->seq > seq) {
+            i++;
+            continue;
+        }
+        if (fnv1a(u->src, u->bytes) != u->hash) contract_broken("the host changed an upload's source", u->src, u->bytes);
+        *u = uploads.items[--uploads.count];
+    }
+}
+
+/* Aborts when [p, p + n) overlaps the source of an upload in flight; uploads.lock is held. */
+static void check_not_in_flight(const void *p, size_t n, const char *what) {
+    const unsigned char *a = p;
+    for (int i = 0; i < uploads.count; i++) {
+        const in_flight *u = &uploads.items[i];
+        if (a < u->src + u->bytes && u->src < a + n) contract_broken(what, u->src, u->bytes);
+    }
+}
+
+static ct_status checked_event_create(int index, void **out) {
+    (void)index;
+    *out = calloc(1, sizeof(checked_event));
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "checked device: out of memory for an event");
+}
+
+static void checked_event_destroy(void *event) { free(event); }
+
+static ct_status checked_event_record(void *event) {
+    pthread_mutex_lock(&uploads.lock);
+    ((checked_event *)event)->seq = uploads.seq;
+    pthread_mutex_unlock(&uploads.lock);
+    return CT_OK;
+}
+
+static ct_status checked_event_wait(void *event) {
+    pthread_mutex_lock(&uploads.lock);
+    end_uploads(((checked_event *)event)->seq);
+    pthread_mutex_unlock(&uploads.lock);
+    return CT_OK;
+}
+
+/* Pinned memory is host memory whose size sits one alignment step before it, for the release's check. */
+#define PINNED_HEADER 64
+
+static ct_status checked_pinned_alloc(size_t bytes, void **out) {
+    unsigned char *p = bytes <= SIZE_MAX - PINNED_HEADER ? ct_host_alloc(bytes + PINNED_HEADER) : NULL;
+    *out = p ? p + PINNED_HEADER : NULL;
+    if (!p) return ct_error(CT_ERR_NOMEM, "checked device: cannot allocate %zu bytes of pinned memory", bytes);
+    memcpy(p, &bytes, sizeof bytes);
+    return CT_OK;
+}
+
+static void checked_pinned_free(void *p) {
+    if (!p) return;
+    unsigned char *base = (unsigned char *)p - PINNED_HEADER;
+    size_t bytes;
+    memcpy(&bytes, base, sizeof bytes);
+    pthread_mutex_lock(&uploads.lock);
+    check_not_in_flight(p, bytes ? bytes : 1, "pinned memory released while an upload still reads it");
+    pthread_mutex_unlock(&uploads.lock);
+    ct_host_free(base);
+}
+
+static ct_status checked_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done) {
+    (void)index, (void)after;
+    pthread_mutex_lock(&uploads.lock);
+    check_not_in_flight(src, bytes, "a new upload from memory an upload in flight still reads");
+    if (uploads.count == uploads.cap) {
+        int cap = uploads.cap ? 2 * uploads.cap : 16;
+        in_flight *grown = realloc(uploads.items, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&uploads.lock);
+            return ct_error(CT_ERR_NOMEM, "checked device: out of memory for the uploads in flight");
+        }
+        uploads.items = grown;
+        uploads.cap = cap;
+    }
+    uploads.items[uploads.count++] = (in_flight){src, bytes, fnv1a(src, bytes), ++uploads.seq};
+    ((checked_event *)done)->seq = uploads.seq;
+    pthread_mutex_unlock(&uploads.lock);
+    return checked_copy_bytes(dst, (ct_device){CT_DEVICE_CUDA, index}, src, CT_CPU, bytes);
+}
+
+/* The calling thread's work, which waited for every upload it enqueued, has run. */
+static ct_status checked_synchronize(void) {
+    pthread_mutex_lock(&uploads.lock);
+    end_uploads(uploads.seq);
+    pthread_mutex_unlock(&uploads.lock);
+    return CT_OK;
 }
 
 static ct_backend_ops table;
@@ -166,6 +296,13 @@ static void make_table(void) {
     table.describe = checked_describe;
     table.op_begin = checked_op_begin;
     table.op_end = checked_op_end;
+    table.event_create = checked_event_create;
+    table.event_destroy = checked_event_destroy;
+    table.event_record = checked_event_record;
+    table.event_wait = checked_event_wait;
+    table.pinned_alloc = checked_pinned_alloc;
+    table.pinned_free = checked_pinned_free;
+    table.upload = checked_upload;
 }
 
 const ct_backend_ops *ct_backend_checked(void) {

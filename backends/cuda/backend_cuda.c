@@ -21,6 +21,13 @@ const ct_backend_ops ct_backend_cuda = {
     .reset_peak = ct_cuda_reset_peak,
     .describe = ct_cuda_describe,
     .collectives = "nccl",
+    .event_create = ct_cuda_event_create,
+    .event_destroy = ct_cuda_event_destroy,
+    .event_record = ct_cuda_event_record,
+    .event_wait = ct_cuda_event_wait,
+    .pinned_alloc = ct_cuda_host_alloc,
+    .pinned_free = ct_cuda_host_free,
+    .upload = ct_cuda_upload,
 
     .gemm = ct_cuda_op_gemm,
     .linear_forward = ct_cuda_op_linear_forward,

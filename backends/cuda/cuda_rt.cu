@@ -15,6 +15,7 @@ namespace {
 
 std::mutex mu; /* guards everything below */
 cudaStream_t compute_stream[MAX_DEVICES];
+cudaStream_t copy_stream[MAX_DEVICES]; /* uploads (ct_cuda_upload), beside every compute stream */
 size_t allocated[MAX_DEVICES], peak[MAX_DEVICES];
 std::unordered_map<void *, size_t> *sizes; /* live device allocations (cudaFree does not tell sizes) */
 
@@ -39,6 +40,12 @@ cudaStream_t default_stream(int d) {
     std::lock_guard<std::mutex> lock(mu);
     if (!compute_stream[d]) CT_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_stream[d], cudaStreamNonBlocking));
     return compute_stream[d];
+}
+
+cudaStream_t upload_stream(int d) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!copy_stream[d]) CT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream[d], cudaStreamNonBlocking));
+    return copy_stream[d];
 }
 
 /* Runs f with `device` current, restoring the caller's device after. */
@@ -243,4 +250,43 @@ void *ct_cuda_workspace(size_t bytes) {
         ts.ws_bytes[d] = bytes;
     }
     return ts.ws[d];
+}
+
+extern "C" ct_status ct_cuda_event_create(int index, void **out) {
+    cudaEvent_t e = nullptr;
+    cudaError_t r = on_device(index, [&] { return cudaEventCreateWithFlags(&e, cudaEventDisableTiming); });
+    if (r != cudaSuccess) {
+        cudaGetLastError();
+        *out = NULL;
+        return ct_error(CT_ERR_DEVICE, "cuda:%d: cannot create an event: %s", index, cudaGetErrorString(r));
+    }
+    *out = (void *)e;
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_event_destroy(void *event) {
+    if (event) CT_CUDA_CHECK(cudaEventDestroy((cudaEvent_t)event));
+}
+
+extern "C" ct_status ct_cuda_event_record(void *event) {
+    CT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)event, ct_cuda_stream_t()));
+    return CT_OK;
+}
+
+extern "C" ct_status ct_cuda_event_wait(void *event) {
+    CT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)event));
+    return CT_OK;
+}
+
+extern "C" ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done) {
+    if (index < 0 || index >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", index);
+    return on_device(index, [&] {
+        cudaStream_t copy = upload_stream(index);
+        if (after) CT_CUDA_CHECK(cudaStreamWaitEvent(copy, (cudaEvent_t)after, 0));
+        if (bytes) CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, copy));
+        CT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, copy));
+        /* the caller's next ops read dst: its stream waits for the copy, the host does not */
+        CT_CUDA_CHECK(cudaStreamWaitEvent(ct_cuda_stream_t(), (cudaEvent_t)done, 0));
+        return CT_OK;
+    });
 }

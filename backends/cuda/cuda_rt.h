@@ -45,6 +45,16 @@ ct_status ct_cuda_memcpy(void *dst, ct_device dd, const void *src, ct_device sd,
 /* Like ct_cuda_memcpy to a device, but returns at once: src must be pinned and stay untouched until
  * the current stream passes this point (ct_cuda_stream_synchronize, or an event). */
 ct_status ct_cuda_memcpy_async(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes);
+/* Events (cudaEvent_t, without timing) on device `index`: recorded on the calling thread's current
+ * stream, waited for by the host. */
+ct_status ct_cuda_event_create(int index, void **out);
+void ct_cuda_event_destroy(void *event);
+ct_status ct_cuda_event_record(void *event);
+ct_status ct_cuda_event_wait(void *event);
+/* bytes from pinned src to dst on device `index`, on the device's copy stream (one per device,
+ * beside the compute streams) once `after` (NULL: at once) has passed; records `done` (required)
+ * there, and the calling thread's current stream waits for it (core/ops/backend.h's upload). */
+ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done);
 /* Sets `bytes` at dst to zero on the current stream. */
 void ct_cuda_memset_zero(int device, void *dst, size_t bytes);
 

@@ -224,6 +224,50 @@ void ct_device_zero(ct_device d, void *p, size_t bytes) {
     b->memset_zero(d.index, p, bytes);
 }
 
+ct_status ct_device_event_create(ct_device d, ct_device_event *out) {
+    *out = (ct_device_event){.device = d};
+    const ct_backend_ops *b = ct_backend_for(d);
+    return MEMBER(b, event_create) ? b->event_create(d.index, &out->handle) : CT_OK;
+}
+
+void ct_device_event_destroy(ct_device_event *e) {
+    if (!e->handle) return;
+    ct_backend_for(e->device)->event_destroy(e->handle);
+    e->handle = NULL;
+}
+
+ct_status ct_device_event_record(ct_device_event *e) {
+    return e->handle ? ct_backend_for(e->device)->event_record(e->handle) : CT_OK;
+}
+
+ct_status ct_device_event_wait(const ct_device_event *e) {
+    return e->handle ? ct_backend_for(e->device)->event_wait(e->handle) : CT_OK;
+}
+
+ct_status ct_device_pinned_alloc(ct_device d, size_t bytes, void **out) {
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (MEMBER(b, pinned_alloc)) return b->pinned_alloc(bytes, out);
+    *out = ct_host_alloc(bytes);
+    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "cannot allocate %zu bytes of host memory", bytes);
+}
+
+void ct_device_pinned_free(ct_device d, void *p) {
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (!p) return;
+    if (MEMBER(b, pinned_free))
+        b->pinned_free(p);
+    else
+        ct_host_free(p);
+}
+
+ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes, const ct_device_event *after,
+                           ct_device_event *done) {
+    CT_ASSERT(done && ct_device_eq(done->device, d));
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (!MEMBER(b, upload) || !done->handle) return ct_device_copy(dst, d, src, CT_CPU, bytes);
+    return b->upload(d.index, dst, src, bytes, after ? after->handle : NULL, done->handle);
+}
+
 int64_t ct_device_peak_allocated(ct_device d) {
     const ct_backend_ops *b = ct_backend_for(d);
     return MEMBER(b, peak_allocated) ? (int64_t)b->peak_allocated(d.index) : -1;

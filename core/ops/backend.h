@@ -166,6 +166,24 @@ typedef struct ct_backend_ops {
      * bias_grad and gemm one after the other; see ct_op_linear_backward) ------------------------- */
     void (*linear_backward)(const ct_tensor *dy, const ct_tensor *x, const ct_tensor *weight, ct_tensor *dweight,
                             ct_tensor *dbias, ct_tensor *dx);
+
+    /* --- appended: asynchronous copies to the device (NULL: none; ct_device_upload then copies with
+     * copy_bytes, and the events are no-ops) ------------------------------------------------------ *
+     * An event is a point in a thread's order of device work; the host or a copy can wait for it. */
+    ct_status (*event_create)(int index, void **out);
+    void (*event_destroy)(void *event);
+    /* Marks the point the calling thread's device work has reached (everything enqueued so far). */
+    ct_status (*event_record)(void *event);
+    /* Waits on the host until the work before the event's last record has run. */
+    ct_status (*event_wait)(void *event);
+    /* Page-locked host memory, which an asynchronous copy reads at full bus speed, and its release. */
+    ct_status (*pinned_alloc)(size_t bytes, void **out);
+    void (*pinned_free)(void *p);
+    /* bytes from pinned host memory src to device memory dst, on a copy stream of the device's, not
+     * waiting: the copy starts once `after` has passed (NULL: at once), `done` (required) is recorded
+     * when it has read src, and the calling thread's device work enqueued afterwards runs after it.
+     * src must stay untouched until `done`; dst must not be in use by work enqueued after `after`. */
+    ct_status (*upload)(int index, void *dst, const void *src, size_t bytes, void *after, void *done);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -1,8 +1,8 @@
 /* The checked device (backends/checked/): with CTRAINER_CHECKED_DEVICE set, "cuda" devices are host
  * memory that the host may touch only inside ops and device copies. Checked here: the registry swaps
  * it in, ops on it compute bit for bit what the CPU computes, a model built on it starts from the
- * CPU's values and runs a step identically, and a host read or write of its memory outside an op
- * dies with SIGSEGV (in a child process). */
+ * CPU's values and runs a step identically, a host read or write of its memory outside an op dies
+ * with SIGSEGV, and a breach of the asynchronous uploads' contract aborts (in child processes). */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,6 +112,105 @@ static void test_host_access_faults(void) {
     ct_tensor_free(&t), ct_tensor_free(&h), ct_tensor_free(&u);
 }
 
+/* --- asynchronous uploads ------------------------------------------------------------------------ */
+
+typedef struct upload_case {
+    float *src;  /* pinned, 1000 floats */
+    ct_tensor dst; /* on the device */
+    ct_device_event done;
+} upload_case;
+
+static void upload_case_init(upload_case *c) {
+    int64_t n = 1000;
+    void *p = NULL;
+    CHECK_OK(ct_device_pinned_alloc(GPU, n * sizeof(float), &p));
+    c->src = p;
+    CHECK_OK(ct_tensor_alloc(&c->dst, CT_F32, GPU, 1, &n));
+    CHECK_OK(ct_device_event_create(GPU, &c->done));
+}
+
+static void upload_case_free(upload_case *c) {
+    ct_device_pinned_free(GPU, c->src);
+    ct_tensor_free(&c->dst);
+    ct_device_event_destroy(&c->done);
+}
+
+static void upload(upload_case *c, float first) {
+    for (int i = 0; i < 1000; i++) c->src[i] = first + (float)i;
+    CHECK_OK(ct_device_upload(GPU, c->dst.data, c->src, 1000 * sizeof(float), NULL, &c->done));
+}
+
+/* Breaches of the upload contract, each run in a child that must die of the checked device's abort. */
+static void overwrite_then_wait(upload_case *c) {
+    upload(c, 0);
+    c->src[7] = -1; /* before the copy is known to have read it */
+    (void)ct_device_event_wait(&c->done);
+}
+static void upload_again_unwaited(upload_case *c) {
+    upload(c, 0);
+    upload(c, 5);
+}
+static void free_unwaited(upload_case *c) {
+    upload(c, 0);
+    ct_device_pinned_free(GPU, c->src);
+}
+
+static bool dies(void (*breach)(upload_case *)) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        upload_case c;
+        upload_case_init(&c);
+        breach(&c);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+/* ct_device_upload on the checked device: the device holds the values (an op reads them), and the
+ * host is held to the contract of a GPU's copy stream: the source untouched until an event recorded
+ * after the upload has been waited for. */
+static void test_uploads(void) {
+    upload_case a, b;
+    upload_case_init(&a), upload_case_init(&b);
+    float want[1000];
+    for (int i = 0; i < 1000; i++) want[i] = 2.0f * (3.0f + (float)i);
+    int64_t n = 1000;
+    ct_tensor expect = ct_tensor_view(want, CT_F32, CT_CPU, 1, &n);
+    upload(&a, 3);
+    ct_op_scale(&a.dst, 2.0);
+    CHECK(same_bits(&a.dst, &expect), "an op after an upload does not see the uploaded values");
+    CHECK_OK(ct_device_event_wait(&a.done));
+    upload(&a, 3); /* its source may be refilled once the upload's event has passed */
+    /* a copy stream runs in order: waiting for a later upload ends an earlier one */
+    upload(&b, 0);
+    CHECK_OK(ct_device_event_wait(&b.done));
+    upload(&a, 3);
+    /* so does an event recorded on the device's work after the upload (the work waited for it) */
+    ct_device_event mark;
+    CHECK_OK(ct_device_event_create(GPU, &mark));
+    CHECK_OK(ct_device_event_record(&mark));
+    CHECK_OK(ct_device_event_wait(&mark));
+    upload(&a, 3);
+    CHECK_OK(ct_device_event_wait(&a.done));
+    ct_device_event_destroy(&mark);
+    upload_case_free(&a), upload_case_free(&b);
+    CHECK(dies(overwrite_then_wait), "a source changed before its upload's event passed is not caught");
+    CHECK(dies(upload_again_unwaited), "a second upload from a source still in flight is not caught");
+    CHECK(dies(free_unwaited), "pinned memory released under an upload is not caught");
+    /* The CPU has no asynchronous copies: no event handle, and an upload is a copy. */
+    ct_device_event cpu_done;
+    CHECK_OK(ct_device_event_create(CT_CPU, &cpu_done));
+    CHECK(cpu_done.handle == NULL, "the CPU's events have a handle");
+    float src[3] = {1, 2, 3}, dst[3] = {0};
+    CHECK_OK(ct_device_upload(CT_CPU, dst, src, sizeof src, NULL, &cpu_done));
+    CHECK(memcmp(dst, src, sizeof src) == 0 && ct_device_event_wait(&cpu_done) == CT_OK,
+          "an upload to the CPU is not a copy");
+    ct_device_event_destroy(&cpu_done);
+}
+
 /* An MLP built on the checked device starts from the CPU's initial values, and a forward and
  * backward give the CPU's outputs and gradients. */
 static void test_model_on_device(void) {
@@ -160,6 +259,7 @@ int main(int argc, char **argv) {
     test_registry();
     test_ops_match_cpu();
     test_host_access_faults();
+    test_uploads();
     test_model_on_device();
     return ct_test_finish();
 }
