@@ -28,6 +28,7 @@ const ct_backend_ops ct_backend_cuda = {
     .pinned_alloc = ct_cuda_host_alloc,
     .pinned_free = ct_cuda_host_free,
     .upload = ct_cuda_upload,
+    .use_device = ct_cuda_use_device,
 
     .gemm = ct_cuda_op_gemm,
     .linear_forward = ct_cuda_op_linear_forward,

@@ -88,6 +88,10 @@ extern "C" ct_status ct_cuda_set_device(int index) {
 
 extern "C" int ct_cuda_current_device(void) { return device_now(); }
 
+extern "C" void ct_cuda_use_device(int index) {
+    if (device_now() != index) CT_CUDA_CHECK(cudaSetDevice(index));
+}
+
 extern "C" ct_status ct_cuda_malloc(int device, size_t bytes, void **out) {
     *out = NULL;
     if (device < 0 || device >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", device);
@@ -193,6 +197,8 @@ extern "C" ct_status ct_cuda_memcpy_async(void *dst, ct_device dd, const void *s
 }
 
 extern "C" ct_status ct_cuda_memcpy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
+    /* on the stream of the device written to (read from, for a copy to the host), ordered with its ops */
+    ct_cuda_use_device(dd.kind == CT_DEVICE_CUDA ? dd.index : sd.index);
     CT_TRY(ct_cuda_memcpy_async(dst, dd, src, sd, bytes));
     /* The host reads (or may overwrite) its side right after: wait for the copy. */
     if (bytes && kind_of(dd, sd) != cudaMemcpyDeviceToDevice && kind_of(dd, sd) != cudaMemcpyHostToHost)
@@ -201,7 +207,7 @@ extern "C" ct_status ct_cuda_memcpy(void *dst, ct_device dd, const void *src, ct
 }
 
 extern "C" void ct_cuda_memset_zero(int device, void *dst, size_t bytes) {
-    (void)device;
+    ct_cuda_use_device(device);
     if (bytes) CT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, ct_cuda_stream_t()));
 }
 

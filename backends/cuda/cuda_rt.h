@@ -31,6 +31,8 @@ double ct_cuda_peak_flops(int index, ct_math_mode m);
 
 /* Makes `index` the calling thread's current device. */
 ct_status ct_cuda_set_device(int index);
+/* The same before an op on device `index` (the backend table's use_device): a failure aborts. */
+void ct_cuda_use_device(int index);
 int ct_cuda_current_device(void);
 
 ct_status ct_cuda_malloc(int device, size_t bytes, void **out);

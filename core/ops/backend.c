@@ -237,7 +237,10 @@ void ct_device_event_destroy(ct_device_event *e) {
 }
 
 ct_status ct_device_event_record(ct_device_event *e) {
-    return e->handle ? ct_backend_for(e->device)->event_record(e->handle) : CT_OK;
+    if (!e->handle) return CT_OK;
+    const ct_backend_ops *b = ct_backend_for(e->device);
+    if (MEMBER(b, use_device)) b->use_device(e->device.index); /* recorded on the work of e's device */
+    return b->event_record(e->handle);
 }
 
 ct_status ct_device_event_wait(const ct_device_event *e) {

@@ -184,6 +184,11 @@ typedef struct ct_backend_ops {
      * when it has read src, and the calling thread's device work enqueued afterwards runs after it.
      * src must stay untouched until `done`; dst must not be in use by work enqueued after `after`. */
     ct_status (*upload)(int index, void *dst, const void *src, size_t bytes, void *after, void *done);
+
+    /* --- appended: makes device `index` the calling thread's current one, where kernels are launched
+     * and events recorded (NULL: nothing). The dispatch calls it before each kernel with the device of
+     * the op's tensors, as PyTorch's device guard, so a thread works on any device it is handed. */
+    void (*use_device)(int index);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -38,14 +38,15 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
     return b;
 }
 
-/* The kernel `op` of t's backend, called with the remaining arguments between the backend's
- * op_begin and op_end (CALL_RETURN: its value), and timed when the op profile is on
+/* The kernel `op` of t's backend, called on t's device (use_device) with the remaining arguments
+ * between the backend's op_begin and op_end (CALL_RETURN: its value), and timed when the op profile is on
  * (core/ops/op_profile.h: one flag read otherwise). */
 #define CALL(t, op, ...)                                                                                               \
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
         double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
+        if (b_->use_device) b_->use_device((t)->device.index);                                                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         b_->op(__VA_ARGS__);                                                                                           \
         if (b_->op_end) b_->op_end();                                                                                  \
@@ -56,6 +57,7 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
         double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
+        if (b_->use_device) b_->use_device((t)->device.index);                                                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         __typeof__(b_->op(__VA_ARGS__)) r_ = b_->op(__VA_ARGS__);                                                      \
         if (b_->op_end) b_->op_end();                                                                                  \

@@ -10,7 +10,8 @@
 #   - an MLP with two eval sets, a test set and checkpoints, in float32 (1e-4 relative), and in bf16
 #     and fp16 with loss scaling, whose GEMMs round their inputs as tensor cores do (5e-2 from float32);
 #   - resuming across devices, both ways: the evaluations of the uninterrupted run;
-#   - asynchronous evaluation on the device: the same bits as synchronous evaluation there;
+#   - asynchronous evaluation on the device: the same bits as synchronous evaluation there; and on a
+#     second device beside the training one (two emulated devices);
 #   - `ctrainer evaluate` and `predict` on the device;
 #   - device memory: what 1000 steps leave allocated equals what 100 leave;
 #   - the CNN preset and the GPT example for a few steps; the GPT again with gradient checkpointing on
@@ -62,6 +63,14 @@ done
 "$ctrainer" train "$mlp" --device cuda --output_dir async-cuda --save_strategy steps --save_steps 16 --eval_async true \
     --eval_async_policy wait >async-cuda.log 2>&1 || bad "eval_async on cuda: $(tail -1 async-cuda.log)"
 compare mlp-fp32-cuda async-cuda --keys eval_,test_ && ok || bad "eval_async on cuda evaluates differently"
+# The request the project started from, on two devices: training on cuda:1, evaluation on cuda:0 beside
+# it. Each thread's ops must run on their tensors' device (the emulation aborts on a kernel given
+# another device's memory): the evaluator's snapshot copies make cuda:0 current on the training thread.
+CTRAINER_EMULATED_DEVICES=2 "$ctrainer" train "$mlp" --device cuda:1 --eval_device cuda:0 --output_dir two-gpus \
+    --save_strategy steps --save_steps 16 --eval_async true --eval_async_policy wait >two-gpus.log 2>&1 ||
+    bad "training on cuda:1 with eval_async on cuda:0: $(tail -1 two-gpus.log)"
+compare mlp-fp32-cuda two-gpus --keys loss,grad_norm && compare mlp-fp32-cuda two-gpus --keys eval_,test_ && ok ||
+    bad "training on cuda:1, evaluating on cuda:0 differs from one device"
 
 for dev in cpu cuda; do
     "$ctrainer" evaluate "$mlp" --model mlp-fp32-cpu --device $dev --output_dir eval-$dev >eval-$dev.log 2>&1 ||

@@ -32,6 +32,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -244,7 +245,16 @@ inline void ct_emu_run_block(unsigned threads, uint64_t &order_seed) {
 inline std::mutex ct_emu_one_launch_at_a_time;
 
 /* Every block of the grid in turn, x fastest. */
+/* Aborts when p lies in an allocation of a device other than the calling thread's current one
+ * (emulated_runtime.cpp). */
+void ct_emu_check_current_device(const void *p);
+
+template <typename T> void ct_emu_check_argument(const T &arg) {
+    if constexpr (std::is_pointer_v<T>) ct_emu_check_current_device((const void *)arg);
+}
+
 template <typename K, typename... A> void ct_emu_launch(ct_emu_config c, K kernel, A... args) {
+    (ct_emu_check_argument(args), ...); /* before the one-launch lock: the check takes the memory lock */
     std::lock_guard<std::mutex> hold(ct_emu_one_launch_at_a_time);
     const unsigned threads = c.block.x;
     if (c.block.y != 1 || c.block.z != 1 || c.grid.z != 1 || threads == 0 || threads > 1024) {

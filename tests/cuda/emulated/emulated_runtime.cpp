@@ -14,8 +14,8 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "backends/cuda/cuda_handles.h"
 #include "backends/cuda/ops_cuda.h"
@@ -25,7 +25,25 @@
 namespace {
 
 std::mutex memory_lock;
-std::unordered_map<void *, size_t> live;
+/* Live allocations by address: their size and device (one map, ordered for the lookup of an address
+ * inside one). */
+struct allocation {
+    size_t bytes;
+    int device;
+};
+std::map<const unsigned char *, allocation> live;
+/* CTRAINER_EMULATED_DEVICES (1 to 8; 1 without it) devices share the host's memory; the calling
+ * thread's current one is device 0 until it sets another, as CUDA's. */
+thread_local int current_device;
+
+int emulated_devices() {
+    static const int n = [] {
+        const char *v = std::getenv("CTRAINER_EMULATED_DEVICES");
+        int k = v ? std::atoi(v) : 1;
+        return k >= 1 && k <= 8 ? k : 1;
+    }();
+    return n;
+}
 size_t allocated, peak;
 thread_local ct_math_mode math_mode = CT_MATH_F32;
 thread_local std::vector<unsigned char> workspace;
@@ -76,7 +94,7 @@ const ct_backend_ops &cpu() { return *ct_backend_for_kind(CT_DEVICE_CPU); }
 
 }  // namespace
 
-extern "C" int ct_cuda_device_count(void) { return 1; }
+extern "C" int ct_cuda_device_count(void) { return emulated_devices(); }
 
 extern "C" void ct_cuda_describe(int index, char *buf, size_t cap) {
     std::snprintf(buf, cap, "cuda:%d: the CUDA backend's kernels emulated on the host (tests/cuda/emulated)", index);
@@ -84,15 +102,34 @@ extern "C" void ct_cuda_describe(int index, char *buf, size_t cap) {
 
 extern "C" double ct_cuda_peak_flops(int, ct_math_mode) { return 0.0; }
 extern "C" ct_status ct_cuda_set_device(int index) {
-    return index == 0 ? CT_OK : ct_error(CT_ERR_INVALID_ARG, "emulated CUDA: no device cuda:%d", index);
+    if (index < 0 || index >= emulated_devices())
+        return ct_error(CT_ERR_INVALID_ARG, "emulated CUDA: no device cuda:%d", index);
+    current_device = index;
+    return CT_OK;
 }
-extern "C" int ct_cuda_current_device(void) { return 0; }
+extern "C" int ct_cuda_current_device(void) { return current_device; }
+extern "C" void ct_cuda_use_device(int index) {
+    if (ct_cuda_set_device(index) != CT_OK) ct_abort_at(__FILE__, __LINE__, "%s", ct_last_error());
+}
 
-extern "C" ct_status ct_cuda_malloc(int, size_t bytes, void **out) {
+/* A kernel reads memory of the device it runs on, the calling thread's current one: with several
+ * devices, an argument inside another device's allocation is a launch on the wrong device. */
+void ct_emu_check_current_device(const void *p) {
+    std::lock_guard<std::mutex> hold(memory_lock);
+    auto it = live.upper_bound((const unsigned char *)p);
+    if (it == live.begin()) return;
+    --it;
+    if ((const unsigned char *)p >= it->first + std::max<size_t>(it->second.bytes, 1)) return;
+    if (it->second.device != current_device)
+        ct_abort_at(__FILE__, __LINE__, "emulated CUDA: a kernel on cuda:%d given memory of cuda:%d (%p)",
+                    current_device, it->second.device, p);
+}
+
+extern "C" ct_status ct_cuda_malloc(int device, size_t bytes, void **out) {
     void *p = std::calloc(1, bytes ? bytes : 1);
     if (!p) return ct_error(CT_ERR_NOMEM, "emulated CUDA: cannot allocate %zu bytes", bytes);
     std::lock_guard<std::mutex> hold(memory_lock);
-    live[p] = bytes;
+    live[(const unsigned char *)p] = {bytes, device};
     allocated += bytes;
     peak = std::max(peak, allocated);
     *out = p;
@@ -103,9 +140,9 @@ extern "C" void ct_cuda_free(int, void *p) {
     if (!p) return;
     {
         std::lock_guard<std::mutex> hold(memory_lock);
-        auto it = live.find(p);
+        auto it = live.find((const unsigned char *)p);
         if (it == live.end()) ct_abort_at(__FILE__, __LINE__, "emulated CUDA: free of %p, not an allocation", p);
-        allocated -= it->second;
+        allocated -= it->second.bytes;
         live.erase(it);
     }
     std::free(p);
@@ -117,14 +154,20 @@ extern "C" ct_status ct_cuda_host_alloc(size_t bytes, void **out) {
 }
 extern "C" void ct_cuda_host_free(void *p) { std::free(p); }
 
-extern "C" ct_status ct_cuda_memcpy(void *dst, ct_device, const void *src, ct_device, size_t bytes) {
+/* Copies and memsets make the device they work on current, as cuda_rt.cu's do. */
+extern "C" ct_status ct_cuda_memcpy(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
+    ct_cuda_use_device(dd.kind == CT_DEVICE_CUDA ? dd.index : sd.index);
     if (bytes) std::memmove(dst, src, bytes);
     return CT_OK;
 }
-extern "C" ct_status ct_cuda_memcpy_async(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
-    return ct_cuda_memcpy(dst, dd, src, sd, bytes);
+extern "C" ct_status ct_cuda_memcpy_async(void *dst, ct_device, const void *src, ct_device, size_t bytes) {
+    if (bytes) std::memmove(dst, src, bytes);
+    return CT_OK;
 }
-extern "C" void ct_cuda_memset_zero(int, void *dst, size_t bytes) { std::memset(dst, 0, bytes); }
+extern "C" void ct_cuda_memset_zero(int device, void *dst, size_t bytes) {
+    ct_cuda_use_device(device);
+    std::memset(dst, 0, bytes);
+}
 
 /* Events: every stream is the host's one order, so each has passed when it is recorded. */
 extern "C" ct_status ct_cuda_event_create(int, void **out) {
@@ -192,6 +235,7 @@ extern "C" ct_math_mode ct_cuda_math_mode(void) { return math_mode; }
  * mode and accumulate in float32. */
 void ct_emu_gemm(ct_math_mode mode, bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                  double beta, ct_tensor *c) {
+    for (const ct_tensor *t : {a, b, (const ct_tensor *)c}) ct_emu_check_current_device(t->data);
     operand ca(a, mode), cb(b, mode);
     on_cpu cc(c);
     cpu().gemm(trans_a, trans_b, alpha, ca.get(), cb.get(), beta, cc.get());
