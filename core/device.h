@@ -87,6 +87,13 @@ void ct_device_pinned_free(ct_device d, void *p);
 ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes, const ct_device_event *after,
                            ct_device_event *done);
 
+/* A stream of the calling thread's own on d, so that its ops run beside those of the device's other
+ * threads (an evaluator beside training on one GPU) rather than after them in one order: begin makes it
+ * the thread's current one, after everything enqueued on the device so far; end waits for its work and
+ * returns the thread to the device's shared stream. *stream is NULL where d has one order (the CPU). */
+ct_status ct_device_stream_begin(ct_device d, void **stream);
+void ct_device_stream_end(ct_device d, void *stream);
+
 /* Bytes allocated on a device through ct_device_alloc at their peak since the start or the last
  * ct_device_reset_peak, which makes the peak the current count; -1 where the backend does not count
  * (the CPU: its memory is the process's, which trainer/memory.h reads from the kernel). */

@@ -95,6 +95,12 @@ static void *evaluator_main(void *arg) {
     ct_set_flush_denormal(true);
     /* and with training's precision where the replica's device has it */
     ct_trainer_math_begin(e->t, e->replica.params.device);
+    /* on a stream of its own, so that on the training GPU its work runs beside training's rather than
+     * queued behind it (and its waits for results do not wait for training's kernels); on the shared
+     * stream when the device cannot give one */
+    void *stream = NULL;
+    if (ct_device_stream_begin(e->replica.params.device, &stream) != CT_OK)
+        ct_log_warning("asynchronous evaluation: on the device's shared stream (%s)", ct_last_error());
     pthread_mutex_lock(&e->mu);
     for (;;) {
         while (!e->stop && !e->waiting) pthread_cond_wait(&e->cv, &e->mu);
@@ -114,6 +120,7 @@ static void *evaluator_main(void *arg) {
         pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
+    ct_device_stream_end(e->replica.params.device, stream);
     ct_trainer_math_end(e->t, e->replica.params.device);
     return NULL;
 }

@@ -29,6 +29,8 @@ const ct_backend_ops ct_backend_cuda = {
     .pinned_free = ct_cuda_host_free,
     .upload = ct_cuda_upload,
     .use_device = ct_cuda_use_device,
+    .stream_begin = ct_cuda_thread_stream_begin,
+    .stream_end = ct_cuda_thread_stream_end,
 
     .gemm = ct_cuda_op_gemm,
     .linear_forward = ct_cuda_op_linear_forward,

@@ -96,10 +96,11 @@ extern "C" ct_status ct_cuda_malloc(int device, size_t bytes, void **out) {
     *out = NULL;
     if (device < 0 || device >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", device);
     void *p = NULL;
-    /* Zeroed like host tensors, on the compute stream (ordered before any op that uses it). */
+    /* Zeroed like host tensors, on the calling thread's stream (ordered before its ops that use it;
+     * another thread's stream reaches it through ct_cuda_thread_stream_begin's order or an event). */
     cudaError_t e = on_device(device, [&] {
         cudaError_t r = cudaMalloc(&p, bytes ? bytes : 1);
-        if (r == cudaSuccess) r = cudaMemsetAsync(p, 0, bytes ? bytes : 1, default_stream(device));
+        if (r == cudaSuccess) r = cudaMemsetAsync(p, 0, bytes ? bytes : 1, ct_cuda_stream_t());
         return r;
     });
     if (e != cudaSuccess) {
@@ -169,6 +170,29 @@ extern "C" ct_status ct_cuda_stream_create(void **out) {
 
 extern "C" void ct_cuda_stream_destroy(void *stream) {
     if (stream) CT_CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream));
+}
+
+extern "C" ct_status ct_cuda_thread_stream_begin(int index, void **out) {
+    *out = NULL;
+    ct_cuda_use_device(index);
+    void *s = NULL;
+    CT_TRY(ct_cuda_stream_create(&s));
+    /* after what the device's shared stream holds so far (a replica's zeroing, its first weights) */
+    cudaEvent_t shared_point;
+    CT_CUDA_CHECK(cudaEventCreateWithFlags(&shared_point, cudaEventDisableTiming));
+    CT_CUDA_CHECK(cudaEventRecord(shared_point, default_stream(index)));
+    CT_CUDA_CHECK(cudaStreamWaitEvent((cudaStream_t)s, shared_point, 0));
+    CT_CUDA_CHECK(cudaEventDestroy(shared_point)); /* released once the wait is done with it */
+    ct_cuda_use_stream(s);
+    *out = s;
+    return CT_OK;
+}
+
+extern "C" void ct_cuda_thread_stream_end(int index, void *stream) {
+    ct_cuda_use_device(index);
+    CT_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    ct_cuda_use_stream(NULL);
+    ct_cuda_stream_destroy(stream);
 }
 
 extern "C" ct_status ct_cuda_stream_synchronize(void) {

@@ -68,6 +68,10 @@ void ct_cuda_use_stream(void *stream);
 /* A new non-blocking stream on the current device, and its release. */
 ct_status ct_cuda_stream_create(void **out);
 void ct_cuda_stream_destroy(void *stream);
+/* A stream of the calling thread's own on device `index`, ordered after the device's shared stream
+ * and made current, and its end (the backend table's stream_begin / stream_end). */
+ct_status ct_cuda_thread_stream_begin(int index, void **out);
+void ct_cuda_thread_stream_end(int index, void *stream);
 /* Waits until everything enqueued on the current stream has run. */
 ct_status ct_cuda_stream_synchronize(void);
 /* The peak of device memory allocated through ct_cuda_malloc since the start (or the last reset). */

@@ -271,6 +271,17 @@ ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes
     return b->upload(d.index, dst, src, bytes, after ? after->handle : NULL, done->handle);
 }
 
+ct_status ct_device_stream_begin(ct_device d, void **stream) {
+    *stream = NULL;
+    const ct_backend_ops *b = ct_backend_for(d);
+    return MEMBER(b, stream_begin) ? b->stream_begin(d.index, stream) : CT_OK;
+}
+
+void ct_device_stream_end(ct_device d, void *stream) {
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (stream && MEMBER(b, stream_end)) b->stream_end(d.index, stream);
+}
+
 int64_t ct_device_peak_allocated(ct_device d) {
     const ct_backend_ops *b = ct_backend_for(d);
     return MEMBER(b, peak_allocated) ? (int64_t)b->peak_allocated(d.index) : -1;

@@ -189,6 +189,13 @@ typedef struct ct_backend_ops {
      * and events recorded (NULL: nothing). The dispatch calls it before each kernel with the device of
      * the op's tensors, as PyTorch's device guard, so a thread works on any device it is handed. */
     void (*use_device)(int index);
+
+    /* --- appended: a stream of the calling thread's own on device `index` (NULL: the device has one
+     * order). stream_begin creates it, orders it after everything enqueued on the device's shared
+     * stream so far, and makes it the thread's current one; stream_end waits for its work and returns
+     * the thread to the shared stream. */
+    ct_status (*stream_begin)(int index, void **out);
+    void (*stream_end)(int index, void *stream);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -348,7 +348,7 @@ fi
 if [[ -x "$build/ctrainer" && -n "$python" ]] && ls "${data_dir:-/usr/share/datasets/fashion-mnist}"/*ubyte.gz >/dev/null 2>&1; then
   if step compare "$out/compare.log" bash -c '. "$1"; shift; "$@"' _ "$deps/env.sh" "$python" \
       "$root/scripts/gpu/compare-devices.py" "$build/ctrainer" "$out/compare" ${data_dir:+--data "$data_dir"}; then
-    row compare ok "$step_s" "$(grep -c ': ok:' "$out/compare.log") models agree; see compare.log"
+    row compare ok "$step_s" "$(grep -c ': ok:' "$out/compare.log") comparisons agree (MLP, MLP with eval_async, CNN); see compare.log"
   else
     row compare FAIL "$step_s" "see compare.log"
   fi

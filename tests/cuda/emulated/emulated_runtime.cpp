@@ -193,6 +193,18 @@ extern "C" ct_status ct_cuda_stream_create(void **out) {
 }
 extern "C" void ct_cuda_stream_destroy(void *stream) { std::free(stream); }
 extern "C" ct_status ct_cuda_stream_synchronize(void) { return CT_OK; }
+extern "C" ct_status ct_cuda_thread_stream_begin(int index, void **out) {
+    ct_cuda_use_device(index);
+    CT_TRY(ct_cuda_stream_create(out));
+    ct_cuda_use_stream(*out);
+    return CT_OK;
+}
+extern "C" void ct_cuda_thread_stream_end(int index, void *stream) {
+    ct_cuda_use_device(index);
+    if (ct_cuda_stream() != stream) ct_abort_at(__FILE__, __LINE__, "emulated CUDA: a thread's stream ended elsewhere");
+    ct_cuda_use_stream(nullptr);
+    ct_cuda_stream_destroy(stream);
+}
 cudaStream_t ct_cuda_stream_t(void) { return (cudaStream_t)current_stream; }
 
 extern "C" size_t ct_cuda_peak_allocated(int) {
