@@ -89,8 +89,9 @@ ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes
 
 /* A stream of the calling thread's own on d, so that its ops run beside those of the device's other
  * threads (an evaluator beside training on one GPU) rather than after them in one order: begin makes it
- * the thread's current one, after everything enqueued on the device so far; end waits for its work and
- * returns the thread to the device's shared stream. *stream is NULL where d has one order (the CPU). */
+ * the thread's current one, after everything enqueued on the device so far; end waits for its work,
+ * returns the thread to the device's shared stream and releases what the thread kept on the device (a
+ * worker thread's last call). *stream is NULL where d has one order (the CPU). */
 ct_status ct_device_stream_begin(ct_device d, void **stream);
 void ct_device_stream_end(ct_device d, void *stream);
 

@@ -3,15 +3,16 @@
  *
  * Loaders make batches in host memory. Before the hooks see a batch (compute_loss, training_step,
  * prediction_step), its features and labels are copied to the model's device so that the host never
- * waits for the copy: the host copies them into pinned memory, and an upload on the device's copy
+ * waits for the copy: the host copies them into pinned memory, and an upload on the thread's copy
  * stream (core/device.h) moves them while the work enqueued before still runs; the ops of the batch
  * wait for it on the device. Two slots are used in turn, so the copy of batch k overlaps the work on
  * batch k - 1: slot k % 2's device memory is refilled only after the work on batch k - 2 (its
  * "released" event, recorded when batch k - 1 arrived), and its pinned memory only after the upload of
- * batch k - 2 has read it (its "copied" event). Both are kept for the largest batch, so a step
- * allocates nothing. The mask and the sample indices stay on the host, where the loop that reads them
- * runs. Outputs come back to the host only where host code reads them (metrics, kept predictions).
- * On the CPU both are the identity: no copy. */
+ * batch k - 2 has read it (its "copied" event); fresh device memory, zeroed on the thread's stream,
+ * only after that zeroing. Both sides are kept for the largest batch, so a step allocates nothing.
+ * The mask and the sample indices stay on the host, where the loop that reads them runs. Outputs come
+ * back to the host only where host code reads them (metrics, kept predictions). On the CPU both are
+ * the identity: no copy. */
 #include <string.h>
 
 #include "trainer/trainer_impl.h"
@@ -68,9 +69,11 @@ ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const c
     /* the upload of two batches ago has read the pinned side before the host overwrites it */
     if (s->used) CT_TRY(ct_device_event_wait(&s->copied));
     CT_TRY(slot_reserve(s, dev, need ? need : 1));
+    /* new device memory is zeroed on this thread's stream: the copy (on the copy stream) comes after */
+    if (!s->used) CT_TRY(ct_device_event_record(&s->released));
     memcpy(s->pinned, f->data, f_bytes);
     if (labels) memcpy((char *)s->pinned + l_at, l->data, ct_tensor_nbytes(l));
-    CT_TRY(ct_device_upload(dev, s->on_device.data, s->pinned, need, s->used ? &s->released : NULL, &s->copied));
+    CT_TRY(ct_device_upload(dev, s->on_device.data, s->pinned, need, &s->released, &s->copied));
     s->used = true;
     p->device_batch = *host;
     p->device_batch.features = ct_tensor_view(s->on_device.data, f->dtype, dev, f->ndim, f->shape);

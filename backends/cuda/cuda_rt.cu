@@ -15,12 +15,12 @@ namespace {
 
 std::mutex mu; /* guards everything below */
 cudaStream_t compute_stream[MAX_DEVICES];
-cudaStream_t copy_stream[MAX_DEVICES]; /* uploads (ct_cuda_upload), beside every compute stream */
 size_t allocated[MAX_DEVICES], peak[MAX_DEVICES];
 std::unordered_map<void *, size_t> *sizes; /* live device allocations (cudaFree does not tell sizes) */
 
 struct thread_state {
     cudaStream_t current[MAX_DEVICES]; /* NULL: the device's compute stream */
+    cudaStream_t copy[MAX_DEVICES];    /* the thread's uploads (ct_cuda_upload), beside its compute stream */
     cublasHandle_t blas[MAX_DEVICES];
     cublasLtHandle_t lt[MAX_DEVICES];
     cudnnHandle_t dnn[MAX_DEVICES];
@@ -42,10 +42,11 @@ cudaStream_t default_stream(int d) {
     return compute_stream[d];
 }
 
+/* The calling thread's copy stream on device d (current): a thread's uploads wait only for its own
+ * work, never for another thread's (an evaluator's batches for training's). */
 cudaStream_t upload_stream(int d) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!copy_stream[d]) CT_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream[d], cudaStreamNonBlocking));
-    return copy_stream[d];
+    if (!ts.copy[d]) CT_CUDA_CHECK(cudaStreamCreateWithFlags(&ts.copy[d], cudaStreamNonBlocking));
+    return ts.copy[d];
 }
 
 /* Runs f with `device` current, restoring the caller's device after. */
@@ -191,6 +192,18 @@ extern "C" ct_status ct_cuda_thread_stream_begin(int index, void **out) {
 extern "C" void ct_cuda_thread_stream_end(int index, void *stream) {
     ct_cuda_use_device(index);
     CT_CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+    /* what the thread kept on the device goes with its stream (made again if it works on) */
+    if (ts.copy[index]) {
+        CT_CUDA_CHECK(cudaStreamSynchronize(ts.copy[index]));
+        ct_cuda_stream_destroy(ts.copy[index]);
+        ts.copy[index] = nullptr;
+    }
+    if (ts.blas[index]) CT_CUBLAS_CHECK(cublasDestroy(ts.blas[index]));
+    if (ts.lt[index]) CT_CUBLAS_CHECK(cublasLtDestroy(ts.lt[index]));
+    if (ts.dnn[index]) CT_CUDNN_CHECK(cudnnDestroy(ts.dnn[index]));
+    ct_cuda_free(index, ts.ws[index]);
+    ts.blas[index] = nullptr, ts.lt[index] = nullptr, ts.dnn[index] = nullptr, ts.ws[index] = nullptr;
+    ts.ws_bytes[index] = 0;
     ct_cuda_use_stream(NULL);
     ct_cuda_stream_destroy(stream);
 }

@@ -53,8 +53,8 @@ ct_status ct_cuda_event_create(int index, void **out);
 void ct_cuda_event_destroy(void *event);
 ct_status ct_cuda_event_record(void *event);
 ct_status ct_cuda_event_wait(void *event);
-/* bytes from pinned src to dst on device `index`, on the device's copy stream (one per device,
- * beside the compute streams) once `after` (NULL: at once) has passed; records `done` (required)
+/* bytes from pinned src to dst on device `index`, on the calling thread's copy stream there (beside
+ * its compute stream) once `after` (NULL: at once) has passed; records `done` (required)
  * there, and the calling thread's current stream waits for it (core/ops/backend.h's upload). */
 ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done);
 /* Sets `bytes` at dst to zero on the current stream. */
@@ -69,7 +69,8 @@ void ct_cuda_use_stream(void *stream);
 ct_status ct_cuda_stream_create(void **out);
 void ct_cuda_stream_destroy(void *stream);
 /* A stream of the calling thread's own on device `index`, ordered after the device's shared stream
- * and made current, and its end (the backend table's stream_begin / stream_end). */
+ * and made current, and its end (the backend table's stream_begin / stream_end), which also releases
+ * what the thread kept on the device: its copy stream, cuBLAS, cuBLASLt and cuDNN handles, workspace. */
 ct_status ct_cuda_thread_stream_begin(int index, void **out);
 void ct_cuda_thread_stream_end(int index, void *stream);
 /* Waits until everything enqueued on the current stream has run. */

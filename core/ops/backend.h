@@ -179,7 +179,7 @@ typedef struct ct_backend_ops {
     /* Page-locked host memory, which an asynchronous copy reads at full bus speed, and its release. */
     ct_status (*pinned_alloc)(size_t bytes, void **out);
     void (*pinned_free)(void *p);
-    /* bytes from pinned host memory src to device memory dst, on a copy stream of the device's, not
+    /* bytes from pinned host memory src to device memory dst, on the calling thread's copy stream, not
      * waiting: the copy starts once `after` has passed (NULL: at once), `done` (required) is recorded
      * when it has read src, and the calling thread's device work enqueued afterwards runs after it.
      * src must stay untouched until `done`; dst must not be in use by work enqueued after `after`. */
@@ -192,8 +192,9 @@ typedef struct ct_backend_ops {
 
     /* --- appended: a stream of the calling thread's own on device `index` (NULL: the device has one
      * order). stream_begin creates it, orders it after everything enqueued on the device's shared
-     * stream so far, and makes it the thread's current one; stream_end waits for its work and returns
-     * the thread to the shared stream. */
+     * stream so far, and makes it the thread's current one; stream_end waits for its work, returns
+     * the thread to the shared stream and releases what the thread kept on the device (its copy
+     * stream, library handles, workspace: made again if it works on). */
     ct_status (*stream_begin)(int index, void **out);
     void (*stream_end)(int index, void *stream);
 } ct_backend_ops;

@@ -45,8 +45,8 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
+        if (b_->use_device) b_->use_device((t)->device.index);                                                         \
         double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
-        if (b_->use_device) b_->use_device((t)->device.index);                                                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         b_->op(__VA_ARGS__);                                                                                           \
         if (b_->op_end) b_->op_end();                                                                                  \
@@ -56,8 +56,8 @@ static inline const ct_backend_ops *backend_of(const ct_tensor *t, const char *o
     do {                                                                                                               \
         const ct_backend_ops *b_ = backend_of((t), #op);                                                               \
         if (__builtin_expect(b_->op == NULL, 0)) no_kernel(b_, #op);                                                   \
+        if (b_->use_device) b_->use_device((t)->device.index);                                                         \
         double started_ = __builtin_expect(ct_op_profile_on, 0) ? ct_op_profile_begin(b_) : 0.0;                       \
-        if (b_->use_device) b_->use_device((t)->device.index);                                                       \
         if (b_->op_begin) b_->op_begin();                                                                              \
         __typeof__(b_->op(__VA_ARGS__)) r_ = b_->op(__VA_ARGS__);                                                      \
         if (b_->op_end) b_->op_end();                                                                                  \

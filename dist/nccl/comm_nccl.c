@@ -81,7 +81,12 @@ enum { DRAIN_LIMIT_S = 5, WATCHDOG_EXIT = 1 };
 
 static nccl_comm *self(ct_comm *c) { return (nccl_comm *)c; }
 
-static cudaStream_t caller_stream(void) { return (cudaStream_t)ct_cuda_stream(); }
+/* The caller's stream on the communicator's GPU (a copy to another device, an evaluator's replica on
+ * its own GPU, may have left that one current on the thread). */
+static cudaStream_t caller_stream(const nccl_comm *m) {
+    ct_cuda_use_device(m->device);
+    return (cudaStream_t)ct_cuda_stream();
+}
 
 static ncclDataType_t reduce_type(ct_dtype dt) {
     switch (dt) {
@@ -212,7 +217,7 @@ static ct_status begin(nccl_comm *m, const char *what) {
     CT_TRY(usable(m));
     CT_TRY(async_error(m, what));
     reap(m);
-    CT_CUDA_CHECK(cudaEventRecord(m->ready, caller_stream()));
+    CT_CUDA_CHECK(cudaEventRecord(m->ready, caller_stream(m)));
     CT_CUDA_CHECK(cudaStreamWaitEvent(m->stream, m->ready, 0));
     return CT_OK;
 }
@@ -331,7 +336,7 @@ static ct_status nccl_wait(ct_comm *c, ct_comm_request *req) {
                        ct_error(CT_ERR_STATE, "no answer from the other ranks within %g s (ddp_timeout)",
                                 m->base.timeout_s));
     /* The GPU, not the host, waits: whatever the caller enqueues next runs after the all-reduce. */
-    CT_CUDA_CHECK(cudaStreamWaitEvent(caller_stream(), r->done, 0));
+    CT_CUDA_CHECK(cudaStreamWaitEvent(caller_stream(m), r->done, 0));
     pthread_mutex_lock(&m->mu);
     r->waited = true;
     pthread_mutex_unlock(&m->mu);

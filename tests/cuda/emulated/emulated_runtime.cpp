@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <new>
 
 #include "backends/cuda/cuda_handles.h"
 #include "backends/cuda/ops_cuda.h"
@@ -30,7 +31,9 @@ std::mutex memory_lock;
 struct allocation {
     size_t bytes;
     int device;
+    uint64_t zeroed; /* when its zeroing was enqueued on the allocating thread's stream (allocations so far) */
 };
+uint64_t allocations_made;
 std::map<const unsigned char *, allocation> live;
 /* CTRAINER_EMULATED_DEVICES (1 to 8; 1 without it) devices share the host's memory; the calling
  * thread's current one is device 0 until it sets another, as CUDA's. */
@@ -129,7 +132,7 @@ extern "C" ct_status ct_cuda_malloc(int device, size_t bytes, void **out) {
     void *p = std::calloc(1, bytes ? bytes : 1);
     if (!p) return ct_error(CT_ERR_NOMEM, "emulated CUDA: cannot allocate %zu bytes", bytes);
     std::lock_guard<std::mutex> hold(memory_lock);
-    live[(const unsigned char *)p] = {bytes, device};
+    live[(const unsigned char *)p] = {bytes, device, ++allocations_made};
     allocated += bytes;
     peak = std::max(peak, allocated);
     *out = p;
@@ -170,15 +173,43 @@ extern "C" void ct_cuda_memset_zero(int device, void *dst, size_t bytes) {
 }
 
 /* Events: every stream is the host's one order, so each has passed when it is recorded. */
-extern "C" ct_status ct_cuda_event_create(int, void **out) {
-    *out = std::calloc(1, 1);
-    return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
+/* Events: every stream is the host's one order, so each has passed when it is recorded. What a GPU
+ * would refuse or race on is refused here: an event recorded on a thread whose current device is not
+ * the event's, and an upload to memory whose zeroing (on the allocating thread's stream, which the
+ * copy stream does not follow) no `after` event covers. */
+struct emu_event {
+    int device;
+    uint64_t allocations; /* allocations made when it was last recorded */
+};
+extern "C" ct_status ct_cuda_event_create(int index, void **out) {
+    emu_event *e = new (std::nothrow) emu_event{index, 0};
+    *out = e;
+    return e ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
-extern "C" void ct_cuda_event_destroy(void *event) { std::free(event); }
-extern "C" ct_status ct_cuda_event_record(void *) { return CT_OK; }
+extern "C" void ct_cuda_event_destroy(void *event) { delete (emu_event *)event; }
+extern "C" ct_status ct_cuda_event_record(void *event) {
+    emu_event *e = (emu_event *)event;
+    if (e->device != current_device)
+        ct_abort_at(__FILE__, __LINE__, "emulated CUDA: an event of cuda:%d recorded on cuda:%d's stream", e->device,
+                    current_device);
+    std::lock_guard<std::mutex> hold(memory_lock);
+    e->allocations = allocations_made;
+    return CT_OK;
+}
 extern "C" ct_status ct_cuda_event_wait(void *) { return CT_OK; }
-extern "C" ct_status ct_cuda_upload(int, void *dst, const void *src, size_t bytes, void *, void *done) {
-    if (!done) std::abort(); /* required, as on the GPU */
+extern "C" ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done) {
+    emu_event *a = (emu_event *)after, *d = (emu_event *)done;
+    if (!d || d->device != index || (a && a->device != index))
+        ct_abort_at(__FILE__, __LINE__, "emulated CUDA: an upload to cuda:%d without its done event, or with events of "
+                    "another device", index);
+    {
+        std::lock_guard<std::mutex> hold(memory_lock);
+        auto it = live.upper_bound((const unsigned char *)dst);
+        if (it != live.begin() && (--it, (const unsigned char *)dst < it->first + it->second.bytes) &&
+            (!a || a->allocations < it->second.zeroed))
+            ct_abort_at(__FILE__, __LINE__, "emulated CUDA: an upload to %p may run before the zeroing of its new "
+                        "memory: no `after` event recorded since it was allocated", dst);
+    }
     std::memcpy(dst, src, bytes);
     return CT_OK;
 }
