@@ -14,6 +14,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <new>
@@ -274,11 +275,17 @@ void *ct_cuda_workspace(size_t bytes) {
 extern "C" void ct_cuda_set_math_mode(ct_math_mode m) { math_mode = m; }
 extern "C" ct_math_mode ct_cuda_math_mode(void) { return math_mode; }
 
+/* What NVIDIA's libraries are given lives on the thread's current device (NULL tensors skipped). */
+static void on_current_device(std::initializer_list<const ct_tensor *> ts) {
+    for (const ct_tensor *t : ts)
+        if (t) ct_emu_check_current_device(t->data);
+}
+
 /* cuBLAS's float32 compute types (blas.cu): tensor cores that round the inputs under the math
  * mode and accumulate in float32. */
 void ct_emu_gemm(ct_math_mode mode, bool trans_a, bool trans_b, double alpha, const ct_tensor *a, const ct_tensor *b,
                  double beta, ct_tensor *c) {
-    for (const ct_tensor *t : {a, b, (const ct_tensor *)c}) ct_emu_check_current_device(t->data);
+    on_current_device({a, b, c});
     operand ca(a, mode), cb(b, mode);
     on_cpu cc(c);
     cpu().gemm(trans_a, trans_b, alpha, ca.get(), cb.get(), beta, cc.get());
@@ -305,6 +312,7 @@ static ct_tensor conv_scratch(const ct_conv2d_geom *g, const ct_tensor *x) {
 extern "C" void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                           const ct_tensor *bias, ct_tensor *y, ct_tensor *) {
     CT_ASSERT(!g->relu && !g->pool2x2); /* as cuDNN's path: the activation is a layer of its own */
+    on_current_device({x, weight, bias, y});
     operand cx(x, conv_math()), cw(weight, conv_math());
     on_cpu cb(bias), cy(y);
     ct_tensor ws = conv_scratch(g, x);
@@ -315,6 +323,7 @@ extern "C" void ct_cuda_op_conv2d_forward(const ct_conv2d_geom *g, const ct_tens
 extern "C" void ct_cuda_op_conv2d_backward(const ct_conv2d_geom *g, const ct_tensor *x, const ct_tensor *weight,
                                            const ct_tensor *dy, ct_tensor *dweight, ct_tensor *dbias, ct_tensor *dx,
                                            ct_tensor *) {
+    on_current_device({x, weight, dy, dweight, dbias, dx});
     operand cx(x, conv_math()), cw(weight, conv_math()), cdy(dy, conv_math());
     on_cpu exact_dy(dy), cdw(dweight), cdb(dbias), cdx(dx);
     ct_tensor ws = conv_scratch(g, x);
