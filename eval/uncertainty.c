@@ -311,17 +311,24 @@ ct_status ct_bootstrap_interval(const double *values, int64_t n, double confiden
 
 /* Two passes (mean, then squared deviations): no cancellation when the spread is small. */
 double ct_bootstrap_stderr(const double *values, int64_t n) {
-    double sum = 0;
+    /* Deviations are taken from the first finite value, not only from the mean: resamples that all
+     * agree (one sequence, every token right) then give exactly 0 rather than the rounding of their
+     * sum, and a spread small beside the values' magnitude keeps its digits. */
+    double shift = NAN, sum = 0;
     int64_t m = 0;
     for (int64_t i = 0; i < n; i++)
         if (isfinite(values[i])) {
-            sum += values[i];
+            if (m == 0) shift = values[i];
+            sum += values[i] - shift;
             m++;
         }
     if (m < 2) return NAN;
     double mean = sum / (double)m, ss = 0;
     for (int64_t i = 0; i < n; i++)
-        if (isfinite(values[i])) ss += (values[i] - mean) * (values[i] - mean);
+        if (isfinite(values[i])) {
+            double d = values[i] - shift - mean;
+            ss += d * d;
+        }
     return sqrt(ss / (double)(m - 1));
 }
 

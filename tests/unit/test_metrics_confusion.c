@@ -186,6 +186,16 @@ static void test_summaries(void) {
     double one[1] = {7};
     CHECK_OK(ct_bootstrap_interval(one, 1, 0.95, &lo, &hi));
     CHECK(lo == 7 && hi == 7 && isnan(ct_bootstrap_stderr(one, 1)), "one value");
+    /* Resamples that all agree (one sequence drawn each time) spread by exactly nothing, whatever
+     * the rounding of their sum; and a spread far below the values' magnitude keeps its digits. */
+    double same[301], near[301];
+    for (int i = 0; i < 301; i++) {
+        same[i] = 5.3042258090669554;
+        near[i] = 1e15 + (i % 2 ? 0.25 : -0.25); /* exact: 1e15's ulp is 0.125 */
+    }
+    CHECK(ct_bootstrap_stderr(same, 301) == 0, "equal values: stderr %.17g", ct_bootstrap_stderr(same, 301));
+    near[300] = 1e15; /* 300 deviations of 0.25 and one of 0: variance 300 * 0.0625 / 300 */
+    CHECK_NEAR(ct_bootstrap_stderr(near, 301), 0.25, 1e-15);
     double none[2] = {NAN, INFINITY};
     CHECK_OK(ct_bootstrap_interval(none, 2, 0.95, &lo, &hi));
     CHECK(isnan(lo) && isnan(hi), "no finite value: NaN interval");
