@@ -19,6 +19,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "checkpoint/snapshot.h"
+#include "core/host_copy.h"
 
 typedef struct ct_checkpoint_image {
     int64_t step;
@@ -28,6 +29,8 @@ typedef struct ct_checkpoint_image {
     bool shared;        /* rank 0: the files every process shares */
     bool owns_weights;  /* values and buffers are copies owned here (else views of the live ones) */
     bool owns_optim;    /* optim.state are copies owned here */
+    bool has_copies;    /* copies holds the owned copies (taken without waiting: read after its wait) */
+    ct_host_copies copies;
     const ct_model *model; /* names, shapes and offsets only (fixed once the model is built) */
     ct_tensor values, buffers;
     json_t *model_spec;    /* a private copy of the run config's "model" (NULL: none) */

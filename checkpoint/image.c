@@ -19,15 +19,21 @@
 
 void ct_checkpoint_image_free(ct_checkpoint_image *s) {
     if (!s) return;
-    if (s->owns_weights) {
-        ct_tensor_free(&s->values);
-        ct_tensor_free(&s->buffers);
-    }
-    if (s->owns_optim)
-        for (int i = 0; i < s->optim.n_state; i++) ct_tensor_free(&s->optim.state[i]);
-    for (int i = 0; s->owns_weights && i < s->evals.n; i++) {
-        ct_tensor_free(&s->evals.items[i].values);
-        ct_tensor_free(&s->evals.items[i].buffers);
+    if (s->has_copies) {
+        /* no copy may still be filling what is released (a failed save frees its image unwritten) */
+        (void)ct_host_copies_wait(&s->copies);
+        ct_host_copies *c = &s->copies;
+        if (s->owns_weights) {
+            ct_host_copies_release(c, &s->values);
+            ct_host_copies_release(c, &s->buffers);
+        }
+        if (s->owns_optim)
+            for (int i = 0; i < s->optim.n_state; i++) ct_host_copies_release(c, &s->optim.state[i]);
+        for (int i = 0; s->owns_weights && i < s->evals.n; i++) {
+            ct_host_copies_release(c, &s->evals.items[i].values);
+            ct_host_copies_release(c, &s->evals.items[i].buffers);
+        }
+        ct_host_copies_destroy(c);
     }
     free(s->evals.items);
     ct_optimizer_destroy(s->gathered);
@@ -40,16 +46,11 @@ void ct_checkpoint_image_free(ct_checkpoint_image *s) {
     free(s);
 }
 
-/* dst = a host copy of src; spare's memory is taken over when it fits (the previous save's copy:
- * no allocation, no page faults in the steady state). */
-static ct_status host_copy(ct_tensor *dst, const ct_tensor *src, ct_tensor *spare) {
-    if (spare && spare->data && spare->dtype == src->dtype && ct_tensor_numel(spare) == ct_tensor_numel(src)) {
-        *dst = ct_tensor_view(spare->data, src->dtype, CT_CPU, src->ndim, src->shape);
-        spare->data = NULL;
-    } else {
-        CT_TRY(ct_tensor_alloc(dst, src->dtype, CT_CPU, src->ndim, src->shape));
-    }
-    return ct_tensor_copy_to(dst, src);
+/* dst = a host copy of src in the image's set, taken without waiting for the device; spare's memory
+ * (the previous save's copy) is taken over when it fits: no allocation, no page faults in the steady
+ * state. */
+static ct_status host_copy(ct_checkpoint_image *s, ct_tensor *dst, const ct_tensor *src, ct_tensor *spare) {
+    return ct_host_copies_take(&s->copies, dst, src, spare);
 }
 
 static char *dump(const json_t *v) { return v ? json_dumps(v, JSON_FLAGS) : NULL; }
@@ -90,8 +91,8 @@ static ct_status take_evals(const ct_pending_evals *from, ct_checkpoint_image *s
             q->buffers = p->buffers;
             continue;
         }
-        CT_TRY(host_copy(&q->values, &p->values, NULL));
-        if (p->buffers.data) CT_TRY(host_copy(&q->buffers, &p->buffers, NULL));
+        CT_TRY(host_copy(s, &q->values, &p->values, NULL));
+        if (p->buffers.data) CT_TRY(host_copy(s, &q->buffers, &p->buffers, NULL));
     }
     return CT_OK;
 }
@@ -103,10 +104,14 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
     const ct_param_store *ps = &snap->model->params;
     s->model = snap->model;
     if (copy) {
+        /* the spare's memory is pinned for the same device (one model), and its copies are done */
+        CT_TRY(ct_host_copies_init(&s->copies, ps->values.device));
+        s->has_copies = true;
         s->owns_weights = true;
-        bool reuse = spare && spare->owns_weights;
-        CT_TRY(host_copy(&s->values, &ps->values, reuse ? &spare->values : NULL));
-        CT_TRY(host_copy(&s->buffers, &ps->buffers, reuse ? &spare->buffers : NULL));
+        bool reuse = spare && spare->owns_weights && spare->has_copies &&
+                     ct_device_eq(spare->copies.device, s->copies.device);
+        CT_TRY(host_copy(s, &s->values, &ps->values, reuse ? &spare->values : NULL));
+        CT_TRY(host_copy(s, &s->buffers, &ps->buffers, reuse ? &spare->buffers : NULL));
     } else {
         s->values = ps->values;
         s->buffers = ps->buffers;
@@ -133,9 +138,10 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
     if (!copy) return CT_OK;
     s->owns_optim = true;
     for (int i = 0; i < live.n_state; i++) s->optim.state[i] = (ct_tensor){0};
+    bool reuse = spare && spare->owns_optim && spare->has_copies && ct_device_eq(spare->copies.device, s->copies.device);
     for (int i = 0; i < live.n_state; i++)
-        CT_TRY(host_copy(&s->optim.state[i], &live.state[i],
-                         spare && spare->owns_optim && i < spare->optim.n_state ? &spare->optim.state[i] : NULL));
+        CT_TRY(host_copy(s, &s->optim.state[i], &live.state[i],
+                         reuse && i < spare->optim.n_state ? &spare->optim.state[i] : NULL));
     return CT_OK;
 }
 
@@ -206,6 +212,8 @@ static ct_status write_text(const ct_checkpoint_image *s, const char *name, cons
 
 ct_status ct_checkpoint_image_write(const ct_checkpoint_image *s) {
     char path[4400];
+    /* the copies were taken without waiting for the device: the writer waits, the training goes on */
+    if (s->has_copies) CT_TRY(ct_host_copies_wait(&s->copies));
     if (s->shared) {
         snprintf(path, sizeof path, "%s/model.h5", s->tmp);
         CT_TRY(ct_model_save_h5_values(s->model, &s->values, &s->buffers, s->model_spec, path));

@@ -86,6 +86,11 @@ void ct_device_pinned_free(ct_device d, void *p);
  * has passed, and dst unused by any work enqueued after `after`. */
 ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes, const ct_device_event *after,
                            ct_device_event *done);
+/* bytes from memory src on d to pinned host memory dst (of d's) without waiting for them: the copy
+ * runs after the work the calling thread enqueued on d before it and before the work it enqueues
+ * afterwards (which may then change src), and records `done` (an event of d's) once dst holds them.
+ * The host neither reads nor writes dst until it has waited for done. */
+ct_status ct_device_download(ct_device d, void *dst, const void *src, size_t bytes, ct_device_event *done);
 
 /* A stream of the calling thread's own on d, so that its ops run beside those of the device's other
  * threads (an evaluator beside training on one GPU) rather than after them in one order: begin makes it

@@ -40,15 +40,34 @@ struct ct_async_eval {
     int64_t last_step;          /* step of the last accepted snapshot (-1: none) */
     result_node *head, *tail;   /* finished, oldest first */
     int n_ready;
+    /* a handled result's weights' memory, for the next snapshot: pinned memory is slow to allocate */
+    ct_tensor spare_values, spare_buffers;
 };
 
 void ct_async_result_free(ct_async_result *r) {
     if (!r) return;
     json_decref(r->metrics);
     for (int i = 0; i < r->n_sets; i++) ct_prediction_output_free(&r->outputs[i]);
-    ct_tensor_free(&r->values);
-    ct_tensor_free(&r->buffers);
+    if (r->has_copies) {
+        (void)ct_host_copies_wait(&r->copies); /* nothing released under a copy still filling it */
+        ct_host_copies_release(&r->copies, &r->values);
+        ct_host_copies_release(&r->copies, &r->buffers);
+        ct_host_copies_destroy(&r->copies);
+    }
     free(r);
+}
+
+void ct_async_eval_recycle(ct_async_eval *e, ct_async_result *r) {
+    if (e && r && r->has_copies && ct_host_copies_wait(&r->copies) == CT_OK) {
+        pthread_mutex_lock(&e->mu);
+        if (!e->spare_values.data) {
+            e->spare_values = r->values;
+            e->spare_buffers = r->buffers;
+            r->values.data = r->buffers.data = NULL;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    ct_async_result_free(r);
 }
 
 static void node_free(result_node *n) {
@@ -57,20 +76,28 @@ static void node_free(result_node *n) {
     free(n);
 }
 
-/* A host copy of a flat buffer (any device), or an empty tensor for an empty one. */
-static ct_status host_copy(const ct_tensor *src, ct_tensor *dst) {
-    *dst = (ct_tensor){0};
-    if (!src->data || ct_tensor_numel(src) == 0) return CT_OK;
-    CT_TRY(ct_tensor_alloc(dst, src->dtype, CT_CPU, src->ndim, src->shape));
-    ct_status s = ct_tensor_copy_to(dst, src);
-    if (s != CT_OK) ct_tensor_free(dst);
+/* r's host copies of the model's weights, taken without waiting for the device (the spare's memory
+ * reused where it fits); the evaluator waits for them. */
+static ct_status take_weights(ct_async_eval *e, ct_async_result *r) {
+    const ct_param_store *ps = &e->t->model->params;
+    CT_TRY(ct_host_copies_init(&r->copies, ps->values.device));
+    r->has_copies = true;
+    pthread_mutex_lock(&e->mu);
+    ct_tensor spare_values = e->spare_values, spare_buffers = e->spare_buffers;
+    e->spare_values.data = e->spare_buffers.data = NULL;
+    pthread_mutex_unlock(&e->mu);
+    ct_status s = ct_host_copies_take(&r->copies, &r->values, &ps->values, &spare_values);
+    if (s == CT_OK) s = ct_host_copies_take(&r->copies, &r->buffers, &ps->buffers, &spare_buffers);
+    ct_host_copies_release(&r->copies, &spare_values); /* what did not fit */
+    ct_host_copies_release(&r->copies, &spare_buffers);
     return s;
 }
 
 /* The evaluation of one snapshot on the evaluator thread: load it into the replica, then every set. */
 static void evaluate(ct_async_eval *e, ct_async_result *r) {
     ct_param_store *ps = &e->replica.params;
-    ct_status s = ct_tensor_copy_to(&ps->values, &r->values);
+    ct_status s = ct_host_copies_wait(&r->copies);
+    if (s == CT_OK) s = ct_tensor_copy_to(&ps->values, &r->values);
     if (s == CT_OK && r->buffers.data) s = ct_tensor_copy_to(&ps->buffers, &r->buffers);
     r->metrics = json_array();
     if (s == CT_OK && !r->metrics) s = ct_error(CT_ERR_NOMEM, "out of memory");
@@ -228,6 +255,9 @@ void ct_async_eval_free(ct_async_eval *e) {
         node_free(n);
     }
     if (e->replica_built) ct_model_free(&e->replica);
+    ct_host_copies spare = {.device = e->t->model->params.values.device};
+    ct_host_copies_release(&spare, &e->spare_values);
+    ct_host_copies_release(&spare, &e->spare_buffers);
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -245,9 +275,7 @@ static ct_status submit(ct_async_eval *e, int64_t step, double epoch, bool wait)
     if (s == CT_OK) {
         r->step = step;
         r->epoch = epoch;
-        const ct_param_store *ps = &e->t->model->params;
-        s = host_copy(&ps->values, &r->values);
-        if (s == CT_OK) s = host_copy(&ps->buffers, &r->buffers);
+        s = take_weights(e, r);
     }
     if (s != CT_OK) {
         node_free(node);
@@ -285,9 +313,13 @@ ct_status ct_async_eval_submit(ct_async_eval *e, bool *accepted) {
     return CT_OK;
 }
 
-static void add_pending(ct_pending_evals *out, const ct_async_result *r) {
+/* r's weights as a pending evaluation, once their copies have landed (a checkpoint reads them); *s
+ * keeps the first failure. */
+static void add_pending(ct_pending_evals *out, const ct_async_result *r, ct_status *s) {
     out->items[out->n++] = (ct_pending_eval){.step = r->step, .epoch = r->epoch, .values = r->values,
                                              .buffers = r->buffers};
+    ct_status w = r->has_copies ? ct_host_copies_wait(&r->copies) : CT_OK;
+    if (*s == CT_OK) *s = w;
 }
 
 ct_status ct_async_eval_pending(ct_async_eval *e, ct_pending_evals *out) {
@@ -295,14 +327,15 @@ ct_status ct_async_eval_pending(ct_async_eval *e, ct_pending_evals *out) {
     pthread_mutex_lock(&e->mu);
     int n = e->n_ready + (e->running != NULL) + (e->waiting != NULL);
     out->items = n ? calloc((size_t)n, sizeof *out->items) : NULL;
+    ct_status s = n && !out->items ? ct_error(CT_ERR_NOMEM, "asynchronous evaluation: out of memory") : CT_OK;
     if (out->items) {
         /* oldest first: finished, then running, then waiting */
-        for (result_node *q = e->head; q; q = q->next) add_pending(out, q->r);
-        if (e->running) add_pending(out, e->running->r);
-        if (e->waiting) add_pending(out, e->waiting->r);
+        for (result_node *q = e->head; q; q = q->next) add_pending(out, q->r, &s);
+        if (e->running) add_pending(out, e->running->r, &s);
+        if (e->waiting) add_pending(out, e->waiting->r, &s);
     }
     pthread_mutex_unlock(&e->mu);
-    return n && !out->items ? ct_error(CT_ERR_NOMEM, "asynchronous evaluation: out of memory") : CT_OK;
+    return s;
 }
 
 ct_status ct_async_eval_resume(ct_async_eval *e, const ct_pending_evals *p) {

@@ -25,6 +25,7 @@
 #define CT_ASYNC_EVAL_H
 
 #include "checkpoint/snapshot.h"
+#include "core/host_copy.h"
 #include "trainer/trainer.h"
 
 typedef struct ct_async_eval ct_async_eval;
@@ -39,7 +40,9 @@ typedef struct ct_async_result {
     int n_sets;
     char prefixes[CT_TRAINER_MAX_EVAL_SETS][128];
     ct_prediction_output outputs[CT_TRAINER_MAX_EVAL_SETS]; /* kept when the trainer has compute_metrics */
-    ct_tensor values, buffers; /* the snapshot's weights (for a best-model checkpoint) */
+    ct_tensor values, buffers; /* the snapshot's weights (for a best-model checkpoint), copies' */
+    ct_host_copies copies;     /* taken without waiting: read them after its wait */
+    bool has_copies;
 } ct_async_result;
 
 /* Builds the evaluator for t (replica, metric set, thread). */
@@ -66,6 +69,8 @@ ct_status ct_async_eval_resume(ct_async_eval *e, const ct_pending_evals *p);
 /* Waits until nothing runs and nothing waits; drop_waiting drops a waiting snapshot first. */
 void ct_async_eval_drain(ct_async_eval *e, bool drop_waiting);
 void ct_async_result_free(ct_async_result *r);
+/* ct_async_result_free, but the weights' pinned memory is kept for e's next snapshot (e may be NULL). */
+void ct_async_eval_recycle(ct_async_eval *e, ct_async_result *r);
 /* Writes dir (checkpoint-<step>) holding r's snapshot as the model, with the trainer state and
  * arguments: model-only (no optimizer, scheduler or progress: not resumable), crash-safe like every
  * checkpoint (temporary directory, manifest, rename). World process zero only. */

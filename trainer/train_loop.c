@@ -246,7 +246,7 @@ static ct_status take_async_results(ct_trainer *t, int64_t agreed) {
         if (s == CT_OK) s = handle_result(t, msg, r);
         t->control.should_evaluate = requested;
         json_decref(msg);
-        ct_async_result_free(r);
+        ct_async_eval_recycle(t->priv->async_eval, r);
         CT_TRY(s);
     }
     return CT_OK;

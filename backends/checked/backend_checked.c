@@ -144,16 +144,26 @@ static void checked_describe(int index, char *buf, size_t cap) {
                        "CTRAINER_CHECKED_DEVICE is set)", index);
 }
 
-/* --- asynchronous uploads ------------------------------------------------------------------------- *
- * The copy itself is done at once (the kernels are synchronous), but the host is held to the contract
- * a GPU's copy stream sets: an upload's pinned source stays untouched until an event recorded after
- * the upload has been waited for. Each upload in flight keeps a hash of its source. Waiting for an
- * event ends every upload enqueued before the event's record (a copy stream runs in order) and checks
- * that its source did not change; a new upload from, or the release of, memory that an upload in
- * flight still reads aborts at once. */
+/* --- asynchronous copies ------------------------------------------------------------------------- *
+ * The copies themselves are done at once (the kernels are synchronous), but the host is held to the
+ * contract a GPU's streams set: an upload's pinned source stays untouched, and a download's pinned
+ * destination unread and unwritten, until an event recorded after the copy has been waited for.
+ * Each upload in flight keeps a hash of its source. A download keeps the bytes it read and fills its
+ * destination with 0xff (NaN in every float) until a wait delivers them, so a host that reads early
+ * reads NaNs, and one that writes early is caught by the wait. A new copy from or into, or the
+ * release of, memory that a copy in flight still uses aborts at once.
+ *
+ * A GPU's two streams are kept apart: uploads run on the copy stream, downloads on the compute
+ * stream. An event covers what its stream had enqueued at its record and what that stream had been
+ * made to wait for: the compute stream waits for every upload enqueued before its next work, an
+ * upload for its `after`. So waiting for an upload does not deliver a download that its `after` does
+ * not cover, as on a GPU, and a thread that reads a download it never waited for reads NaNs. */
+#define POISON 0xff
+
 typedef struct in_flight {
-    const unsigned char *src;
+    unsigned char *p; /* the pinned memory: an upload's source, a download's destination */
     size_t bytes;
+    unsigned char *held; /* a download's bytes, delivered at the wait (NULL: an upload) */
     uint64_t hash, seq;
 } in_flight;
 
@@ -161,12 +171,12 @@ static struct {
     pthread_mutex_t lock;
     in_flight *items;
     int count, cap;
-    uint64_t seq; /* uploads so far */
-} uploads = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    uint64_t seq; /* copies so far */
+} copies = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-/* An event: how many uploads had been enqueued at its last record. */
+/* An event: the copies it covers, by stream: downloads numbered up to compute, uploads up to copy. */
 typedef struct checked_event {
-    uint64_t seq;
+    uint64_t compute, copy;
 } checked_event;
 
 static uint64_t fnv1a(const unsigned char *p, size_t n) {
@@ -175,32 +185,59 @@ static uint64_t fnv1a(const unsigned char *p, size_t n) {
     return h;
 }
 
-static _Noreturn void contract_broken(const char *what, const void *src, size_t bytes) {
-    fprintf(stderr, "checked device: %s (pinned memory %p, %zu bytes): an upload's source must stay untouched "
-                    "until an event recorded after it has been waited for\n", what, src, bytes);
+static _Noreturn void contract_broken(const char *what, const void *p, size_t bytes) {
+    fprintf(stderr, "checked device: %s (pinned memory %p, %zu bytes): the pinned memory of an asynchronous copy "
+                    "is the host's again only once an event recorded after the copy has been waited for\n", what, p,
+            bytes);
     abort();
 }
 
-/* Ends the uploads numbered up to seq; uploads.lock is held. */
-static void end_uploads(uint64_t seq) {
-    for (int i = 0; i < uploads.count;) {
-        in_flight *u = &uploads.items[i];
-        if (u->seq > seq) {
+static bool all_poison(const unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != POISON) return false;
+    return true;
+}
+
+/* Ends the copies e covers: checks each upload's source, delivers each download; the lock is held. */
+static void end_copies(checked_event e) {
+    for (int i = 0; i < copies.count;) {
+        in_flight *c = &copies.items[i];
+        if (c->seq > (c->held ? e.compute : e.copy)) {
             i++;
             continue;
         }
-        if (fnv1a(u->src, u->bytes) != u->hash) contract_broken("the host changed an upload's source", u->src, u->bytes);
-        *u = uploads.items[--uploads.count];
+        if (!c->held && fnv1a(c->p, c->bytes) != c->hash)
+            contract_broken("the host changed an upload's source", c->p, c->bytes);
+        if (c->held) {
+            if (!all_poison(c->p, c->bytes)) contract_broken("the host wrote into a download's destination", c->p, c->bytes);
+            memcpy(c->p, c->held, c->bytes);
+            free(c->held);
+        }
+        *c = copies.items[--copies.count];
     }
 }
 
-/* Aborts when [p, p + n) overlaps the source of an upload in flight; uploads.lock is held. */
+/* Aborts when [p, p + n) overlaps the pinned memory of a copy in flight; the lock is held. */
 static void check_not_in_flight(const void *p, size_t n, const char *what) {
     const unsigned char *a = p;
-    for (int i = 0; i < uploads.count; i++) {
-        const in_flight *u = &uploads.items[i];
-        if (a < u->src + u->bytes && u->src < a + n) contract_broken(what, u->src, u->bytes);
+    for (int i = 0; i < copies.count; i++) {
+        const in_flight *c = &copies.items[i];
+        if (a < c->p + c->bytes && c->p < a + n) contract_broken(what, c->p, c->bytes);
     }
+}
+
+/* Registers a copy in flight and returns its number (0: out of memory); the lock is held. */
+static uint64_t add_in_flight(in_flight c) {
+    if (copies.count == copies.cap) {
+        int cap = copies.cap ? 2 * copies.cap : 16;
+        in_flight *grown = realloc(copies.items, (size_t)cap * sizeof *grown);
+        if (!grown) return 0;
+        copies.items = grown;
+        copies.cap = cap;
+    }
+    c.seq = ++copies.seq;
+    copies.items[copies.count++] = c;
+    return c.seq;
 }
 
 static ct_status checked_event_create(int index, void **out) {
@@ -211,17 +248,18 @@ static ct_status checked_event_create(int index, void **out) {
 
 static void checked_event_destroy(void *event) { free(event); }
 
+/* On the compute stream, which has waited for every upload enqueued so far. */
 static ct_status checked_event_record(void *event) {
-    pthread_mutex_lock(&uploads.lock);
-    ((checked_event *)event)->seq = uploads.seq;
-    pthread_mutex_unlock(&uploads.lock);
+    pthread_mutex_lock(&copies.lock);
+    *(checked_event *)event = (checked_event){copies.seq, copies.seq};
+    pthread_mutex_unlock(&copies.lock);
     return CT_OK;
 }
 
 static ct_status checked_event_wait(void *event) {
-    pthread_mutex_lock(&uploads.lock);
-    end_uploads(((checked_event *)event)->seq);
-    pthread_mutex_unlock(&uploads.lock);
+    pthread_mutex_lock(&copies.lock);
+    end_copies(*(checked_event *)event);
+    pthread_mutex_unlock(&copies.lock);
     return CT_OK;
 }
 
@@ -241,37 +279,45 @@ static void checked_pinned_free(void *p) {
     unsigned char *base = (unsigned char *)p - PINNED_HEADER;
     size_t bytes;
     memcpy(&bytes, base, sizeof bytes);
-    pthread_mutex_lock(&uploads.lock);
-    check_not_in_flight(p, bytes ? bytes : 1, "pinned memory released while an upload still reads it");
-    pthread_mutex_unlock(&uploads.lock);
+    pthread_mutex_lock(&copies.lock);
+    check_not_in_flight(p, bytes ? bytes : 1, "pinned memory released while a copy still uses it");
+    pthread_mutex_unlock(&copies.lock);
     ct_host_free(base);
 }
 
+/* On the copy stream: done covers the uploads so far and what `after` covers of the compute stream. */
 static ct_status checked_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done) {
-    (void)index, (void)after;
-    pthread_mutex_lock(&uploads.lock);
-    check_not_in_flight(src, bytes, "a new upload from memory an upload in flight still reads");
-    if (uploads.count == uploads.cap) {
-        int cap = uploads.cap ? 2 * uploads.cap : 16;
-        in_flight *grown = realloc(uploads.items, (size_t)cap * sizeof *grown);
-        if (!grown) {
-            pthread_mutex_unlock(&uploads.lock);
-            return ct_error(CT_ERR_NOMEM, "checked device: out of memory for the uploads in flight");
-        }
-        uploads.items = grown;
-        uploads.cap = cap;
-    }
-    uploads.items[uploads.count++] = (in_flight){src, bytes, fnv1a(src, bytes), ++uploads.seq};
-    ((checked_event *)done)->seq = uploads.seq;
-    pthread_mutex_unlock(&uploads.lock);
+    pthread_mutex_lock(&copies.lock);
+    check_not_in_flight(src, bytes, "a new upload from memory a copy in flight still uses");
+    uint64_t seq = add_in_flight((in_flight){(unsigned char *)src, bytes, NULL, fnv1a(src, bytes), 0});
+    if (seq) *(checked_event *)done = (checked_event){after ? ((checked_event *)after)->compute : 0, seq};
+    pthread_mutex_unlock(&copies.lock);
+    if (!seq) return ct_error(CT_ERR_NOMEM, "checked device: out of memory for the copies in flight");
     return checked_copy_bytes(dst, (ct_device){CT_DEVICE_CUDA, index}, src, CT_CPU, bytes);
 }
 
-/* The calling thread's work, which waited for every upload it enqueued, has run. */
+static ct_status checked_download(int index, void *dst, const void *src, size_t bytes, void *done) {
+    unsigned char *held = malloc(bytes ? bytes : 1);
+    if (!held) return ct_error(CT_ERR_NOMEM, "checked device: out of memory for a download of %zu bytes", bytes);
+    CT_TRY(checked_copy_bytes(held, CT_CPU, src, (ct_device){CT_DEVICE_CUDA, index}, bytes));
+    pthread_mutex_lock(&copies.lock);
+    check_not_in_flight(dst, bytes, "a new download into memory a copy in flight still uses");
+    uint64_t seq = add_in_flight((in_flight){dst, bytes, held, 0, 0});
+    if (seq) {
+        memset(dst, POISON, bytes);
+        *(checked_event *)done = (checked_event){seq, seq}; /* on the compute stream */
+    }
+    pthread_mutex_unlock(&copies.lock);
+    if (seq) return CT_OK;
+    free(held);
+    return ct_error(CT_ERR_NOMEM, "checked device: out of memory for the copies in flight");
+}
+
+/* The calling thread's work, and so every copy it enqueued, has run. */
 static ct_status checked_synchronize(void) {
-    pthread_mutex_lock(&uploads.lock);
-    end_uploads(uploads.seq);
-    pthread_mutex_unlock(&uploads.lock);
+    pthread_mutex_lock(&copies.lock);
+    end_copies((checked_event){copies.seq, copies.seq});
+    pthread_mutex_unlock(&copies.lock);
     return CT_OK;
 }
 
@@ -303,6 +349,7 @@ static void make_table(void) {
     table.pinned_alloc = checked_pinned_alloc;
     table.pinned_free = checked_pinned_free;
     table.upload = checked_upload;
+    table.download = checked_download;
 }
 
 const ct_backend_ops *ct_backend_checked(void) {

@@ -321,6 +321,16 @@ extern "C" ct_status ct_cuda_event_wait(void *event) {
     return CT_OK;
 }
 
+extern "C" ct_status ct_cuda_download(int index, void *dst, const void *src, size_t bytes, void *done) {
+    if (index < 0 || index >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", index);
+    return on_device(index, [&] {
+        /* on the compute stream: after the step that wrote src, before any that writes it again */
+        if (bytes) CT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, ct_cuda_stream_t()));
+        CT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)done, ct_cuda_stream_t()));
+        return CT_OK;
+    });
+}
+
 extern "C" ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done) {
     if (index < 0 || index >= MAX_DEVICES) return ct_error(CT_ERR_DEVICE, "cuda:%d: no such device", index);
     return on_device(index, [&] {

@@ -57,6 +57,9 @@ ct_status ct_cuda_event_wait(void *event);
  * its compute stream) once `after` (NULL: at once) has passed; records `done` (required)
  * there, and the calling thread's current stream waits for it (core/ops/backend.h's upload). */
 ct_status ct_cuda_upload(int index, void *dst, const void *src, size_t bytes, void *after, void *done);
+/* A copy to pinned host memory on the calling thread's stream, recording done (core/ops/backend.h's
+ * download). */
+ct_status ct_cuda_download(int index, void *dst, const void *src, size_t bytes, void *done);
 /* Sets `bytes` at dst to zero on the current stream. */
 void ct_cuda_memset_zero(int device, void *dst, size_t bytes);
 

@@ -271,6 +271,14 @@ ct_status ct_device_upload(ct_device d, void *dst, const void *src, size_t bytes
     return b->upload(d.index, dst, src, bytes, after ? after->handle : NULL, done->handle);
 }
 
+ct_status ct_device_download(ct_device d, void *dst, const void *src, size_t bytes, ct_device_event *done) {
+    CT_ASSERT(done && ct_device_eq(done->device, d));
+    const ct_backend_ops *b = ct_backend_for(d);
+    if (!MEMBER(b, download) || !done->handle) return ct_device_copy(dst, CT_CPU, src, d, bytes);
+    if (MEMBER(b, use_device)) b->use_device(d.index); /* on the work of src's device */
+    return b->download(d.index, dst, src, bytes, done->handle);
+}
+
 ct_status ct_device_stream_begin(ct_device d, void **stream) {
     *stream = NULL;
     const ct_backend_ops *b = ct_backend_for(d);

@@ -197,6 +197,12 @@ typedef struct ct_backend_ops {
      * stream, library handles, workspace: made again if it works on). */
     ct_status (*stream_begin)(int index, void **out);
     void (*stream_end)(int index, void *stream);
+
+    /* --- appended: an asynchronous copy to the host (NULL: ct_device_download copies with copy_bytes)
+     * bytes from device memory src to pinned host memory dst, on the calling thread's current stream
+     * (after the work enqueued before it, before the work enqueued after it), not waiting: `done`
+     * (required) is recorded when dst holds them. The host leaves dst alone until `done` has passed. */
+    ct_status (*download)(int index, void *dst, const void *src, size_t bytes, void *done);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

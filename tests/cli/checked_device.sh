@@ -9,6 +9,7 @@
 # something else:
 #   - an MLP with two eval sets, a test set and checkpoints: log history, model and optimizer state;
 #   - resuming across devices, both ways: the final model equals the uninterrupted run's;
+#   - asynchronous saves from the device: the checkpoints of the synchronous saves on the CPU;
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
 #   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps, and the
@@ -55,6 +56,14 @@ for pair in "cuda cpu" "cpu cuda"; do
         --save_steps 16 --resume_from_checkpoint $dir/checkpoint-16 >$dir.log 2>&1 ||
         bad "resuming a $1 checkpoint on $2: $(tail -1 $dir.log)"
     cmp -s mlp-cpu/model.h5 $dir/model.h5 && ok || bad "a $1 checkpoint resumed on $2 ends with another model"
+done
+
+# Asynchronous saves: the snapshots are downloaded without a host wait and written by another thread;
+# the checkpoints hold what the synchronous saves on the CPU hold.
+"$ctrainer" train "$mlp" --device cuda --output_dir save-async-cuda --save_strategy steps --save_steps 16 \
+    --save_async true >save-async-cuda.log 2>&1 || bad "save_async on cuda: $(tail -1 save-async-cuda.log)"
+for f in checkpoint-16/model.h5 checkpoint-16/optimizer.h5 checkpoint-32/model.h5 checkpoint-32/optimizer.h5; do
+    cmp -s mlp-cpu/$f save-async-cuda/$f && ok || bad "save_async on cuda: $f differs from the CPU's"
 done
 
 # Asynchronous evaluation beside training, its replica on the training device.

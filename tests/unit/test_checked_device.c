@@ -2,7 +2,9 @@
  * memory that the host may touch only inside ops and device copies. Checked here: the registry swaps
  * it in, ops on it compute bit for bit what the CPU computes, a model built on it starts from the
  * CPU's values and runs a step identically, a host read or write of its memory outside an op dies
- * with SIGSEGV, and a breach of the asynchronous uploads' contract aborts (in child processes). */
+ * with SIGSEGV, and a breach of the asynchronous copies' contract (uploads, downloads) aborts (in child
+ * processes); host copies taken without waiting (core/host_copy.h) hold the values after their wait. */
+#include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +12,7 @@
 #include <unistd.h>
 
 #include "core/device.h"
+#include "core/host_copy.h"
 #include "core/ops/backend.h"
 #include "core/tensor.h"
 #include "model/layers.h"
@@ -140,28 +143,32 @@ static void upload(upload_case *c, float first) {
     CHECK_OK(ct_device_upload(GPU, c->dst.data, c->src, 1000 * sizeof(float), NULL, &c->done));
 }
 
-/* Breaches of the upload contract, each run in a child that must die of the checked device's abort. */
-static void overwrite_then_wait(upload_case *c) {
-    upload(c, 0);
-    c->src[7] = -1; /* before the copy is known to have read it */
-    (void)ct_device_event_wait(&c->done);
+/* Breaches of the copies' contract, each run in a child that must die of the checked device's abort. */
+static void overwrite_then_wait(void) {
+    upload_case c;
+    upload_case_init(&c);
+    upload(&c, 0);
+    c.src[7] = -1; /* before the copy is known to have read it */
+    (void)ct_device_event_wait(&c.done);
 }
-static void upload_again_unwaited(upload_case *c) {
-    upload(c, 0);
-    upload(c, 5);
+static void upload_again_unwaited(void) {
+    upload_case c;
+    upload_case_init(&c);
+    upload(&c, 0);
+    upload(&c, 5);
 }
-static void free_unwaited(upload_case *c) {
-    upload(c, 0);
-    ct_device_pinned_free(GPU, c->src);
+static void free_unwaited(void) {
+    upload_case c;
+    upload_case_init(&c);
+    upload(&c, 0);
+    ct_device_pinned_free(GPU, c.src);
 }
 
-static bool dies(void (*breach)(upload_case *)) {
+static bool dies(void (*breach)(void)) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-        upload_case c;
-        upload_case_init(&c);
-        breach(&c);
+        breach();
         _exit(0);
     }
     int status = 0;
@@ -209,6 +216,136 @@ static void test_uploads(void) {
     CHECK(memcmp(dst, src, sizeof src) == 0 && ct_device_event_wait(&cpu_done) == CT_OK,
           "an upload to the CPU is not a copy");
     ct_device_event_destroy(&cpu_done);
+}
+
+/* --- asynchronous downloads ---------------------------------------------------------------------- */
+
+typedef struct download_case {
+    ct_tensor src; /* on the device, 1000 floats: 0, 1, 2, ... */
+    float *dst;    /* pinned */
+    ct_device_event done;
+} download_case;
+
+static void download_case_init(download_case *c) {
+    float v[1000];
+    for (int i = 0; i < 1000; i++) v[i] = (float)i;
+    int64_t n = 1000;
+    c->src = on(GPU, v, 1, &n);
+    void *p = NULL;
+    CHECK_OK(ct_device_pinned_alloc(GPU, sizeof v, &p));
+    c->dst = p;
+    CHECK_OK(ct_device_event_create(GPU, &c->done));
+}
+
+static void download(download_case *c) {
+    CHECK_OK(ct_device_download(GPU, c->dst, c->src.data, 1000 * sizeof(float), &c->done));
+}
+
+static void write_then_wait(void) {
+    download_case c;
+    download_case_init(&c);
+    download(&c);
+    c.dst[3] = 7; /* the copy would land over it */
+    (void)ct_device_event_wait(&c.done);
+}
+static void free_undelivered(void) {
+    download_case c;
+    download_case_init(&c);
+    download(&c);
+    ct_device_pinned_free(GPU, c.dst);
+}
+static void download_again_unwaited(void) {
+    download_case c;
+    download_case_init(&c);
+    download(&c);
+    download(&c);
+}
+static void upload_from_undelivered(void) {
+    download_case c;
+    download_case_init(&c);
+    download(&c);
+    ct_device_event up;
+    (void)ct_device_event_create(GPU, &up);
+    (void)ct_device_upload(GPU, c.src.data, c.dst, 1000 * sizeof(float), NULL, &up);
+}
+
+/* ct_device_download on the checked device: the values are those of the device's work before the
+ * download (not of work after it), and the host is held to a GPU's contract: the destination is the
+ * host's only once an event recorded after the download has been waited for (before, it reads 0xff,
+ * NaN in every float). */
+static void test_downloads(void) {
+    download_case c;
+    download_case_init(&c);
+    download(&c);
+    ct_op_scale(&c.src, 2.0); /* enqueued after the download: not in it */
+    bool poisoned = true;
+    for (int i = 0; i < 1000; i++) poisoned &= isnan(c.dst[i]);
+    CHECK(poisoned, "a download's destination holds values before its event has been waited for");
+    CHECK_OK(ct_device_event_wait(&c.done));
+    bool right = true;
+    for (int i = 0; i < 1000; i++) right &= c.dst[i] == (float)i;
+    CHECK(right, "the download does not hold the device's values as they were when it was enqueued");
+    /* an event recorded on the device's work after the download covers it */
+    ct_device_event mark;
+    CHECK_OK(ct_device_event_create(GPU, &mark));
+    download(&c);
+    CHECK_OK(ct_device_event_record(&mark));
+    CHECK_OK(ct_device_event_wait(&mark));
+    CHECK(c.dst[999] == 1998.0f, "an event recorded after a download does not deliver it: %g", (double)c.dst[999]);
+    /* an upload runs on the copy stream: waiting for it delivers a download only through its `after` */
+    upload_case u;
+    upload_case_init(&u);
+    download(&c);
+    upload(&u, 0);
+    CHECK_OK(ct_device_event_wait(&u.done));
+    CHECK(isnan(c.dst[0]), "waiting for an upload delivered a download on the other stream");
+    CHECK_OK(ct_device_event_record(&mark));
+    CHECK_OK(ct_device_upload(GPU, u.dst.data, u.src, 1000 * sizeof(float), &mark, &u.done));
+    CHECK_OK(ct_device_event_wait(&u.done));
+    CHECK(c.dst[1] == 2.0f, "an upload after an event recorded after a download does not deliver it");
+    upload_case_free(&u);
+    ct_device_event_destroy(&mark);
+    ct_device_event_destroy(&c.done);
+    ct_device_pinned_free(GPU, c.dst);
+    ct_tensor_free(&c.src);
+    CHECK(dies(write_then_wait), "a host write into an undelivered download is not caught");
+    CHECK(dies(free_undelivered), "pinned memory released under a download is not caught");
+    CHECK(dies(download_again_unwaited), "a second download into memory still in flight is not caught");
+    CHECK(dies(upload_from_undelivered), "an upload from an undelivered download is not caught");
+}
+
+/* ct_host_copies: copies of device and host tensors in one set, read after one wait; a spare's memory
+ * taken over when it fits; a tensor of another device refused. */
+static void test_host_copies(void) {
+    float v[6] = {1, 2, 3, 4, 5, 6}, w[4] = {9, 8, 7, 6};
+    int64_t n6 = 6, n4 = 4;
+    ct_tensor dev = on(GPU, v, 1, &n6), host = ct_tensor_view(w, CT_F32, CT_CPU, 1, &n4), other = on((ct_device){
+                                                                                               CT_DEVICE_CUDA, 1},
+                                                                                           v, 1, &n6);
+    ct_host_copies set;
+    CHECK_OK(ct_host_copies_init(&set, GPU));
+    ct_tensor a, b, c, empty, none = {0};
+    CHECK_OK(ct_host_copies_take(&set, &a, &dev, NULL));
+    CHECK_OK(ct_host_copies_take(&set, &b, &host, NULL));
+    CHECK_OK(ct_host_copies_take(&set, &empty, &none, NULL));
+    CHECK(empty.data == NULL, "an empty tensor's copy has memory");
+    CHECK_OK(ct_host_copies_wait(&set));
+    CHECK(memcmp(a.data, v, sizeof v) == 0 && memcmp(b.data, w, sizeof w) == 0 && ct_device_eq(a.device, CT_CPU),
+          "the copies do not hold the tensors' values on the host");
+    void *mem = a.data;
+    CHECK_OK(ct_host_copies_take(&set, &c, &dev, &b)); /* b does not fit: left to its owner */
+    CHECK(b.data != NULL && c.data != mem, "a spare that does not fit was taken");
+    CHECK_OK(ct_host_copies_wait(&set)); /* (released under its copy, it would abort) */
+    ct_host_copies_release(&set, &c);
+    CHECK_OK(ct_host_copies_take(&set, &c, &dev, &a));
+    CHECK(a.data == NULL && c.data == mem, "a spare that fits was not taken over");
+    CHECK_ERR(ct_host_copies_take(&set, &a, &other, NULL), CT_ERR_DEVICE, "a host copy of a tensor on cuda:1");
+    CHECK_OK(ct_host_copies_wait(&set));
+    CHECK(memcmp(c.data, v, sizeof v) == 0, "the copy into a spare's memory does not hold the values");
+    ct_host_copies_release(&set, &b);
+    ct_host_copies_release(&set, &c);
+    ct_host_copies_destroy(&set);
+    ct_tensor_free(&dev), ct_tensor_free(&other);
 }
 
 /* An MLP built on the checked device starts from the CPU's initial values, and a forward and
@@ -260,6 +397,8 @@ int main(int argc, char **argv) {
     test_ops_match_cpu();
     test_host_access_faults();
     test_uploads();
+    test_downloads();
+    test_host_copies();
     test_model_on_device();
     return ct_test_finish();
 }

@@ -215,6 +215,18 @@ extern "C" ct_status ct_cuda_upload(int index, void *dst, const void *src, size_
     return CT_OK;
 }
 
+/* A download reads memory of its own device, on that device's stream (cuda_rt.cu makes it current). */
+extern "C" ct_status ct_cuda_download(int index, void *dst, const void *src, size_t bytes, void *done) {
+    emu_event *d = (emu_event *)done;
+    if (!d || d->device != index)
+        ct_abort_at(__FILE__, __LINE__, "emulated CUDA: a download from cuda:%d without its done event, or with an "
+                    "event of another device", index);
+    ct_cuda_use_device(index);
+    if (bytes) ct_emu_check_current_device(src);
+    std::memcpy(dst, src, bytes);
+    return ct_cuda_event_record(done);
+}
+
 /* Streams: a token each, all in the host's one order. */
 static thread_local void *current_stream;
 extern "C" void *ct_cuda_stream(void) { return current_stream; }
