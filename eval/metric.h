@@ -230,6 +230,9 @@ void ct_metric_set_free(ct_metric_set *s);
 void ct_metric_set_reset(ct_metric_set *s);
 /* Updates every metric; on the first failure, stops and returns it (metrics before it are updated). */
 ct_status ct_metric_set_update(ct_metric_set *s, const ct_eval_batch *b);
+/* Whether some metric of the set reads the batch's outputs: every one but "loss", which reads only
+ * the loss values (so an evaluation on a GPU that keeps nothing copies no outputs back). */
+bool ct_metric_set_reads_outputs(const ct_metric_set *s);
 /* dst.items[i] = merge(dst.items[i], src.items[i]); the sets must hold the same metrics in order. */
 ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src);
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out);

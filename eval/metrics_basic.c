@@ -102,6 +102,12 @@ static const ct_metric_ops loss_ops = {.size = sizeof(ct_metric_ops),
                                        .compute = loss_compute,
                                        .uncertainty = loss_uncertainty};
 
+bool ct_metric_set_reads_outputs(const ct_metric_set *s) {
+    for (int i = 0; i < s->n; i++)
+        if (s->items[i]->ops != &loss_ops) return true;
+    return false;
+}
+
 ct_status ct_loss_metric_create(ct_metric **out) {
     CT_ASSERT(out);
     *out = NULL;

@@ -97,6 +97,24 @@ ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_t
     return named(l, l->ops->forward_backward(l, pred, target, scale, dpred, out));
 }
 
+ct_status ct_loss_forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows) {
+    CT_ASSERT(l && pred && target && (rows || pred->ndim < 1 || pred->shape[0] == 0));
+    if (pred->ndim < 1 || target->ndim < 1 || target->shape[0] != pred->shape[0]) {
+        char a[128], b[128];
+        return named(l, ct_error(CT_ERR_SHAPE, "per-row losses: target %s and predictions %s do not have the same "
+                                 "rows", ct_tensor_str(target, b, sizeof b), ct_tensor_str(pred, a, sizeof a)));
+    }
+    if (HAS_OP(l->ops, forward_rows)) {
+        CT_TRY(named(l, check_common(pred, target)));
+        return named(l, l->ops->forward_rows(l, pred, target, rows));
+    }
+    for (int64_t i = 0; i < pred->shape[0]; i++) {
+        ct_tensor p = ct_tensor_rows(pred, i, 1), y = ct_tensor_rows(target, i, 1);
+        CT_TRY(ct_loss_forward(l, &p, &y, &rows[i]));
+    }
+    return CT_OK;
+}
+
 void ct_loss_default_destroy(ct_loss *l) { free(l); }
 
 void ct_loss_free(ct_loss *l) {

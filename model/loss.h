@@ -22,7 +22,8 @@
  * The vtable follows model/module.h: a loss is a struct whose first member is a ct_loss; its const
  * ops table starts with its size, members are only appended, and NULL means the default
  * (ct_loss_default_*). Calls go through the ct_loss_* wrappers, which validate the tensors both
- * calls share and prefix errors with "<name> loss: ". Neither call allocates. */
+ * calls share and prefix errors with "<name> loss: ". Neither call allocates (forward_rows may, for
+ * its per-position scratch). */
 #ifndef CT_LOSS_H
 #define CT_LOSS_H
 
@@ -67,6 +68,11 @@ typedef struct ct_loss_ops {
      * (ct_op_fused_classifier: one pass over the logits, no stored probabilities). */
     ct_status (*forward_backward)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
                                   ct_tensor *dpred, ct_loss_value *out);
+    /* Optional: for each of pred's rows (its first dimension: the samples) the (sum, count) that
+     * forward gives for that row alone, into rows[] (host memory), from one pass over the batch (an
+     * evaluation's per-sample losses: one copy back from a GPU rather than one per row). NULL: the
+     * wrapper calls forward on each row. Cross-entropy has it. */
+    ct_status (*forward_rows)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows);
 } ct_loss_ops;
 
 struct ct_loss {
@@ -93,6 +99,9 @@ ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *t
  * overwrites pred, which its backward must allow (every built-in loss's does). */
 ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
                                    ct_tensor *dpred, ct_loss_value *out);
+/* rows[i] = (sum, count) of pred's row i alone, for every row (pred's first dimension), through the
+ * loss's forward_rows when it has one, else forward on each row; the checks of ct_loss_forward. */
+ct_status ct_loss_forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows);
 /* Destroys l (NULL is fine). */
 void ct_loss_free(ct_loss *l);
 /* The default destroy: free(l). */

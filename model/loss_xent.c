@@ -89,6 +89,24 @@ static ct_status forward_backward(ct_loss *l, const ct_tensor *pred, const ct_te
     return CT_OK;
 }
 
+/* One pass of ct_op_cross_entropy_rows over every position, then each sample's positions added in
+ * order on the host. */
+static ct_status forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows) {
+    xent_loss *x = self(l);
+    CT_TRY(check(x, pred, target));
+    int64_t n = pred->shape[0], positions = ct_tensor_numel(target), per = n ? positions / n : 0;
+    double *loss = malloc((size_t)(positions ? 2 * positions : 1) * sizeof *loss), *count = loss + positions;
+    if (!loss) return ct_error(CT_ERR_NOMEM, "per-sample losses of %lld positions: out of memory", (long long)positions);
+    int64_t bad = positions ? ct_op_cross_entropy_rows(pred, target, &x->opts, loss, count) : -1;
+    for (int64_t i = 0; bad < 0 && i < n; i++) {
+        ct_loss_value v = {0.0, 0.0};
+        for (int64_t p = i * per; p < (i + 1) * per; p++) v = ct_loss_value_add(v, (ct_loss_value){loss[p], count[p]});
+        rows[i] = v;
+    }
+    free(loss);
+    return bad >= 0 ? bad_target(x, pred, target, bad) : CT_OK;
+}
+
 static void destroy(ct_loss *l) {
     xent_loss *x = self(l);
     ct_tensor_free(&x->weight);
@@ -96,7 +114,7 @@ static void destroy(ct_loss *l) {
 }
 
 static const ct_loss_ops xent_ops = {sizeof(ct_loss_ops), "cross_entropy", forward, backward, destroy,
-                                     forward_backward};
+                                     forward_backward, forward_rows};
 
 bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index) {
     if (!l || l->ops != &xent_ops) return false;

@@ -21,6 +21,7 @@ typedef struct eval_run {
     bool test;                 /* use get_test_dataloader */
     ct_prediction_output *out; /* where outputs are kept (predict, or compute_metrics); NULL: none */
     ct_tensor sample_loss, sample_weight; /* per-row losses for the loss metric's standard error */
+    ct_loss_value *row_values;            /* the loss's per-row values, per_device_eval_batch_size of them */
     ct_batch full;                        /* a short batch padded to per_device_eval_batch_size rows */
     ct_tensor full_features, full_labels, full_mask;
     int64_t *full_indices;
@@ -86,14 +87,13 @@ static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const
                             ct_eval_batch *eb) {
     if (CT_TRAINER_HOOK(t, compute_loss) || !r->sample_loss.data || eb->loss.count <= 0) return CT_OK;
     double *l = r->sample_loss.data, *w = r->sample_weight.data;
+    ct_loss_value *rows = r->row_values;
+    ct_tensor o = ct_tensor_rows(outputs, 0, b->valid), y = ct_tensor_rows(&b->labels, 0, b->valid);
+    /* one pass over the batch (on a GPU, one copy back rather than one per row) */
+    if (b->valid > 0) CT_TRY(ct_loss_forward_rows(t->loss, &o, &y, rows));
     for (int64_t i = 0; i < b->rows; i++) {
-        l[i] = w[i] = 0;
-        if (i >= b->valid) continue;
-        ct_tensor o = ct_tensor_rows(outputs, i, 1), y = ct_tensor_rows(&b->labels, i, 1);
-        ct_loss_value v;
-        CT_TRY(ct_loss_forward(t->loss, &o, &y, &v));
-        l[i] = v.sum;
-        w[i] = v.count;
+        l[i] = i < b->valid ? rows[i].sum : 0;
+        w[i] = i < b->valid ? rows[i].count : 0;
     }
     r->sample_loss.shape[0] = r->sample_weight.shape[0] = b->rows;
     eb->sample_loss = &r->sample_loss;
@@ -245,10 +245,13 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         const ct_batch *b = full_batch(r, next), *db;
         CT_TRY(ct_trainer_prepare_inputs(t, b, &db));
         ct_loss_value loss;
-        ct_tensor outputs, host_outputs;
+        ct_tensor outputs, host_outputs = {0};
         CT_TRY(ct_trainer_prediction_step(t, db, false, &loss, &outputs));
-        CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
-        ct_eval_batch eb = {.outputs = &host_outputs, .labels = &b->labels, .mask = &b->mask, .loss = loss};
+        /* outputs on a device come back only when something reads them (a metric, kept predictions) */
+        bool read = outputs.device.kind == CT_DEVICE_CPU || r->out || ct_metric_set_reads_outputs(&t->metrics);
+        if (read) CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
+        ct_eval_batch eb = {.outputs = read ? &host_outputs : NULL, .labels = &b->labels, .mask = &b->mask,
+                            .loss = loss};
         CT_TRY(row_losses(t, r, db, &outputs, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
         if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &host_outputs));
@@ -328,6 +331,8 @@ static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double 
     CT_TRY(alloc_full_batch(t, r));
     CT_TRY(ct_tensor_alloc(&r->sample_loss, CT_F64, CT_CPU, 1, bs));
     CT_TRY(ct_tensor_alloc(&r->sample_weight, CT_F64, CT_CPU, 1, bs));
+    r->row_values = malloc((size_t)bs[0] * sizeof *r->row_values);
+    if (!r->row_values) return ct_error(CT_ERR_NOMEM, "evaluation: out of memory for per-row losses");
     bool was_training = t->model->root->training;
     ct_model_train(t->model, false);
     double t0 = ct_monotonic_seconds();
@@ -396,6 +401,8 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     }
     ct_loader_free(loader);
     ct_tensor_free(&r->sample_loss);
+    free(r->row_values);
+    r->row_values = NULL;
     ct_tensor_free(&r->sample_weight);
     free_full_batch(r);
     free_own_rows(r);

@@ -119,4 +119,5 @@ const ct_backend_ops ct_backend_cpu = {
     .linear_forward = ct_cpu_linear_forward,
     .gemm_batched = ct_cpu_gemm_batched,
     .linear_backward = ct_cpu_linear_backward,
+    .cross_entropy_rows = ct_cpu_cross_entropy_rows,
 };

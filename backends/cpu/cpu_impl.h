@@ -170,6 +170,8 @@ void ct_cpu_activation_backward(ct_activation act, const ct_tensor *x, const ct_
 /* loss.c */
 int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double *sum, double *count);
+int64_t ct_cpu_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                  double *loss, double *count);
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits);
 int64_t ct_cpu_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,

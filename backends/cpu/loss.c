@@ -71,6 +71,20 @@ int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *t
     return xent_fwd_f64(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, sum, count);
 }
 
+int64_t ct_cpu_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                  double *loss, double *count) {
+    int64_t rows, c;
+    xent_dims(logits, &rows, &c);
+    const double *w = o->weight ? o->weight->data : NULL;
+    bool t64 = target->dtype == CT_I64;
+    if (logits->dtype == CT_F32)
+        return xent_rows_f32(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, loss,
+                             count);
+    CT_ASSERT(logits->dtype == CT_F64);
+    return xent_rows_f64(logits->data, target->data, t64, rows, c, w, o->label_smoothing, o->ignore_index, loss,
+                         count);
+}
+
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits) {
     int64_t rows, c;

@@ -100,6 +100,32 @@ static int64_t FN(xent_fwd)(const R *z, const void *tgt, bool t64, int64_t rows,
     return -1;
 }
 
+/* Each row's loss and count alone, as xent_fwd gives them for that row (0 and 0 when ignored): rows
+ * are independent, so any thread count writes the same values. */
+static int64_t FN(xent_rows)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
+                             double eps, int64_t ignore, double *loss, double *count) {
+    int64_t pbad[CT_LOSS_CHUNKS];
+    CT_LOSS_FOR_CHUNKS(rows * c > CT_OMP_MIN, k, {
+        int64_t bad = -1;
+        for (int64_t r = chunk_lo(rows, k); r < chunk_lo(rows, k + 1); r++) {
+            int64_t y = target_at(tgt, t64, r);
+            loss[r] = count[r] = 0.0;
+            if (y == ignore) continue;
+            if (y < 0 || y >= c) {
+                if (bad < 0) bad = r;
+                continue;
+            }
+            const R *zr = z + r * c;
+            loss[r] = FN(row_loss)(zr, c, y, w, eps, FN(row_lse)(zr, c));
+            count[r] = w ? w[y] : 1.0;
+        }
+        pbad[k] = bad;
+    });
+    for (int k = 0; k < CT_LOSS_CHUNKS; k++)
+        if (pbad[k] >= 0) return pbad[k];
+    return -1;
+}
+
 static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
                             double eps, int64_t ignore, double scale, R *dz) {
     double wsum = FN(weight_sum)(w, c);

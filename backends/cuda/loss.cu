@@ -14,6 +14,8 @@
  * does so too, because its contract returns the first invalid row. */
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/cuda/cuda_handles.h"
 #include "backends/cuda/ops_cuda.h"
@@ -442,6 +444,31 @@ extern "C" int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, con
         xent_fwd_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, w.loss, w.cnt, &w.h->bad, st);
     });
     return xent_sums_end(w, rows, logits->device.index, st, sum, count);
+}
+
+/* The rows' kernel alone, and header, losses and counts back in one copy (one wait for the stream). */
+extern "C" int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target,
+                                                 const ct_xent_opts *o, double *loss, double *count) {
+    int64_t rows, c;
+    xent_dims(logits, target, o, &rows, &c);
+    if (rows == 0) return -1;
+    cudaStream_t st = ct_cuda_stream_t();
+    xent_sums w = xent_sums_begin(rows, st);
+    xent_types(logits, target, [&](auto r, auto t) {
+        xent_fwd_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, w.loss, w.cnt, &w.h->bad, st);
+    });
+    size_t bytes = sizeof(header) + 2 * (size_t)rows * sizeof(double);
+    header *back = (header *)std::malloc(bytes);
+    if (!back) ct_abort_at(__FILE__, __LINE__, "loss: no host memory for %lld rows' losses", (long long)rows);
+    const ct_device host{CT_DEVICE_CPU, 0}, gpu{CT_DEVICE_CUDA, logits->device.index};
+    if (ct_cuda_memcpy(back, host, w.h, gpu, bytes) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "loss: cannot read the rows' losses back: %s", ct_last_error());
+    int64_t bad = back->bad == NO_ROW ? -1 : (int64_t)back->bad;
+    const double *l = (const double *)(back + 1);
+    std::memcpy(loss, l, (size_t)rows * sizeof(double));
+    std::memcpy(count, l + rows, (size_t)rows * sizeof(double));
+    std::free(back);
+    return bad;
 }
 
 extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target,

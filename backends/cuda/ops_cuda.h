@@ -61,6 +61,8 @@ void ct_cuda_op_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy,
 void ct_cuda_op_avgpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y);
 void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, ct_tensor *dx);
 /* losses */
+int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                      double *loss, double *count);
 int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                          double *sum, double *count);
 int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

@@ -203,6 +203,11 @@ typedef struct ct_backend_ops {
      * (after the work enqueued before it, before the work enqueued after it), not waiting: `done`
      * (required) is recorded when dst holds them. The host leaves dst alone until `done` has passed. */
     ct_status (*download)(int index, void *dst, const void *src, size_t bytes, void *done);
+
+    /* --- appended: cross-entropy row by row (NULL: ct_op_cross_entropy_rows calls
+     * cross_entropy_forward on each row); see ops_loss.h ----------------------------------------- */
+    int64_t (*cross_entropy_rows)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                  double *loss, double *count);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

@@ -368,6 +368,22 @@ int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *ta
     CALL_RETURN(logits, cross_entropy_forward, logits, target, o, sum, count);
 }
 
+int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                 double *loss, double *count) {
+    check_xent(logits, target, o);
+    if (backend_of(logits, "cross_entropy_rows")->cross_entropy_rows)
+        CALL_RETURN(logits, cross_entropy_rows, logits, target, o, loss, count);
+    /* a backend without the kernel: its forward on each row, which is what the kernel must match */
+    int64_t c = logits->shape[logits->ndim - 1], rows = ct_tensor_numel(logits) / c, one[2] = {1, c};
+    size_t zrow = (size_t)c * ct_dtype_size(logits->dtype), trow = ct_dtype_size(target->dtype);
+    for (int64_t r = 0; r < rows; r++) {
+        ct_tensor z = ct_tensor_view((char *)logits->data + (size_t)r * zrow, logits->dtype, logits->device, 2, one);
+        ct_tensor y = ct_tensor_view((char *)target->data + (size_t)r * trow, target->dtype, target->device, 1, one);
+        if (ct_op_cross_entropy_forward(&z, &y, o, &loss[r], &count[r]) >= 0) return r;
+    }
+    return -1;
+}
+
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits) {
     check_xent(logits, target, o);

@@ -35,6 +35,12 @@ typedef struct ct_xent_opts {
  * (then *sum and *count are meaningless). */
 int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                     double *sum, double *count);
+/* The same per row, into host arrays of one entry per row: loss[r] and count[r] are what
+ * ct_op_cross_entropy_forward gives for row r alone, bit for bit (0 and 0 for an ignored row), from
+ * one pass and, on a GPU, one copy back (an evaluation's per-sample losses). Returns -1 or the first
+ * invalid target's row (then the arrays are meaningless). */
+int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                 double *loss, double *count);
 /* dlogits = scale * d(sum)/d(logits); ignored rows get zeros. Recomputes the softmax row by row, so it
  * needs no scratch and no state from the forward. Returns -1 or the first invalid target's row. */
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

@@ -125,6 +125,25 @@ static void xent_compare(xent_setup *x) {
     check_sum(w2, sg, sc);
     snprintf(w2, sizeof w2, "%s: count", what);
     check_sum(w2, cg, cc);
+    /* Per row, into host arrays from one copy back: each row's loss as the CPU's, counts exactly. A
+     * row's loss is w (lse - z_y) (and smoothing's terms): a small one keeps the rounding of its
+     * log-sum-exp, so its error is relative to that scale, w (max |z| + log C + 1), not to itself. */
+    double *rc = malloc((size_t)x->rows * 4 * sizeof *rc), *nc = rc + x->rows, *rg = nc + x->rows, *ng = rg + x->rows;
+    bc = ct_op_cross_entropy_rows(&x->logits, &x->target, &x->cpu, rc, nc);
+    bg = ct_op_cross_entropy_rows(&x->g_logits, &x->g_target, &x->gpu, rg, ng);
+    CHECK(bc == -1 && bg == -1, "%s: rows report invalid rows (cpu %lld, gpu %lld)", what, (long long)bc,
+          (long long)bg);
+    double wmax = 1;
+    for (int64_t j = 0; x->cpu.weight && j < x->c; j++) wmax = fmax(wmax, ((const double *)x->weight.data)[j]);
+    for (int64_t r = 0; r < x->rows; r++) {
+        double zmax = 0;
+        for (int64_t j = 0; j < x->c; j++) zmax = fmax(zmax, fabs(ct_tensor_get(&x->logits, r * x->c + j)));
+        double scale = wmax * (zmax + log((double)x->c) + 1);
+        CHECK(fabs(rg[r] - rc[r]) <= 1e-12 * fmax(fabs(rc[r]), scale) || (isnan(rg[r]) && isnan(rc[r])),
+              "%s: row %lld's loss gpu %.17g, cpu %.17g (scale %g)", what, (long long)r, rg[r], rc[r], scale);
+        CHECK(ng[r] == nc[r], "%s: row %lld's count gpu %g, cpu %g", what, (long long)r, ng[r], nc[r]);
+    }
+    free(rc);
 
     double scale = urand(0.1, 3.0) * (irand(0, 1) ? 1.0 : -1.0);
     ct_tensor dc = ct_ct_zeros(x->dt, x->ndim, x->shape);
@@ -188,6 +207,12 @@ static void xent_invalid(void) {
         int64_t bc = ct_op_cross_entropy_forward(&x.logits, &x.target, &x.cpu, &s, &n);
         int64_t bg = ct_op_cross_entropy_forward(&x.g_logits, &x.g_target, &x.gpu, &s, &n);
         CHECK(bc == r1 && bg == r1, "invalid targets at rows %lld and %lld: forward says cpu %lld, gpu %lld",
+              (long long)r1, (long long)r2, (long long)bc, (long long)bg);
+        double *rows4 = malloc((size_t)x.rows * 4 * sizeof *rows4);
+        bc = ct_op_cross_entropy_rows(&x.logits, &x.target, &x.cpu, rows4, rows4 + x.rows);
+        bg = ct_op_cross_entropy_rows(&x.g_logits, &x.g_target, &x.gpu, rows4 + 2 * x.rows, rows4 + 3 * x.rows);
+        free(rows4);
+        CHECK(bc == r1 && bg == r1, "invalid targets at rows %lld and %lld: the rows op says cpu %lld, gpu %lld",
               (long long)r1, (long long)r2, (long long)bc, (long long)bg);
         double scale = urand(0.5, 2.0);
         ct_tensor dc = ct_ct_zeros(x.dt, x.ndim, x.shape), dg = ct_ct_to_gpu(&dc);

@@ -170,6 +170,45 @@ static void fused_matches(const char *label, ct_loss *l, const ct_tensor *logits
     ct_tensor_free(&d);
 }
 
+/* Per-sample values (ct_loss_forward_rows, one pass of ct_op_cross_entropy_rows) are forward's on
+ * each sample alone, to the bit (a sample's positions added in order, as forward's chunks add at most
+ * one position each for these sizes), and the op's per-position values forward's on each position; an
+ * invalid target is named as forward names it. */
+static void rows_match(const char *label, ct_loss *l, const ct_tensor *logits, const ct_tensor *target,
+                       const xent_case *c, const double *w) {
+    int64_t n = logits->shape[0], positions = ct_tensor_numel(target), classes = logits->shape[logits->ndim - 1];
+    ct_loss_value rows[8];
+    CHECK_OK(ct_loss_forward_rows(l, logits, target, rows));
+    for (int64_t i = 0; i < n; i++) {
+        ct_tensor p = ct_tensor_rows(logits, i, 1), y = ct_tensor_rows(target, i, 1);
+        ct_loss_value v;
+        CHECK_OK(ct_loss_forward(l, &p, &y, &v));
+        CHECK(rows[i].sum == v.sum && rows[i].count == v.count, "%s: row %lld (%.17g, %g), forward (%.17g, %g)",
+              label, (long long)i, rows[i].sum, rows[i].count, v.sum, v.count);
+    }
+    double loss[64], count[64];
+    ct_tensor wt = ct_tensor_view((void *)w, CT_F64, CT_CPU, 1, &classes);
+    ct_xent_opts o = {.weight = c->weighted ? &wt : NULL, .label_smoothing = c->smoothing,
+                      .ignore_index = c->ignore_index};
+    CHECK(ct_op_cross_entropy_rows(logits, target, &o, loss, count) == -1, "%s: rows op refused a target", label);
+    int64_t one[2] = {1, classes};
+    for (int64_t r = 0; r < positions; r++) {
+        ct_tensor z = ct_tensor_view((double *)logits->data + r * classes, CT_F64, CT_CPU, 2, one);
+        ct_tensor y = ct_tensor_view((char *)target->data + r * ct_dtype_size(target->dtype), target->dtype, CT_CPU, 1,
+                                     one);
+        double s, k;
+        CHECK(ct_op_cross_entropy_forward(&z, &y, &o, &s, &k) == -1 && s == loss[r] && k == count[r],
+              "%s: position %lld (%.17g, %g), forward (%.17g, %g)", label, (long long)r, loss[r], count[r], s, k);
+    }
+    ct_tensor t = ct_test_alloc(target->dtype, target->ndim, target->shape);
+    for (int64_t r = 0; r < positions; r++) ct_tensor_set(&t, r, ct_tensor_get(target, r));
+    ct_tensor_set(&t, positions - 1, (double)(classes + 3));
+    char want[64];
+    snprintf(want, sizeof want, "target %lld at ", (long long)(classes + 3));
+    CHECK_ERR(ct_loss_forward_rows(l, logits, &t, rows), CT_ERR_INVALID_ARG, want, "is outside [0, ");
+    ct_tensor_free(&t);
+}
+
 static void xent_cases(void) {
     const xent_case cases[] = {
         {"cross_entropy", false, false, false, 0.0, false, -100},
@@ -207,6 +246,7 @@ static void xent_cases(void) {
         ct_tensor_fill(&g, 5.0);
         CHECK_OK(ct_loss_backward(l, &logits, &target, 1.0, &g));
         fused_matches(c->label, l, &logits, &target, v, &g);
+        rows_match(c->label, l, &logits, &target, c, c->weighted ? w : NULL);
         for (int64_t r = 0; r < ct_tensor_numel(&target); r++) {
             if (ct_tensor_get(&target, r) != c->ignore_index) continue;
             bool zero = true;
@@ -469,6 +509,28 @@ static void f32_and_threads(void) {
               "fused float32 gradient != backward's (%d threads)", th);
         ct_tensor_free(&f32);
     }
+    /* Per-position values of float32 logits on the OpenMP path, on 1 and 2 threads: each position's
+     * forward alone, to the bit; their sum in order is the forward's sum to rounding. */
+    int64_t positions = ct_tensor_numel(&y), one[2] = {1, shape[2]};
+    double *pl = malloc((size_t)positions * 2 * sizeof *pl), *pc = pl + positions;
+    ct_xent_opts xo = {.label_smoothing = o.label_smoothing, .ignore_index = o.ignore_index};
+    for (int th = 1; th <= 2; th++) {
+        ct_set_num_threads(th);
+        CHECK(ct_op_cross_entropy_rows(&z32, &y, &xo, pl, pc) == -1, "rows op refused a target (%d threads)", th);
+        ct_set_num_threads(threads);
+        bool same = true;
+        double total = 0;
+        for (int64_t r = 0; r < positions; r += 37) {
+            ct_tensor zr = ct_tensor_view((float *)z32.data + r * shape[2], CT_F32, CT_CPU, 2, one);
+            ct_tensor yr = ct_tensor_view((int64_t *)y.data + r, CT_I64, CT_CPU, 1, one);
+            double s, k;
+            same &= ct_op_cross_entropy_forward(&zr, &yr, &xo, &s, &k) == -1 && s == pl[r] && k == pc[r];
+        }
+        for (int64_t r = 0; r < positions; r++) total += pl[r];
+        CHECK(same, "float32 per-position values differ from each position's forward (%d threads)", th);
+        CHECK_NEAR(total, v32.sum, 1e-9 * fabs(v32.sum));
+    }
+    free(pl);
     ct_tensor_free(&g32);
     ct_tensor_free(&g64);
     ct_loss_free(l);
@@ -541,8 +603,9 @@ static ct_status failing_backward(ct_loss *l, const ct_tensor *p, const ct_tenso
 
 static void vtable(void) {
     /* name and destroy NULL: "custom" and free(); a table written before `backward` existed. */
-    static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL, NULL};
-    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL, NULL};
+    static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL, NULL,
+                                    NULL};
+    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL, NULL, NULL};
     const_loss *c = calloc(1, sizeof *c);
     ct_loss_base_init(&c->base, &old);
     c->value = 2.5;
@@ -562,6 +625,13 @@ static void vtable(void) {
     CHECK_ERR(ct_loss_forward_backward(&c->base, &x, &x, 1.0, &g, &v), CT_ERR_UNSUPPORTED,
               "custom loss: has no backward");
     c->base.ops = &full;
+    /* No forward_rows: the wrapper calls forward on each row alone. */
+    ct_loss_value rows[3] = {{0, 0}};
+    CHECK_OK(ct_loss_forward_rows(&c->base, &x, &x, rows));
+    CHECK(rows[0].sum == 2.5 && rows[1].count == 1 && rows[2].sum == 2.5, "custom per-row values (%g, %g)",
+          rows[2].sum, rows[2].count);
+    ct_tensor y2 = ct_tensor_rows(&x, 0, 2);
+    CHECK_ERR(ct_loss_forward_rows(&c->base, &x, &y2, rows), CT_ERR_SHAPE, "const loss: per-row losses", "same rows");
     ct_loss_free(&c->base); /* the default destroy frees it; ASan would see a leak or a bad free */
     ct_loss_free(NULL);
     ct_tensor_free(&x);
