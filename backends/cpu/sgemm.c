@@ -12,10 +12,13 @@
  * copied into MR-row panels (a transposed one; with SSE, either, each element filling a vector: see
  * A_LANES), and the packing of a transposed B transposes W x W blocks in registers.
  *
- * How it rounds: every element of C is one chain of multiply-adds over k = 0, 1, ..., K-1 in order
- * from zero, s = fma(a_ik, alpha b_kj, s) (a multiply then an add at levels without FMA), carried
- * between K blocks of 256 through C or a buffer (storing and reloading a float changes nothing),
- * and then C = s (beta 0) or fma(beta, C, s) (s + beta C without FMA; beta 1: s + C). So an
+ * How it rounds: every element of C is, for each K block of 256 from k = 0, one chain of
+ * multiply-adds over the block's k in order from zero, s_b = fma(a_ik, alpha b_kj, s_b) (a multiply
+ * then an add at levels without FMA), added to the running sum of the earlier blocks, s = s + s_b,
+ * kept in C or a buffer (storing and reloading a float changes nothing), and then C = s (beta 0) or
+ * fma(beta, C, s) (s + beta C without FMA; beta 1: s + C). Summing a long K in blocks rather than in
+ * one chain keeps its rounding near a library's: one chain over a K of thousands lost up to five times
+ * PyTorch's float32 accuracy on an ill-conditioned GPT gradient (tests/oracle/test_gpt.py). So an
  * element's bits depend on its row of op(A), its column of op(B), alpha, beta and the level's
  * arithmetic, and on nothing else: not on M or N, not on where the row sits in the call, not on how
  * blas.c splits a product between threads or how many threads there are. A sample's outputs are the
@@ -75,9 +78,10 @@ static inline vf vset1(float x) {
     return SHUFFLE2(v, v, (vi){0});
 }
 
-/* Where a tile's chains start, where they go, and how they end. */
+/* Where a tile's block sums go, and how they end. */
 typedef struct tile_io {
-    const float *from; /* the running sums of the earlier K blocks (from_ld floats a row); NULL: zero */
+    const float *from; /* the running sums of the earlier K blocks, added to this one's (from_ld floats a
+                        * row); NULL: the first block */
     int64_t from_ld;
     float *to; /* where this block's sums go (to_ld floats a row) */
     int64_t to_ld;
@@ -94,14 +98,7 @@ static inline __attribute__((always_inline)) void tile(const int mr, int kc, con
                                                        int64_t cs, const float *restrict b, const tile_io *io) {
     vf acc[MR][2];
 #pragma GCC unroll 16
-    for (int i = 0; i < mr; i++) {
-        if (io->from) {
-            acc[i][0] = vload(io->from + i * io->from_ld);
-            acc[i][1] = vload(io->from + i * io->from_ld + W);
-        } else {
-            acc[i][0] = acc[i][1] = (vf){0};
-        }
-    }
+    for (int i = 0; i < mr; i++) acc[i][0] = acc[i][1] = (vf){0};
     for (int k = 0; k < kc; k++) {
         vf b0 = *(const vf *)(b + k * NR), b1 = *(const vf *)(b + k * NR + W);
         const float *ak = a + k * cs;
@@ -110,6 +107,13 @@ static inline __attribute__((always_inline)) void tile(const int mr, int kc, con
             const vf s = A_LANES == W ? *(const vf *)(ak + i * rs) : vset1(ak[i * rs]);
             acc[i][0] = VFMA(s, b0, acc[i][0]);
             acc[i][1] = VFMA(s, b1, acc[i][1]);
+        }
+    }
+    if (io->from) {
+#pragma GCC unroll 16
+        for (int i = 0; i < mr; i++) {
+            acc[i][0] += vload(io->from + i * io->from_ld);
+            acc[i][1] += vload(io->from + i * io->from_ld + W);
         }
     }
     float *to = io->to;

@@ -74,15 +74,18 @@ def one_case(label, c, T, ours, training=True, ignore=False, checkpointing=False
                 p.copy_(torch.from_numpy(params[n]))
     ref.train(training)
     logits, loss = forward_backward(ref, c, ids, target)
-    # What float32 can do on this case, the bound's measure: PyTorch in float32, summing in two orders
-    # (its GEMMs split the work by thread), whatever OMP_NUM_THREADS the test runs under.
+    # What float32 can do on this case, the bound's measure: PyTorch in float32, summing in several
+    # orders: its GEMMs split the work by thread (one thread and two, whatever OMP_NUM_THREADS the test
+    # runs under), and the samples in reverse order add every weight's gradient the other way round.
     runs32 = []
     threads = torch.get_num_threads()
-    for n_threads in (1, 2):
+    for n_threads, reverse in ((1, False), (2, False), (1, True)):
         torch.set_num_threads(n_threads)
         ref32 = copy.deepcopy(ref).float()
-        logits32, loss32 = forward_backward(ref32, c, ids, target)
-        runs32.append((logits32.detach().double().numpy(), loss32.item(), dict(ref32.named_parameters())))
+        order = slice(None, None, -1 if reverse else 1)
+        logits32, loss32 = forward_backward(ref32, c, ids[order].copy(), target[order].copy())
+        logits32 = logits32.detach().double().numpy()[order]
+        runs32.append((logits32, loss32.item(), dict(ref32.named_parameters())))
     torch.set_num_threads(threads)
     check_close_f32(f"{label}: logits", out["y"], logits.detach().numpy(), [r[0] for r in runs32])
     check_close_f32(f"{label}: loss sum", out["loss"][:1], [loss.item()], [[r[1]] for r in runs32])

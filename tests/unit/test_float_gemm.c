@@ -7,8 +7,9 @@
  * alpha and beta 0, 1 and others; beta 0 never reads C (a C of NaN gives numbers). On the built-in
  * engine alpha 0 does not read A or B either (BLAS's meaning; OpenBLAS 0.3.21 does).
  *
- * On the built-in engine, also its rounding: every element is the chain s = fma(a_ik, alpha b_kj, s)
- * over k in order from zero (a multiply then an add at levels without FMA), then fma(beta, C, s),
+ * On the built-in engine, also its rounding: every element is, for each block of 256 k from k = 0, the
+ * chain s_b = fma(a_ik, alpha b_kj, s_b) over the block's k in order from zero (a multiply then an
+ * add at levels without FMA), the blocks' sums added in order, s = s + s_b, then fma(beta, C, s),
  * bit for bit.
  * That makes an element's bits independent of the call's row count, of the row's place in it and of
  * the thread count, which the test checks directly too: every row recomputed alone, and a product
@@ -39,20 +40,24 @@ static float at(const ct_tensor *t, bool trans, int64_t r, int64_t c) {
     return trans ? p[c * t->shape[1] + r] : p[r * t->shape[1] + c];
 }
 
-/* The built-in engine's result for element (i, j): the chain over k from zero, then beta C added
- * (c0: C's value before the call). */
+/* The built-in engine's result for element (i, j): a chain from zero over each K block of 256, the
+ * blocks' sums added in order, then beta C added (c0: C's value before the call). */
 static float chain(const ct_tensor *a, bool ta, const ct_tensor *b, bool tb, int64_t k, float alpha, float beta,
                    int64_t i, int64_t j, float c0) {
     float s = 0.0f;
     if (alpha != 0.0f) /* else A and B are not read */
-        for (int64_t p = 0; p < k; p++) {
-            const float bb = alpha * at(b, tb, p, j), aa = at(a, ta, i, p);
-            if (fma_chain) {
-                s = fmaf(aa, bb, s);
-            } else {
-                volatile float product = aa * bb; /* rounded on its own, as the kernel's multiply is */
-                s = s + product;
+        for (int64_t p0 = 0; p0 < k; p0 += 256) {
+            float sb = 0.0f;
+            for (int64_t p = p0; p < k && p < p0 + 256; p++) {
+                const float bb = alpha * at(b, tb, p, j), aa = at(a, ta, i, p);
+                if (fma_chain) {
+                    sb = fmaf(aa, bb, sb);
+                } else {
+                    volatile float product = aa * bb; /* rounded on its own, as the kernel's multiply is */
+                    sb = sb + product;
+                }
             }
+            s = p0 == 0 ? sb : s + sb;
         }
     if (beta == 0.0f) return s;
     if (alpha == 0.0f || k == 0) return beta * c0;
