@@ -46,13 +46,6 @@ void ct_checkpoint_image_free(ct_checkpoint_image *s) {
     free(s);
 }
 
-/* dst = a host copy of src in the image's set, taken without waiting for the device; spare's memory
- * (the previous save's copy) is taken over when it fits: no allocation, no page faults in the steady
- * state. */
-static ct_status host_copy(ct_checkpoint_image *s, ct_tensor *dst, const ct_tensor *src, ct_tensor *spare) {
-    return ct_host_copies_take(&s->copies, dst, src, spare);
-}
-
 static char *dump(const json_t *v) { return v ? json_dumps(v, JSON_FLAGS) : NULL; }
 
 /* trainer_state.json as ct_trainer_state_save writes it (with a final newline). */
@@ -91,8 +84,8 @@ static ct_status take_evals(const ct_pending_evals *from, ct_checkpoint_image *s
             q->buffers = p->buffers;
             continue;
         }
-        CT_TRY(host_copy(s, &q->values, &p->values, NULL));
-        if (p->buffers.data) CT_TRY(host_copy(s, &q->buffers, &p->buffers, NULL));
+        CT_TRY(ct_host_copies_take(&s->copies, &q->values, &p->values, NULL));
+        if (p->buffers.data) CT_TRY(ct_host_copies_take(&s->copies, &q->buffers, &p->buffers, NULL));
     }
     return CT_OK;
 }
@@ -110,8 +103,8 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
         s->owns_weights = true;
         bool reuse = spare && spare->owns_weights && spare->has_copies &&
                      ct_device_eq(spare->copies.device, s->copies.device);
-        CT_TRY(host_copy(s, &s->values, &ps->values, reuse ? &spare->values : NULL));
-        CT_TRY(host_copy(s, &s->buffers, &ps->buffers, reuse ? &spare->buffers : NULL));
+        CT_TRY(ct_host_copies_take(&s->copies, &s->values, &ps->values, reuse ? &spare->values : NULL));
+        CT_TRY(ct_host_copies_take(&s->copies, &s->buffers, &ps->buffers, reuse ? &spare->buffers : NULL));
     } else {
         s->values = ps->values;
         s->buffers = ps->buffers;
@@ -138,10 +131,11 @@ static ct_status take_shared(ct_checkpoint_snapshot *snap, ct_checkpoint_image *
     if (!copy) return CT_OK;
     s->owns_optim = true;
     for (int i = 0; i < live.n_state; i++) s->optim.state[i] = (ct_tensor){0};
-    bool reuse = spare && spare->owns_optim && spare->has_copies && ct_device_eq(spare->copies.device, s->copies.device);
+    bool reuse =
+        spare && spare->owns_optim && spare->has_copies && ct_device_eq(spare->copies.device, s->copies.device);
     for (int i = 0; i < live.n_state; i++)
-        CT_TRY(host_copy(s, &s->optim.state[i], &live.state[i],
-                         reuse && i < spare->optim.n_state ? &spare->optim.state[i] : NULL));
+        CT_TRY(ct_host_copies_take(&s->copies, &s->optim.state[i], &live.state[i],
+                                       reuse && i < spare->optim.n_state ? &spare->optim.state[i] : NULL));
     return CT_OK;
 }
 

@@ -96,7 +96,8 @@ static ct_status forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor
     CT_TRY(check(x, pred, target));
     int64_t n = pred->shape[0], positions = ct_tensor_numel(target), per = n ? positions / n : 0;
     double *loss = malloc((size_t)(positions ? 2 * positions : 1) * sizeof *loss), *count = loss + positions;
-    if (!loss) return ct_error(CT_ERR_NOMEM, "per-sample losses of %lld positions: out of memory", (long long)positions);
+    if (!loss)
+        return ct_error(CT_ERR_NOMEM, "per-sample losses of %lld positions: out of memory", (long long)positions);
     int64_t bad = positions ? ct_op_cross_entropy_rows(pred, target, &x->opts, loss, count) : -1;
     for (int64_t i = 0; bad < 0 && i < n; i++) {
         ct_loss_value v = {0.0, 0.0};

@@ -42,6 +42,7 @@ struct ct_async_eval {
     int n_ready;
     /* a handled result's weights' memory, for the next snapshot: pinned memory is slow to allocate */
     ct_tensor spare_values, spare_buffers;
+    ct_device spare_device; /* whose pinned memory they are */
 };
 
 void ct_async_result_free(ct_async_result *r) {
@@ -63,6 +64,7 @@ void ct_async_eval_recycle(ct_async_eval *e, ct_async_result *r) {
         if (!e->spare_values.data) {
             e->spare_values = r->values;
             e->spare_buffers = r->buffers;
+            e->spare_device = r->copies.device;
             r->values.data = r->buffers.data = NULL;
         }
         pthread_mutex_unlock(&e->mu);
@@ -255,7 +257,7 @@ void ct_async_eval_free(ct_async_eval *e) {
         node_free(n);
     }
     if (e->replica_built) ct_model_free(&e->replica);
-    ct_host_copies spare = {.device = e->t->model->params.values.device};
+    ct_host_copies spare = {.device = e->spare_device}; /* the model may be gone by now */
     ct_host_copies_release(&spare, &e->spare_values);
     ct_host_copies_release(&spare, &e->spare_buffers);
     pthread_mutex_destroy(&e->mu);

@@ -209,7 +209,8 @@ static void end_copies(checked_event e) {
         if (!c->held && fnv1a(c->p, c->bytes) != c->hash)
             contract_broken("the host changed an upload's source", c->p, c->bytes);
         if (c->held) {
-            if (!all_poison(c->p, c->bytes)) contract_broken("the host wrote into a download's destination", c->p, c->bytes);
+            if (!all_poison(c->p, c->bytes))
+                contract_broken("the host wrote into a download's destination", c->p, c->bytes);
             memcpy(c->p, c->held, c->bytes);
             free(c->held);
         }
