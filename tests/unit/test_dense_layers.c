@@ -58,8 +58,10 @@ static void gradchecks(void) {
         ct_module_add_child(seq, c, NULL);
         CHECK_OK(ct_linear_create(6, 3, true, &c));
         ct_module_add_child(seq, c, NULL);
+        /* ReLU's kink is at the first linear's output, which no input margin keeps away from 0:
+         * the piecewise checker skips probes whose step crosses it */
         ct_gradcheck_opts of = o;
-        of.kink_margin = fused[i] == CT_ACT_RELU ? 1e-3 : 0;
+        of.piecewise = fused[i] == CT_ACT_RELU;
         char name[64];
         snprintf(name, sizeof name, "linear + %s (fused) + linear", ct_activation_name(fused[i]));
         ct_gradcheck_module(name, seq, &seq_in, &of);
