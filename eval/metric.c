@@ -342,6 +342,8 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b) {
     return s == CT_OK ? s : name_error(m, s);
 }
 
+bool ct_metric_takes_token_values(const ct_metric *m) { return HAS_OP(m->ops, takes_token_values); }
+
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out) {
     CT_ASSERT(m && json_is_object(out));
     ct_status s = m->ops->compute(m, prefix ? prefix : "", out);

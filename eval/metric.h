@@ -45,9 +45,19 @@
 #include "dist/comm.h"
 #include "model/loss.h"
 
+/* A language model's token values of one batch: ct_op_token_values over the positions of logits
+ * [rows, ..., V] and their labels, computed where the logits are (a GPU's evaluation then copies 16
+ * bytes per token to the host instead of V logits), and the logits' shape (the token metrics check
+ * the labels against it). nll and hit: host memory, one value per position, rows x positions. */
+typedef struct ct_token_values {
+    const double *nll, *hit;
+    int ndim;
+    int64_t shape[CT_MAX_DIMS];
+} ct_token_values;
+
 /* One evaluation batch as metrics see it. */
 typedef struct ct_eval_batch {
-    const ct_tensor *outputs; /* model outputs, [rows, ...] float32/float64 */
+    const ct_tensor *outputs; /* model outputs, [rows, ...] float32/float64; NULL when not read */
     const ct_tensor *labels;  /* [rows, ...] or NULL when the data has no labels */
     const ct_tensor *mask;    /* [rows] u8 (1 = real sample) or NULL: all real */
     ct_loss_value loss;       /* the batch's loss over its real rows; count 0 when none was computed */
@@ -57,6 +67,9 @@ typedef struct ct_eval_batch {
      * over the real rows. The loss metric's standard error comes from them (the per-row means
      * sample_loss / sample_weight, weighted by sample_weight). NULL when not computed. */
     const ct_tensor *sample_loss, *sample_weight;
+    /* Optional: the outputs' token values, for the metrics that take them (ct_metric_ops.
+     * takes_token_values): given, those metrics read them instead of the outputs. NULL: not computed. */
+    const ct_token_values *tokens;
 } ct_eval_batch;
 
 typedef enum ct_reduce_op { CT_REDUCE_SUM, CT_REDUCE_MIN, CT_REDUCE_MAX } ct_reduce_op;
@@ -81,6 +94,9 @@ typedef struct ct_metric_ops {
      * writes (see ct_uncertainty_config). NULL: the metric reports no uncertainty. */
     ct_status (*uncertainty)(const ct_metric *m, const struct ct_uncertainty_config *cfg, const char *prefix,
                              json_t *out);
+    /* Optional: update reads a batch's token values (ct_eval_batch.tokens) when it has them, and then
+     * not its outputs (the language-model metrics). */
+    bool takes_token_values;
 } ct_metric_ops;
 
 /* How uncertainty is estimated: a closed form where one exists (a mean's standard error, a
@@ -148,6 +164,8 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b);
 /* dst = reduce(dst, src), field by field. Both must be the same kind of metric (same ops and, with
  * same_config, the same settings): CT_ERR_INVALID_ARG otherwise. */
 ct_status ct_metric_merge(ct_metric *dst, const ct_metric *src);
+/* Whether m's update takes a batch's token values (ct_metric_ops.takes_token_values). */
+bool ct_metric_takes_token_values(const ct_metric *m);
 /* Adds m's values to the JSON object out; prefix NULL means "". */
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out);
 /* Adds m's "<key>_stderr", "<key>_ci_low", "<key>_ci_high" to out (prefix NULL means ""); a metric
@@ -230,9 +248,11 @@ void ct_metric_set_free(ct_metric_set *s);
 void ct_metric_set_reset(ct_metric_set *s);
 /* Updates every metric; on the first failure, stops and returns it (metrics before it are updated). */
 ct_status ct_metric_set_update(ct_metric_set *s, const ct_eval_batch *b);
-/* Whether some metric of the set reads the batch's outputs: every one but "loss", which reads only
- * the loss values (so an evaluation on a GPU that keeps nothing copies no outputs back). */
+/* Whether some metric of the set reads the batch's outputs when given token values: every one but
+ * "loss", which reads only the loss values, and those that take token values (so an evaluation on a
+ * GPU that keeps nothing copies no outputs back); whether some metric takes token values. */
 bool ct_metric_set_reads_outputs(const ct_metric_set *s);
+bool ct_metric_set_takes_token_values(const ct_metric_set *s);
 /* dst.items[i] = merge(dst.items[i], src.items[i]); the sets must hold the same metrics in order. */
 ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src);
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out);

@@ -104,7 +104,13 @@ static const ct_metric_ops loss_ops = {.size = sizeof(ct_metric_ops),
 
 bool ct_metric_set_reads_outputs(const ct_metric_set *s) {
     for (int i = 0; i < s->n; i++)
-        if (s->items[i]->ops != &loss_ops) return true;
+        if (s->items[i]->ops != &loss_ops && !ct_metric_takes_token_values(s->items[i])) return true;
+    return false;
+}
+
+bool ct_metric_set_takes_token_values(const ct_metric_set *s) {
+    for (int i = 0; i < s->n; i++)
+        if (ct_metric_takes_token_values(s->items[i])) return true;
     return false;
 }
 

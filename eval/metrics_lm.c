@@ -11,14 +11,18 @@
  *   perplexity      exp(token_loss);
  *   token_accuracy  argmax == label over the same tokens (first maximum wins, NaN the largest, as
  *                   torch.argmax).
- * A NaN or infinite logit makes its token's NLL NaN, as log_softmax does in PyTorch. A metric that
- * has seen no token (every token ignored, every row masked) adds no key.
+ * A NaN logit, or an infinite largest one, makes its token's NLL NaN, as log_softmax does in PyTorch.
+ * A metric that has seen no token (every token ignored, every row masked) adds no key.
+ *
+ * The per-token values are ct_op_token_values' (core/ops/ops_loss.h): the batch's own when the
+ * evaluation computed them where the logits are (ct_eval_batch.tokens: on a GPU, so that the logits
+ * stay there, and once for all three metrics), else computed here from the outputs.
  *
  * State: tokens, correct tokens and sequences with at least one token (int64), the NLL sum, and the
  * sequence-level sums sum a_i^2, sum a_i b_i, sum b_i^2, where for sequence (row) i a_i is its NLL
  * sum (token_accuracy: its correct count) and b_i its number of tokens. Each row's (a_i, b_i) is
  * computed on its own and then added to the state in row order, so the result does not depend on
- * the batch size; per-token work runs on several threads without changing any sum's order.
+ * the batch size; the per-token values are independent of the thread count.
  *
  * Uncertainty. Tokens of one sequence are not independent samples (a model that is lost in a
  * document is lost for all its tokens), so the unit is the sequence: every metric is a ratio
@@ -37,12 +41,10 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/ops/ops.h"
 #include "core/util.h"
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
-
-/* Positions x vocabulary above which the per-token loop runs on several threads. */
-#define PARALLEL_MIN 32768
 
 typedef struct lm_metric {
     ct_metric base;
@@ -55,58 +57,41 @@ static const lm_metric *lm_of(const ct_metric *m) { return ct_container_of(m, co
 enum { TOKENS, CORRECT, SEQS, N_COUNTS };
 enum { NLL, AA, AB, BB, N_SUMS };
 
-/* a ranks above b when it is larger, NaN being larger than any number and equal to itself. */
-#define RANK_GT(a, b) (isnan(a) ? !isnan(b) : (!isnan(b) && (a) > (b)))
-
-/* One token: its NLL from the logits (float64, max subtracted) or whether the argmax hits. */
-#define DEFINE_TOKEN(R, SUF)                                                                                           \
-    static double nll_##SUF(const R *x, int64_t v, int64_t y) {                                                        \
-        int64_t top = 0;                                                                                               \
-        for (int64_t j = 0; j < v; j++) {                                                                              \
-            if (isnan(x[j])) return NAN;                                                                               \
-            if (x[j] > x[top]) top = j;                                                                                \
-        }                                                                                                              \
-        double m = (double)x[top];                                                                                     \
-        if (isinf(m)) return NAN; /* as log_softmax: exp(inf - inf) poisons every entry */                             \
-        double rest = 0;          /* sum of exp(x_j - m) over j != top, each <= 1 */                                   \
-        for (int64_t j = 0; j < v; j++)                                                                                \
-            if (j != top) rest += exp((double)x[j] - m);                                                               \
-        return ((m - (double)x[y]) + log1p(rest));                                                                     \
-    }                                                                                                                  \
-    static double hit_##SUF(const R *x, int64_t v, int64_t y) {                                                        \
-        int64_t best = 0;                                                                                              \
-        for (int64_t j = 1; j < v; j++)                                                                                \
-            if (RANK_GT(x[j], x[best])) best = j;                                                                      \
-        return best == y ? 1.0 : 0.0;                                                                                  \
-    }
-DEFINE_TOKEN(float, f32)
-DEFINE_TOKEN(double, f64)
-
 static inline int64_t label_at(const ct_tensor *l, int64_t p) {
     return l->dtype == CT_I64 ? ((const int64_t *)l->data)[p] : ((const int32_t *)l->data)[p];
 }
 
 /* --- update ------------------------------------------------------------------------------------- */
 
-/* Logits [rows, ..., V], labels [rows, ...] int64/int32, every label of a real row ignore_index or
- * in [0, V). Writes the positions per row T and V. */
-static ct_status check_batch(const lm_metric *lm, const ct_eval_batch *b, int64_t *t_out, int64_t *v_out) {
-    char t[128], u[128], w[128];
+/* Logits [rows, ..., V] (the outputs, or the shape the batch's token values came from), labels
+ * [rows, ...] int64/int32, every label of a real row ignore_index or in [0, V). Writes the positions
+ * per row T. */
+static ct_status check_batch(const lm_metric *lm, const ct_eval_batch *b, int64_t *t_out) {
+    char t[128], u[128];
     const ct_tensor *o = b->outputs, *l = b->labels;
-    if (!o) return ct_error(CT_ERR_INVALID_ARG, "needs the model's logits [rows, T, vocab]");
+    const ct_token_values *tv = b->tokens;
+    if (!o && !tv) return ct_error(CT_ERR_INVALID_ARG, "needs the model's logits [rows, T, vocab]");
     if (!l) return ct_error(CT_ERR_INVALID_ARG, "needs token labels, and the data has none");
-    if (o->ndim < 2 || o->shape[o->ndim - 1] < 1)
-        return ct_error(CT_ERR_SHAPE, "outputs %s: expected logits [rows, T, vocab]", ct_tensor_str(o, t, sizeof t));
-    bool fits = (l->dtype == CT_I64 || l->dtype == CT_I32) && l->ndim == o->ndim - 1;
+    if (tv && (!tv->nll || !tv->hit || tv->ndim < 1 || tv->ndim > CT_MAX_DIMS))
+        return ct_error(CT_ERR_INVALID_ARG, "token values without their nll, hit or logits' shape");
+    int ndim = tv ? tv->ndim : o->ndim;
+    const int64_t *shape = tv ? tv->shape : o->shape;
+    char what[160]; /* "outputs [2, 3, 4] f32 cpu", or the shape the token values came from */
+    if (tv)
+        snprintf(what, sizeof what, "the token values of logits %s", ct_shape_str(ndim, shape, t, sizeof t));
+    else
+        snprintf(what, sizeof what, "outputs %s", ct_tensor_str(o, t, sizeof t));
+    if (ndim < 2 || shape[ndim - 1] < 1)
+        return ct_error(CT_ERR_SHAPE, "%s: expected logits [rows, T, vocab]", what);
+    bool fits = (l->dtype == CT_I64 || l->dtype == CT_I32) && l->ndim == ndim - 1;
     for (int d = 0; fits && d < l->ndim; d++)
-        fits = l->shape[d] == o->shape[d];
+        fits = l->shape[d] == shape[d];
     if (!fits)
         return ct_error(CT_ERR_SHAPE,
                         "labels %s: expected token ids %s int64 or int32 (the logits' shape without "
-                        "the vocabulary) for outputs %s",
-                        ct_tensor_str(l, t, sizeof t), ct_shape_str(o->ndim - 1, o->shape, u, sizeof u),
-                        ct_tensor_str(o, w, sizeof w));
-    int64_t v = o->shape[o->ndim - 1], per_row = 1;
+                        "the vocabulary) for %s",
+                        ct_tensor_str(l, t, sizeof t), ct_shape_str(ndim - 1, shape, u, sizeof u), what);
+    int64_t v = shape[ndim - 1], per_row = 1;
     for (int d = 1; d < l->ndim; d++)
         per_row *= l->shape[d];
     for (int64_t i = 0; i < l->shape[0]; i++) {
@@ -122,16 +107,15 @@ static ct_status check_batch(const lm_metric *lm, const ct_eval_batch *b, int64_
         }
     }
     *t_out = per_row;
-    *v_out = v;
     return CT_OK;
 }
 
 static ct_status lm_update(ct_metric *m, const ct_eval_batch *b) {
     const lm_metric *lm = lm_of(m);
-    int64_t T, V;
-    CT_TRY(check_batch(lm, b, &T, &V));
+    int64_t T;
+    CT_TRY(check_batch(lm, b, &T));
     const ct_tensor *o = b->outputs, *l = b->labels;
-    const int64_t rows = o->shape[0], n = rows * T, ignore = lm->ignore_index;
+    const int64_t rows = l->shape[0], n = rows * T, ignore = lm->ignore_index;
     const bool accuracy = lm->kind == CT_LM_TOKEN_ACCURACY;
 
     /* Sequences with a token: one record each, room made first so nothing below fails half-way. */
@@ -144,21 +128,16 @@ static ct_status lm_update(ct_metric *m, const ct_eval_batch *b) {
         seqs += p < (i + 1) * T;
     }
     if (m->samples.width > 0) CT_TRY(ct_metric_samples_reserve(m, seqs));
-    double *val = malloc((size_t)(n > 0 ? n : 1) * sizeof *val);
-    if (!val) return ct_error(CT_ERR_NOMEM, "out of memory for %lld token values", (long long)n);
-
-        /* Per token, in parallel: each value lands in its own slot. */
-#pragma omp parallel for schedule(static) if (n * V > PARALLEL_MIN)
-    for (int64_t p = 0; p < n; p++) {
-        int64_t y = label_at(l, p);
-        if (y == ignore || !ct_metric_row_real(b, p / T)) continue;
-        if (o->dtype == CT_F32) {
-            const float *x = (const float *)o->data + p * V;
-            val[p] = accuracy ? hit_f32(x, V, y) : nll_f32(x, V, y);
-        } else {
-            const double *x = (const double *)o->data + p * V;
-            val[p] = accuracy ? hit_f64(x, V, y) : nll_f64(x, V, y);
-        }
+    /* The token values: the batch's, or computed here from the outputs (both NLL and hit: one pass) */
+    double *own = NULL;
+    const double *val;
+    if (b->tokens) {
+        val = accuracy ? b->tokens->hit : b->tokens->nll;
+    } else {
+        own = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof *own);
+        if (!own) return ct_error(CT_ERR_NOMEM, "out of memory for %lld token values", (long long)n);
+        if (n > 0) ct_op_token_values(o, l, own, own + n);
+        val = accuracy ? own + n : own;
     }
     /* Per sequence, in order, straight into the state. */
     for (int64_t i = 0; i < rows; i++) {
@@ -188,7 +167,7 @@ static ct_status lm_update(ct_metric *m, const ct_eval_batch *b) {
             m->samples.n++;
         }
     }
-    free(val);
+    free(own);
     return CT_OK;
 }
 
@@ -294,7 +273,7 @@ static bool lm_same_config(const ct_metric *a, const ct_metric *b) {
 #define LM_OPS(NAME)                                                                                                   \
     {                                                                                                                  \
         .size = sizeof(ct_metric_ops), .name = NAME, .update = lm_update, .compute = lm_compute,                       \
-        .same_config = lm_same_config, .uncertainty = lm_uncertainty                                                   \
+        .same_config = lm_same_config, .uncertainty = lm_uncertainty, .takes_token_values = true                       \
     }
 static const ct_metric_ops lm_ops[] = {LM_OPS("token_loss"), LM_OPS("perplexity"), LM_OPS("token_accuracy")};
 

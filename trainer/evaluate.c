@@ -11,6 +11,7 @@
 
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "core/ops/ops.h"
 #include "data/hdf5_util.h"
 #include "trainer/memory.h"
 #include "trainer/trainer_impl.h"
@@ -22,6 +23,8 @@ typedef struct eval_run {
     ct_prediction_output *out; /* where outputs are kept (predict, or compute_metrics); NULL: none */
     ct_tensor sample_loss, sample_weight; /* per-row losses for the loss metric's standard error */
     ct_loss_value *row_values;            /* the loss's per-row values, per_device_eval_batch_size of them */
+    double *token_buf;                    /* a batch's token values (nll, then hit) */
+    int64_t token_cap;                    /* positions token_buf holds */
     ct_batch full;                        /* a short batch padded to per_device_eval_batch_size rows */
     ct_tensor full_features, full_labels, full_mask;
     int64_t *full_indices;
@@ -98,6 +101,37 @@ static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const
     r->sample_loss.shape[0] = r->sample_weight.shape[0] = b->rows;
     eb->sample_loss = &r->sample_loss;
     eb->sample_weight = &r->sample_weight;
+    return CT_OK;
+}
+
+/* The batch's token values, computed where its outputs are, for the metrics that take them: the
+ * language-model metrics then read 16 bytes per token rather than the logits (which a GPU keeps) and
+ * share one pass over them. Only for outputs that are logits of the labels ([rows, ..., V] float and
+ * [rows, ...] int on one device); otherwise the metrics read the outputs and name what does not fit.
+ * *tv is set and *have true when computed; positions of padding rows are left as they were. */
+static ct_status token_values(ct_trainer *t, eval_run *r, const ct_batch *db, const ct_tensor *outputs,
+                              ct_token_values *tv, bool *have) {
+    *have = false;
+    if (!ct_metric_set_takes_token_values(&t->metrics)) return CT_OK;
+    const ct_tensor *o = outputs, *l = &db->labels;
+    bool fits = l->data && o->ndim >= 2 && l->ndim == o->ndim - 1 && l->shape[0] == o->shape[0] &&
+                (o->dtype == CT_F32 || o->dtype == CT_F64) && (l->dtype == CT_I64 || l->dtype == CT_I32) &&
+                o->shape[o->ndim - 1] > 0 && ct_device_eq(o->device, l->device);
+    for (int d = 1; fits && d < l->ndim; d++)
+        fits = l->shape[d] == o->shape[d];
+    if (!fits) return CT_OK;
+    int64_t n = ct_tensor_numel(l);
+    if (n > r->token_cap) {
+        double *grown = realloc(r->token_buf, 2 * (size_t)n * sizeof *grown);
+        if (!grown) return ct_error(CT_ERR_NOMEM, "evaluation: out of memory for %lld token values", (long long)n);
+        r->token_buf = grown;
+        r->token_cap = n;
+    }
+    ct_tensor ov = ct_tensor_rows(o, 0, db->valid), lv = ct_tensor_rows(l, 0, db->valid);
+    if (db->valid > 0) ct_op_token_values(&ov, &lv, r->token_buf, r->token_buf + n);
+    *tv = (ct_token_values){.nll = r->token_buf, .hit = r->token_buf + n, .ndim = o->ndim};
+    memcpy(tv->shape, o->shape, sizeof tv->shape);
+    *have = true;
     return CT_OK;
 }
 
@@ -247,11 +281,16 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         ct_loss_value loss;
         ct_tensor outputs, host_outputs = {0};
         CT_TRY(ct_trainer_prediction_step(t, db, false, &loss, &outputs));
-        /* outputs on a device come back only when something reads them (a metric, kept predictions) */
-        bool read = outputs.device.kind == CT_DEVICE_CPU || r->out || ct_metric_set_reads_outputs(&t->metrics);
+        /* outputs on a device come back only when something reads them (a metric that takes no
+         * token values, kept predictions) */
+        ct_token_values tv;
+        bool tokens;
+        CT_TRY(token_values(t, r, db, &outputs, &tv, &tokens));
+        bool read = outputs.device.kind == CT_DEVICE_CPU || r->out || ct_metric_set_reads_outputs(&t->metrics) ||
+                    (ct_metric_set_takes_token_values(&t->metrics) && !tokens);
         if (read) CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
         ct_eval_batch eb = {.outputs = read ? &host_outputs : NULL, .labels = &b->labels, .mask = &b->mask,
-                            .loss = loss};
+                            .loss = loss, .tokens = tokens ? &tv : NULL};
         CT_TRY(row_losses(t, r, db, &outputs, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
         if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &host_outputs));
@@ -403,6 +442,9 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     ct_tensor_free(&r->sample_loss);
     free(r->row_values);
     r->row_values = NULL;
+    free(r->token_buf);
+    r->token_buf = NULL;
+    r->token_cap = 0;
     ct_tensor_free(&r->sample_weight);
     free_full_batch(r);
     free_own_rows(r);

@@ -11,7 +11,9 @@
  * how the Trainer's device path is tested where no GPU is (and a way to check a custom layer for
  * the same mistake): slow (two mprotect calls per allocation per op), never for real training.
  *
- * CTRAINER_CHECKED_DEVICE=N makes N devices ("cuda:0" .. "cuda:N-1"); all share one pool. */
+ * CTRAINER_CHECKED_DEVICE=N makes N devices ("cuda:0" .. "cuda:N-1"); all share one pool.
+ * CTRAINER_CHECKED_DEVICE_REPORT=1 prints at exit the bytes copied back to the host and the peak
+ * device memory. */
 #include "core/ops/backend.h"
 
 #include <pthread.h>
@@ -108,9 +110,17 @@ static void checked_free(int index, void *p) {
     pthread_mutex_unlock(&pool.lock);
 }
 
+/* What came back to the host by copies (not by ops' small results), for the report at exit. */
+static struct {
+    _Atomic unsigned long long bytes, copies;
+} to_host;
+
 static ct_status checked_copy_bytes(void *dst, ct_device dd, const void *src, ct_device sd, size_t bytes) {
-    (void)dd, (void)sd;
     if (bytes == 0) return CT_OK;
+    if (dd.kind == CT_DEVICE_CPU && sd.kind != CT_DEVICE_CPU) {
+        to_host.bytes += bytes;
+        to_host.copies++;
+    }
     checked_op_begin();
     memmove(dst, src, bytes);
     checked_op_end();
@@ -322,10 +332,19 @@ static ct_status checked_synchronize(void) {
     return CT_OK;
 }
 
+/* CTRAINER_CHECKED_DEVICE_REPORT=1: at exit, what the run copied back to the host and its peak
+ * device memory, on stderr (tests hold an evaluation's traffic to what it keeps). */
+static void report(void) {
+    fprintf(stderr, "checked device: %llu bytes copied to the host in %llu copies; peak %zu bytes allocated\n",
+            (unsigned long long)to_host.bytes, (unsigned long long)to_host.copies, pool.peak);
+}
+
 static ct_backend_ops table;
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 
 static void make_table(void) {
+    const char *r = getenv("CTRAINER_CHECKED_DEVICE_REPORT");
+    if (r && *r && strcmp(r, "0") != 0) atexit(report);
     const char *n = getenv("CTRAINER_CHECKED_DEVICE");
     int count = n ? atoi(n) : 1;
     n_devices = count > 0 && count <= 64 ? count : 1;

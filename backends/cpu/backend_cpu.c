@@ -120,4 +120,5 @@ const ct_backend_ops ct_backend_cpu = {
     .gemm_batched = ct_cpu_gemm_batched,
     .linear_backward = ct_cpu_linear_backward,
     .cross_entropy_rows = ct_cpu_cross_entropy_rows,
+    .token_values = ct_cpu_token_values,
 };

@@ -44,6 +44,7 @@
 #define ct_cpu_cross_entropy_backward CT_CPU_ISA_NAME(ct_cpu_cross_entropy_backward)
 #define ct_cpu_cross_entropy_forward CT_CPU_ISA_NAME(ct_cpu_cross_entropy_forward)
 #define ct_cpu_cross_entropy_rows CT_CPU_ISA_NAME(ct_cpu_cross_entropy_rows)
+#define ct_cpu_token_values CT_CPU_ISA_NAME(ct_cpu_token_values)
 #define ct_cpu_fused_classifier CT_CPU_ISA_NAME(ct_cpu_fused_classifier)
 #define ct_cpu_dropout_backward CT_CPU_ISA_NAME(ct_cpu_dropout_backward)
 #define ct_cpu_dropout_forward CT_CPU_ISA_NAME(ct_cpu_dropout_forward)

@@ -85,6 +85,16 @@ int64_t ct_cpu_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *targ
                          count);
 }
 
+void ct_cpu_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit) {
+    int64_t rows, c;
+    xent_dims(logits, &rows, &c);
+    bool t64 = labels->dtype == CT_I64;
+    if (logits->dtype == CT_F32)
+        token_values_f32(logits->data, labels->data, t64, rows, c, nll, hit);
+    else
+        token_values_f64(logits->data, labels->data, t64, rows, c, nll, hit);
+}
+
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits) {
     int64_t rows, c;

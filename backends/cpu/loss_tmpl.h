@@ -126,6 +126,36 @@ static int64_t FN(xent_rows)(const R *z, const void *tgt, bool t64, int64_t rows
     return -1;
 }
 
+/* Each row's token values (ops_loss.h's ct_op_token_values): the first largest logit a (NaN above
+ * every number), then the sum of exp(z_j - z_a) over j != a in 8 lanes as row_lse sums, so that its
+ * exps vectorise. Rows are independent: any thread count writes the same values. */
+static void FN(token_values)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, double *nll,
+                             double *hit) {
+#pragma omp parallel for schedule(static) if (rows * c > CT_OMP_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        int64_t y = target_at(tgt, t64, r), a = 0;
+        nll[r] = hit[r] = 0.0;
+        if (y < 0 || y >= c) continue;
+        const R *zr = z + r * c;
+        for (int64_t j = 1; j < c && !isnan(zr[a]); j++)
+            if (isnan(zr[j]) || zr[j] > zr[a]) a = j;
+        hit[r] = a == y ? 1.0 : 0.0;
+        double m = zr[a];
+        if (isnan(m) || isinf(m)) { /* log_softmax's NaN: exp(inf - inf) poisons every entry */
+            nll[r] = NAN;
+            continue;
+        }
+        double lanes[8] = {0}, rest = 0.0;
+        int64_t j = 0;
+        for (; j + 8 <= c; j += 8)
+            for (int l = 0; l < 8; l++) lanes[l] += j + l == a ? 0.0 : FN(exp_shifted)(zr[j + l], m);
+        for (int l = 0; l < 8; l++) rest += lanes[l];
+        for (; j < c; j++)
+            if (j != a) rest += FN(exp_shifted)(zr[j], m);
+        nll[r] = (m - (double)zr[y]) + log1p(rest);
+    }
+}
+
 static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
                             double eps, int64_t ignore, double scale, R *dz) {
     double wsum = FN(weight_sum)(w, c);

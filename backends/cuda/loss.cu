@@ -260,6 +260,55 @@ void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct_xent_o
     }
 }
 
+/* a ranks above b in torch.argmax's order: larger, NaN above every number. */
+__device__ inline bool ranks_above(double a, double b) { return isnan(a) ? !isnan(b) : (!isnan(b) && a > b); }
+
+/* ct_op_token_values, one warp per row: each lane takes the first best of its strided classes, the
+ * lanes' bests are combined by rank and, on equal rank, by the lower index, which is the CPU's scan's
+ * choice (the first maximum) and the same pair in every lane; then the sum of exp(z_j - m) over
+ * j != a. The branch on m is the same in every lane, so the warp sum inside it is safe. */
+template <typename R, typename T>
+__global__ void token_values_rows(const R *z, const T *tgt, int64_t rows, int64_t c, double *nll, double *hit) {
+    int lane = threadIdx.x % WARP;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        int64_t y = (int64_t)tgt[r];
+        double l = 0.0, h = 0.0;
+        if (y >= 0 && y < c) {
+            const R *zr = z + r * c;
+            double m = 0.0;
+            long long a = -1; /* -1: this lane has no class (c < 32) and ranks below every other */
+            for (int64_t j = lane; j < c; j += WARP)
+                if (a < 0 || ranks_above((double)zr[j], m)) {
+                    m = (double)zr[j];
+                    a = j;
+                }
+            for (int off = WARP / 2; off > 0; off >>= 1) {
+                double om = __shfl_xor_sync(0xffffffffu, m, off);
+                long long oa = __shfl_xor_sync(0xffffffffu, a, off);
+                if (oa >= 0 && (a < 0 || ranks_above(om, m) || (!ranks_above(m, om) && oa < a))) {
+                    m = om;
+                    a = oa;
+                }
+            }
+            h = a == y ? 1.0 : 0.0;
+            if (!isfinite(m)) {
+                l = NAN; /* log_softmax's NaN: exp(inf - inf) poisons every entry */
+            } else {
+                double rest = 0.0;
+                for (int64_t j = lane; j < c; j += WARP)
+                    if (j != a) rest += exp((double)zr[j] - m);
+                l = (m - (double)zr[y]) + log1p(warp_sum(rest));
+            }
+        }
+        if (lane == 0) {
+            nll[r] = l;
+            hit[r] = h;
+        }
+    }
+}
+
 unsigned warp_blocks(int64_t rows) { return ct_cuda_blocks(rows * WARP); }
 
 template <typename R, typename T>
@@ -469,6 +518,30 @@ extern "C" int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const 
     std::memcpy(count, l + rows, (size_t)rows * sizeof(double));
     std::free(back);
     return bad;
+}
+
+/* The rows' NLLs and hits in the workspace, back in one copy (one wait for the stream). */
+extern "C" void ct_cuda_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit) {
+    int64_t c = logits->shape[logits->ndim - 1], rows = ct_tensor_numel(logits) / c;
+    same_device(logits, labels);
+    if (rows == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    double *w = (double *)ct_cuda_workspace(2 * (size_t)rows * sizeof(double));
+    xent_types(logits, labels, [&](auto r, auto t) {
+        using R = decltype(r);
+        using T = decltype(t);
+        token_values_rows<R, T><<<warp_blocks(rows), CT_CUDA_THREADS, 0, st>>>(
+            (const R *)logits->data, (const T *)labels->data, rows, c, w, w + rows);
+        CT_CUDA_LAUNCHED();
+    });
+    double *back = (double *)std::malloc(2 * (size_t)rows * sizeof(double));
+    if (!back) ct_abort_at(__FILE__, __LINE__, "token values: no host memory for %lld rows", (long long)rows);
+    const ct_device host{CT_DEVICE_CPU, 0}, gpu{CT_DEVICE_CUDA, logits->device.index};
+    if (ct_cuda_memcpy(back, host, w, gpu, 2 * (size_t)rows * sizeof(double)) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "token values: cannot read them back: %s", ct_last_error());
+    std::memcpy(nll, back, (size_t)rows * sizeof(double));
+    std::memcpy(hit, back + rows, (size_t)rows * sizeof(double));
+    std::free(back);
 }
 
 extern "C" int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target,

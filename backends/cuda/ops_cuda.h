@@ -63,6 +63,7 @@ void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy,
 /* losses */
 int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double *loss, double *count);
+void ct_cuda_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
 int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                          double *sum, double *count);
 int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

@@ -208,6 +208,10 @@ typedef struct ct_backend_ops {
      * cross_entropy_forward on each row); see ops_loss.h ----------------------------------------- */
     int64_t (*cross_entropy_rows)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                   double *loss, double *count);
+
+    /* --- appended: a language model's per-token NLL and argmax hit (NULL: ct_op_token_values copies
+     * the logits and labels to the host and runs the CPU's); see ops_loss.h ---------------------- */
+    void (*token_values)(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

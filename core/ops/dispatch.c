@@ -384,6 +384,27 @@ int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *targe
     return -1;
 }
 
+void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit) {
+    SAME_KIND(logits, labels);
+    CT_ASSERT(logits->ndim >= 1 && (logits->dtype == CT_F32 || logits->dtype == CT_F64));
+    CT_ASSERT(labels->dtype == CT_I64 || labels->dtype == CT_I32);
+    int64_t c = logits->shape[logits->ndim - 1];
+    CT_ASSERT(c > 0 && ct_tensor_numel(labels) == ct_tensor_numel(logits) / c);
+    if (backend_of(logits, "token_values")->token_values) {
+        CALL(logits, token_values, logits, labels, nll, hit);
+        return;
+    }
+    /* a backend without the kernel: the CPU's on host copies (what the kernel must match) */
+    ct_tensor z = {0}, y = {0};
+    if (ct_tensor_alloc(&z, logits->dtype, CT_CPU, logits->ndim, logits->shape) != CT_OK ||
+        ct_tensor_alloc(&y, labels->dtype, CT_CPU, labels->ndim, labels->shape) != CT_OK ||
+        ct_tensor_copy_to(&z, logits) != CT_OK || ct_tensor_copy_to(&y, labels) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "token_values: cannot copy the logits to the host: %s", ct_last_error());
+    ct_op_token_values(&z, &y, nll, hit);
+    ct_tensor_free(&z);
+    ct_tensor_free(&y);
+}
+
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits) {
     check_xent(logits, target, o);

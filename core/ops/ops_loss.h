@@ -41,6 +41,19 @@ int64_t ct_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *ta
  * invalid target's row (then the arrays are meaningless). */
 int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                  double *loss, double *count);
+/* A language model's token values (eval/metrics_lm.c's token_loss, perplexity and token_accuracy), per
+ * row of logits [rows, C] and its label (I64 or I32, `rows` elements, on the logits' device), into host
+ * arrays of one entry per row, from one pass over the logits and, on a GPU, one copy back of 16 bytes
+ * per row instead of the row's C logits:
+ *   nll[r]  -log softmax(z)[y] in float64 as (m - z[y]) + log1p(sum over j != a of exp(z_j - m)), a
+ *           the first largest logit and m its value: a confidently right token keeps its tiny loss;
+ *           NaN when a logit is NaN or the largest is infinite, as log_softmax gives;
+ *   hit[r]  1 when a == y, else 0 (the first maximum wins and NaN ranks above every number, as
+ *           torch.argmax).
+ * A row whose label is outside [0, C) (ignore_index among them) gets 0 and 0: the caller, which knows
+ * which labels it ignores, checks the others. Rows are independent: any thread count gives the same
+ * values. */
+void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
 /* dlogits = scale * d(sum)/d(logits); ignored rows get zeros. Recomputes the softmax row by row, so it
  * needs no scratch and no state from the forward. Returns -1 or the first invalid target's row. */
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

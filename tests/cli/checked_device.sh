@@ -13,7 +13,8 @@
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
 #   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
 #   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps, and the
-#     GPT again with gradient checkpointing on the device;
+#     GPT again with gradient checkpointing on the device; its token metrics from `ctrainer evaluate`,
+#     which copies the logits back far less than predict does (CTRAINER_CHECKED_DEVICE_REPORT);
 #   - with "mpi": two processes, DDP and ZeRO-1, each on its own checked GPU; the GPT with dropout too,
 #     recomputing its blocks (gradient checkpointing) on the devices.
 set -u
@@ -115,6 +116,30 @@ if tokenize_corpus; then
         bad "GPT with gradient checkpointing on cuda: $(tail -1 gpt-ckpt.log)"
     same_history gpt-cpu gpt-ckpt && ok || bad "GPT: gradient checkpointing on cuda changed the log history"
     cmp -s gpt-cpu/model.h5 gpt-ckpt/model.h5 && ok || bad "GPT: gradient checkpointing on cuda changed the model"
+    # The token metrics from token values computed on the device: the same metrics as on the CPU, and
+    # the logits stay on the device (predict, which keeps them, copies them back).
+    gpt_eval=("$src/examples/configs/fortunes_gpt.json" --model gpt-cpu --set data.eval.limit=16
+              --set "data.eval.path=\"$runs/tok/val.bin\"" --per_device_eval_batch_size 8)
+    for dev in cpu cuda; do
+        CTRAINER_CHECKED_DEVICE_REPORT=1 "$ctrainer" evaluate "${gpt_eval[@]}" --device $dev --output_dir gpt-eval-$dev \
+            >gpt-eval-$dev.log 2>&1 || bad "GPT evaluate on $dev: $(tail -1 gpt-eval-$dev.log)"
+    done
+    CTRAINER_CHECKED_DEVICE_REPORT=1 "$ctrainer" predict "${gpt_eval[@]}" --device cuda --output gpt-pred.h5 \
+        --output_dir gpt-pred >gpt-pred.log 2>&1 || bad "GPT predict on cuda: $(tail -1 gpt-pred.log)"
+    /usr/bin/python3 - gpt-eval-cpu gpt-eval-cuda <<'EOF' && ok || bad "GPT evaluate: the token metrics on cpu and cuda differ"
+import json, sys
+def load(d):
+    m = json.load(open(f"{d}/eval_results.json"))
+    return {k: v for k, v in m.items() if not any(c in k for c in ("runtime", "per_second"))}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if a == b and "eval_perplexity" in a and "eval_token_accuracy" in a else 1)
+EOF
+    to_host() { sed -n 's/^checked device: \([0-9]*\) bytes copied to the host.*/\1/p' "$1"; }
+    eval_bytes=$(to_host gpt-eval-cuda.log) pred_bytes=$(to_host gpt-pred.log)
+    # 16 samples of 128 positions x 257 logits: 2.1 MB that predict keeps and evaluate must not copy
+    [ -n "$eval_bytes" ] && [ -n "$pred_bytes" ] && [ "$pred_bytes" -ge 2105344 ] &&
+        [ $((eval_bytes * 16)) -lt "$pred_bytes" ] && ok ||
+        bad "GPT evaluate on cuda copied ${eval_bytes:-?} bytes to the host (predict: ${pred_bytes:-?}): the logits came back"
 else
     bad "cannot tokenize the fortunes corpus for the GPT runs: $(tail -1 tok.log 2>/dev/null)"
 fi

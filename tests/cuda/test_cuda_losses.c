@@ -15,6 +15,8 @@
  * (the capped reduction grid), targets equal to predictions in places (l1's and huber's d == 0),
  * large logits for bce, pos_weight absent, [1] or [last dim]; sum to 1e-12, gradient vs CPU.
  *
+ * Language-model token values (ct_op_token_values): see token_values_compare.
+ *
  * Gradients are compared relative to max(|cpu|, floor) with floor a fraction of |scale| (the size
  * of a gradient entry): f32 1e-5, f64 1e-12. */
 #include <math.h>
@@ -344,6 +346,65 @@ static void pointwise_random(void) {
         }
 }
 
+/* --- language-model token values ------------------------------------------------------------------- */
+
+/* ct_op_token_values, CPU against GPU: class counts around a warp's 32 lanes and far above, f32 and
+ * f64, i64 and i32 labels, with planted rows for each rule: a NaN (NLL NaN, the first NaN is the
+ * argmax), a largest +inf (NLL NaN), maxima tied within one lane's classes and across lanes (the first
+ * wins), a -inf, a confident token (NLL near 1e-25), labels outside [0, C) (0 and 0). Hits exactly;
+ * NLLs to 1e-12 of their log-sum-exp's scale (max |z| + log C + 1), both summing exps in double. */
+static void token_values_compare(void) {
+    static const int64_t widths[] = {1, 31, 32, 33, 300, 2000};
+    for (int setup = 0; setup < 8; setup++) {
+        const ct_dtype dt = setup % 2 ? CT_F32 : CT_F64, lt = setup % 4 < 2 ? CT_I64 : CT_I32;
+        const int64_t c = widths[irand(0, 5)], rows = irand(1, 90);
+        ct_tensor z = ct_ct_zeros(dt, 2, (int64_t[]){rows, c}), y = ct_ct_zeros(lt, 1, (int64_t[]){rows});
+        const double spread = urand(0.5, 20);
+        for (int64_t i = 0; i < rows * c; i++) ct_tensor_set(&z, i, urand(-spread, spread));
+        for (int64_t r = 0; r < rows; r++) {
+            set_target(&y, r, irand(-1, c)); /* -1 and c: outside */
+            int64_t j = irand(0, c - 1), k = irand(0, c - 1), same_lane = j + 32 < c ? j + 32 : k;
+            switch (c > 1 ? r % 8 : 7) {
+            case 0: ct_tensor_set(&z, r * c + j, NAN); break;
+            case 1: ct_tensor_set(&z, r * c + j, INFINITY); break;
+            case 2: ct_tensor_set(&z, r * c + j, 2 * spread), ct_tensor_set(&z, r * c + k, 2 * spread); break;
+            case 3: ct_tensor_set(&z, r * c + j, 2 * spread), ct_tensor_set(&z, r * c + same_lane, 2 * spread); break;
+            case 4: ct_tensor_set(&z, r * c + j, -INFINITY); break;
+            case 5:
+                for (int64_t i = 0; i < c; i++) ct_tensor_set(&z, r * c + i, i == j ? 60.0 : 0.0);
+                set_target(&y, r, j);
+                break;
+            case 6: set_target(&y, r, irand(0, 1) ? -100 : c + 3); break;
+            default: break;
+            }
+        }
+        ct_tensor gz = ct_ct_to_gpu(&z), gy = ct_ct_to_gpu(&y);
+        double *v = malloc(4 * (size_t)rows * sizeof *v), *nc = v, *hc = v + rows, *ng = v + 2 * rows, *hg = v + 3 * rows;
+        ct_op_token_values(&z, &y, nc, hc);
+        ct_op_token_values(&gz, &gy, ng, hg);
+        int64_t off = 0, first = -1;
+        for (int64_t r = 0; r < rows; r++) {
+            double zmax = 0;
+            for (int64_t i = r * c; i < (r + 1) * c; i++) {
+                double e = fabs(ct_tensor_get(&z, i));
+                if (isfinite(e)) zmax = fmax(zmax, e);
+            }
+            double scale = zmax + log((double)c) + 1;
+            bool ok = hg[r] == hc[r] && (ng[r] == nc[r] || (isnan(ng[r]) && isnan(nc[r])) ||
+                                         fabs(ng[r] - nc[r]) <= 1e-12 * fmax(fabs(nc[r]), scale));
+            if (!ok && first < 0) first = r;
+            off += !ok;
+        }
+        CHECK(off == 0, "token values (%s logits, %s labels, %lld x %lld): %lld rows differ, the first %lld: gpu nll "
+              "%.17g hit %g, cpu %.17g and %g", ct_dtype_name(dt), ct_dtype_name(lt), (long long)rows, (long long)c,
+              (long long)off, (long long)first, first >= 0 ? ng[first] : 0.0, first >= 0 ? hg[first] : 0.0,
+              first >= 0 ? nc[first] : 0.0, first >= 0 ? hc[first] : 0.0);
+        free(v);
+        ct_tensor ts[4] = {z, y, gz, gy};
+        free_all(ts, 4);
+    }
+}
+
 int main(void) {
     ct_cuda_test_begin("test_cuda_losses");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -351,5 +412,6 @@ int main(void) {
     xent_invalid();
     xent_nan_and_in_place();
     pointwise_random();
+    token_values_compare();
     return ct_test_finish();
 }

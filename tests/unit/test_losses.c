@@ -2,7 +2,7 @@
  * the fused forward_backward of cross-entropy (in place) against forward and backward, values
  * against naive reimplementations, count semantics, the split-batch property the Trainer
  * relies on, thread-count independence, NaN propagation, the vtable defaults, and the errors bad
- * tensors and bad JSON get.
+ * tensors and bad JSON get; a language model's per-token values (ct_op_token_values).
  *
  * Why one file of over 600 lines: every loss goes through the same finite-difference harness and
  * the naive references written here. */
@@ -428,9 +428,12 @@ static void split_batch(void) {
         else
             CHECK(both.count == whole.count, "%s: counts %g + %g != %g", label, a.count, b.count, whole.count);
         CHECK_NEAR(ct_loss_value_mean(both), ct_loss_value_mean(whole), 1e-14);
-        /* Averaging the halves' means would be wrong whenever their counts differ. */
-        double naive = 0.5 * (ct_loss_value_mean(a) + ct_loss_value_mean(b));
-        if (a.count != b.count && a.count > 0 && b.count > 0)
+        /* Averaging the halves' means would be wrong whenever their counts and their means differ: it
+         * misses by (mean_a - mean_b)(count_a - count_b) / 2(count_a + count_b), so halves whose means or
+         * weighted counts happen to agree (one draw in a few thousand) cannot tell the two apart. */
+        double ma = ct_loss_value_mean(a), mb = ct_loss_value_mean(b), naive = 0.5 * (ma + mb);
+        double miss = fabs((ma - mb) * (a.count - b.count)) / (2 * (a.count + b.count));
+        if (a.count > 0 && b.count > 0 && miss > 1e-6 * fabs(ct_loss_value_mean(whole)))
             CHECK(fabs(naive - ct_loss_value_mean(whole)) > 1e-9 * fabs(ct_loss_value_mean(whole)),
                   "%s: the mean of means equals the mean, the check proves nothing", label);
 
@@ -790,6 +793,81 @@ static void xent_wide_logits(void) {
     }
 }
 
+/* ct_op_token_values against a long double reference on random logits with the rows that decide
+ * its rules planted: a NaN (NLL NaN, the first NaN is the argmax), a largest +inf (NLL NaN), tied
+ * maxima (the first wins), a -inf that is not the largest (a finite NLL, infinite when it is the
+ * label), a confident token (its NLL near 1e-25 kept), a label outside [0, C) (0 and 0); float32 and
+ * float64, int64 and int32 labels, and the same bits on 1 and 2 threads past the OpenMP threshold. */
+static long double ref_token_nll(const double *z, int64_t c, int64_t y, int64_t *argmax) {
+    int64_t a = 0;
+    for (int64_t j = 1; j < c && !isnan(z[a]); j++)
+        if (isnan(z[j]) || z[j] > z[a]) a = j;
+    *argmax = a;
+    if (!isfinite(z[a])) return NAN;
+    long double rest = 0;
+    for (int64_t j = 0; j < c; j++)
+        if (j != a) rest += expl((long double)z[j] - (long double)z[a]);
+    return ((long double)z[a] - (long double)z[y]) + log1pl(rest);
+}
+
+static void token_values_cases(void) {
+    const int threads = ct_get_num_threads();
+    for (int setup = 0; setup < 12; setup++) {
+        const ct_dtype dt = setup % 2 ? CT_F32 : CT_F64, lt = setup % 3 ? CT_I64 : CT_I32;
+        static const int64_t widths[] = {1, 5, 33, 300, 1100};
+        const int64_t c = widths[below(5)], rows = setup >= 10 ? 64 : 8 + below(24);
+        const double spread = unif(0.1, 30.0);
+        ct_tensor z = ct_test_alloc(dt, 2, (int64_t[]){rows, c}), y = ct_test_alloc(lt, 1, (int64_t[]){rows});
+        fill_uniform(&z, -spread, spread);
+        for (int64_t r = 0; r < rows; r++) ct_tensor_set(&y, r, (double)(below(c + 2) - 1)); /* -1 and c: outside */
+        for (int64_t r = 0; r < rows && c > 2; r += 7) { /* rows 0, 7, 14, ...: one planted rule each */
+            int64_t j = below(c), k = (j + 1 + below(c - 1)) % c;
+            switch (r / 7 % 6) {
+            case 0: ct_tensor_set(&z, r * c + j, NAN); break;
+            case 1: ct_tensor_set(&z, r * c + j, INFINITY); break;
+            case 2: ct_tensor_set(&z, r * c + j, 2 * spread), ct_tensor_set(&z, r * c + k, 2 * spread); break;
+            case 3: ct_tensor_set(&z, r * c + j, -INFINITY), ct_tensor_set(&z, r * c + k, 2 * spread); break;
+            case 4:
+                for (int64_t i = 0; i < c; i++) ct_tensor_set(&z, r * c + i, i == j ? 60.0 : 0.0);
+                ct_tensor_set(&y, r, (double)j);
+                break;
+            default: ct_tensor_set(&y, r, below(2) ? (double)c : -100.0);
+            }
+        }
+        double *got = malloc(4 * (size_t)rows * sizeof *got), *zd = malloc((size_t)(rows * c) * sizeof *zd);
+        ct_tensor_copy_to_f64(&z, zd);
+        int bad = 0;
+        for (int th = 1; th <= 2; th++) {
+            ct_set_num_threads(th);
+            ct_op_token_values(&z, &y, got + 2 * (th - 1) * rows, got + (2 * (th - 1) + 1) * rows);
+            ct_set_num_threads(threads);
+        }
+        CHECK(memcmp(got, got + 2 * rows, 2 * (size_t)rows * sizeof *got) == 0,
+              "token values (%s, C %lld): 1 and 2 threads differ", ct_dtype_name(dt), (long long)c);
+        for (int64_t r = 0; r < rows; r++) {
+            const int64_t label = (int64_t)ct_tensor_get(&y, r);
+            const double nll = got[r], hit = got[rows + r];
+            if (label < 0 || label >= c) {
+                bad += !(nll == 0 && hit == 0);
+                continue;
+            }
+            int64_t a;
+            long double want = ref_token_nll(zd + r * c, c, label, &a);
+            bool same = isnan(want) ? isnan(nll) : (long double)nll == want || fabsl((long double)nll - want) <= 1e-13L * fabsl(want);
+            if (!same || hit != (a == label))
+                CHECK(bad++ > 0, "token values (%s, C %lld), row %lld, label %lld: nll %.17g hit %g, expected %.17Lg and "
+                      "%d (argmax %lld)", ct_dtype_name(dt), (long long)c, (long long)r, (long long)label, nll, hit,
+                      want, a == label, (long long)a);
+        }
+        CHECK(bad == 0, "token values (%s, C %lld): %d of %lld rows wrong", ct_dtype_name(dt), (long long)c, bad,
+              (long long)rows);
+        free(got);
+        free(zd);
+        ct_tensor_free(&z);
+        ct_tensor_free(&y);
+    }
+}
+
 int main(void) {
     ct_test_begin("test_losses");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -799,6 +877,7 @@ int main(void) {
     f32_and_threads();
     nan_propagates();
     xent_wide_logits();
+    token_values_cases();
     vtable();
     errors();
     return ct_test_finish();

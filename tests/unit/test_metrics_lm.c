@@ -11,7 +11,8 @@
  * against the sequence-level formula written out, the bootstrap against the same resamples fed to
  * a reference over the tokens, perplexity's interval = exp of token_loss's bit for bit, and the
  * cluster standard error on sequences that are all right or all wrong (sqrt(p(1-p)/(n-1)), not
- * the tokens' binomial one).
+ * the tokens' binomial one). Token values given with the batch (ct_eval_batch.tokens) in place of
+ * the outputs.
  *
  * `test_metrics_lm --compute IN.h5` serves tests/oracle/test_metrics_lm.py: IN.h5 holds attribute
  * "spec" (JSON: "metrics" (specs for ct_lm_metric_from_json), "prefix", "batch_size", "ranks",
@@ -27,6 +28,7 @@
 #include <string.h>
 
 #include "core/format/h5io.h"
+#include "core/ops/ops.h"
 #include "core/rng.h"
 #include "core/util.h"
 #include "eval/metric.h"
@@ -340,6 +342,57 @@ static void test_merge_property(void) {
     ct_metric_set_free(&one);
     ct_metric_set_free(&many);
     data_free(&d);
+}
+
+/* A batch's token values (ct_eval_batch.tokens, what an evaluation computes where the logits are):
+ * given them and no outputs, the metrics reach the states the outputs give, bit for bit; given both,
+ * they read the token values (doubled NLLs double the NLL sum); token values without their arrays, or
+ * of logits that do not fit the labels, are refused naming them. */
+static void test_token_values_batch(void) {
+    for (int trial = 0; trial < 6; trial++) {
+        int64_t n = 1 + (int64_t)ct_rng_below(&rng, 12), t = 1 + (int64_t)ct_rng_below(&rng, 9);
+        int64_t v = 2 + (int64_t)ct_rng_below(&rng, 40), ignore = random_ignore();
+        data d;
+        data_make(&d, n, t, v, trial & 1 ? CT_F64 : CT_F32, trial & 2 ? CT_I32 : CT_I64, trial % 3 ? CONTINUOUS : TIES_NAN,
+                  0.2, ignore, 0.25);
+        double *vals = malloc(2 * (size_t)(n * t) * sizeof *vals);
+        ct_op_token_values(&d.logits, &d.labels, vals, vals + n * t);
+        ct_token_values tv = {.nll = vals, .hit = vals + n * t, .ndim = 3, .shape = {n, t, v}};
+        ct_tensor o, l, k;
+        ct_eval_batch from_outputs = batch_of(&d, 0, n, &o, &l, &k), from_tokens = from_outputs;
+        from_tokens.outputs = NULL;
+        from_tokens.tokens = &tv;
+        ct_metric_set a = make_set(ignore), b = make_set(ignore);
+        CHECK_OK(ct_metric_set_update(&a, &from_outputs));
+        CHECK_OK(ct_metric_set_update(&b, &from_tokens));
+        for (int i = 0; i < a.n; i++)
+            CHECK(same_state(a.items[i], b.items[i]), "trial %d: %s from token values differs from the outputs'",
+                  trial, ct_metric_name(a.items[i]));
+        for (int64_t p = 0; p < n * t; p++) vals[p] *= 2;
+        ct_metric_set c = make_set(ignore);
+        from_tokens.outputs = &o;
+        CHECK_OK(ct_metric_set_update(&c, &from_tokens));
+        double s1 = a.items[0]->sums[0], s2 = c.items[0]->sums[0];
+        CHECK(s2 == 2 * s1 || (isnan(s1) && isnan(s2)), "trial %d: given outputs and token values, the NLL sum is %.17g, "
+              "not twice the outputs' %.17g", trial, s2, s1);
+        ct_metric_set_free(&a);
+        ct_metric_set_free(&b);
+        ct_metric_set_free(&c);
+        from_tokens.outputs = NULL;
+        ct_metric *m;
+        CHECK_OK(ct_lm_metric_create(CT_LM_TOKEN_LOSS, ignore, &m));
+        ct_token_values no_hit = tv;
+        no_hit.hit = NULL;
+        from_tokens.tokens = &no_hit;
+        CHECK_ERR(ct_metric_update(m, &from_tokens), CT_ERR_INVALID_ARG, "token values without their nll, hit");
+        ct_token_values wider = tv;
+        wider.shape[1] = t + 1;
+        from_tokens.tokens = &wider;
+        CHECK_ERR(ct_metric_update(m, &from_tokens), CT_ERR_SHAPE, "for the token values of logits");
+        ct_metric_free(m);
+        free(vals);
+        data_free(&d);
+    }
 }
 
 /* --- ignore_index, masks, edge cases ----------------------------------------------------------- */
@@ -772,6 +825,7 @@ int main(int argc, char **argv) {
     ct_rng_init(&rng, ct_test_seed, 0, 0);
     test_values();
     test_merge_property();
+    test_token_values_batch();
     test_edge_cases();
     test_errors();
     test_json();
