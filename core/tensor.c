@@ -2,13 +2,13 @@
 #include "core/tensor.h"
 
 #include <math.h>
+
 #include <stdint.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-#include "core/ops/ops.h"
 
 size_t ct_dtype_size(ct_dtype dt) {
     switch (dt) {
@@ -201,9 +201,7 @@ const char *ct_tensor_str(const ct_tensor *t, char *buf, size_t cap) {
 
 ct_status ct_tensor_check_finite(const ct_tensor *t) {
     if (!ct_dtype_is_float(t->dtype)) return CT_OK;
-    if (t->device.kind != CT_DEVICE_CPU) {
-        /* weights just loaded onto a device: checked there, and copied back only to say what is wrong */
-        if (ct_op_all_finite(t)) return CT_OK;
+    if (t->device.kind != CT_DEVICE_CPU) { /* weights just loaded onto a device: checked on the way */
         ct_tensor host = {0};
         CT_TRY(ct_tensor_alloc(&host, t->dtype, CT_CPU, t->ndim, t->shape));
         ct_status s = ct_tensor_copy_to(&host, t);

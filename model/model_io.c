@@ -9,6 +9,7 @@
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "core/ops/ops.h"
 #include "model/layers.h"
 #include "model/model_io.h"
 
@@ -157,7 +158,9 @@ static ct_status read_all(hid_t f, ct_model *m) {
         if (!ct_h5_exists(f, p->name))
             return ct_error(CT_ERR_FORMAT, "the model's tensor '%s' is missing from the file", p->name);
         ct_status s = ct_h5_read_into(f, p->name, p->value);
-        if (s == CT_OK) s = ct_tensor_check_finite(p->value); /* a NaN weight must not train "fine" */
+        /* a NaN weight must not train "fine": checked where the weights are (a GPU's copied back only to
+         * say which element is wrong) */
+        if (s == CT_OK && !ct_op_all_finite(p->value)) s = ct_tensor_check_finite(p->value);
         if (s != CT_OK) return ct_error_prefix(s, "tensor '%s': ", p->name);
     }
     int links = 0;
