@@ -108,7 +108,7 @@ static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const
  * language-model metrics then read 16 bytes per token rather than the logits (which a GPU keeps) and
  * share one pass over them. Only for outputs that are logits of the labels ([rows, ..., V] float and
  * [rows, ...] int on one device); otherwise the metrics read the outputs and name what does not fit.
- * *tv is set and *have true when computed; positions of padding rows are left as they were. */
+ * *tv is set and *have true when computed (padding rows too: the metrics skip them by the mask). */
 static ct_status token_values(ct_trainer *t, eval_run *r, const ct_batch *db, const ct_tensor *outputs,
                               ct_token_values *tv, bool *have) {
     *have = false;
@@ -127,8 +127,7 @@ static ct_status token_values(ct_trainer *t, eval_run *r, const ct_batch *db, co
         r->token_buf = grown;
         r->token_cap = n;
     }
-    ct_tensor ov = ct_tensor_rows(o, 0, db->valid), lv = ct_tensor_rows(l, 0, db->valid);
-    if (db->valid > 0) ct_op_token_values(&ov, &lv, r->token_buf, r->token_buf + n);
+    if (n > 0) ct_op_token_values(o, l, r->token_buf, r->token_buf + n);
     *tv = (ct_token_values){.nll = r->token_buf, .hit = r->token_buf + n, .ndim = o->ndim};
     memcpy(tv->shape, o->shape, sizeof tv->shape);
     *have = true;
