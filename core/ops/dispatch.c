@@ -394,13 +394,14 @@ void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double
         CALL(logits, token_values, logits, labels, nll, hit);
         return;
     }
-    /* a backend without the kernel: the CPU's on host copies (what the kernel must match) */
+    /* a backend without the kernel: the CPU's on host copies (what the kernel must match); called
+     * through the CPU's table itself, so a CPU table without it aborts naming the op, not recurses */
     ct_tensor z = {0}, y = {0};
     if (ct_tensor_alloc(&z, logits->dtype, CT_CPU, logits->ndim, logits->shape) != CT_OK ||
         ct_tensor_alloc(&y, labels->dtype, CT_CPU, labels->ndim, labels->shape) != CT_OK ||
         ct_tensor_copy_to(&z, logits) != CT_OK || ct_tensor_copy_to(&y, labels) != CT_OK)
         ct_abort_at(__FILE__, __LINE__, "token_values: cannot copy the logits to the host: %s", ct_last_error());
-    ct_op_token_values(&z, &y, nll, hit);
+    CALL(&z, token_values, &z, &y, nll, hit);
     ct_tensor_free(&z);
     ct_tensor_free(&y);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ops/backend.h"
 #include "core/ops/ops.h"
 #include "core/util.h"
 #include "model/loss.h"
@@ -844,6 +845,25 @@ static void token_values_cases(void) {
         }
         CHECK(memcmp(got, got + 2 * rows, 2 * (size_t)rows * sizeof *got) == 0,
               "token values (%s, C %lld): 1 and 2 threads differ", ct_dtype_name(dt), (long long)c);
+        /* a device whose backend lacks the kernel (the CPU's table without it, standing in for the
+         * CUDA kind): the dispatch copies to the host and runs the CPU's, the same bits */
+        const ct_backend_ops *cuda = ct_backends[CT_DEVICE_CUDA];
+        ct_backend_ops without = *ct_backends[CT_DEVICE_CPU];
+        without.token_values = NULL;
+        ct_backends[CT_DEVICE_CUDA] = &without;
+        const ct_device dev = {CT_DEVICE_CUDA, 0};
+        ct_tensor dz, dy;
+        CHECK_OK(ct_tensor_alloc(&dz, dt, dev, 2, z.shape));
+        CHECK_OK(ct_tensor_alloc(&dy, lt, dev, 1, y.shape));
+        CHECK_OK(ct_tensor_copy_to(&dz, &z));
+        CHECK_OK(ct_tensor_copy_to(&dy, &y));
+        ct_op_token_values(&dz, &dy, got + 2 * rows, got + 3 * rows);
+        ct_tensor_free(&dz);
+        ct_tensor_free(&dy);
+        ct_backends[CT_DEVICE_CUDA] = cuda;
+        CHECK(memcmp(got, got + 2 * rows, 2 * (size_t)rows * sizeof *got) == 0,
+              "token values (%s, C %lld): a backend without the kernel gives other values", ct_dtype_name(dt),
+              (long long)c);
         for (int64_t r = 0; r < rows; r++) {
             const int64_t label = (int64_t)ct_tensor_get(&y, r);
             const double nll = got[r], hit = got[rows + r];
