@@ -122,6 +122,10 @@ ct_status ct_cross_entropy_loss_create(const ct_cross_entropy_opts *o, ct_loss *
 /* Whether l is the built-in cross_entropy, whose targets are class ids of the outputs' last
  * dimension, and then its ignore_index: what ct_trainer_init checks every dataset's labels against. */
 bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index);
+/* Whether l is the built-in cross_entropy without class weights and label smoothing, whose loss of a
+ * target that is not ignore_index is the token's -log softmax(z)[y] with a count of 1 (what
+ * ct_op_token_values gives as nll), and then its ignore_index. */
+bool ct_loss_plain_nll(const ct_loss *l, int64_t *ignore_index);
 ct_status ct_mse_loss_create(ct_loss **out);
 ct_status ct_l1_loss_create(ct_loss **out);
 /* delta > 0 (PyTorch's HuberLoss; default 1). */

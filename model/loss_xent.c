@@ -123,6 +123,12 @@ bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index) {
     return true;
 }
 
+bool ct_loss_plain_nll(const ct_loss *l, int64_t *ignore_index) {
+    if (!ct_loss_class_targets(l, ignore_index)) return false;
+    const xent_loss *x = (const xent_loss *)l;
+    return !x->opts.weight && x->opts.label_smoothing == 0.0;
+}
+
 ct_cross_entropy_opts ct_cross_entropy_defaults(void) {
     return (ct_cross_entropy_opts){.weight = NULL, .n_weight = 0, .label_smoothing = 0.0, .ignore_index = -100};
 }

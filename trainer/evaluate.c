@@ -84,16 +84,22 @@ static void free_full_batch(eval_run *r) {
 }
 
 /* Per-row (sum, count) of the trainer's loss over the real rows, for the loss metric's standard
- * error. Only with the default compute_loss: an override may weigh rows its own way, and the
+ * error. from_rows (the default hooks): the rows give the batch's loss too (trainer/eval_loss.c).
+ * Otherwise only with the default compute_loss: an override may weigh rows its own way, and the
  * per-row values would then not add up to the batch's loss. */
-static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const ct_tensor *outputs,
-                            ct_eval_batch *eb) {
-    if (CT_TRAINER_HOOK(t, compute_loss) || !r->sample_loss.data || eb->loss.count <= 0) return CT_OK;
-    double *l = r->sample_loss.data, *w = r->sample_weight.data;
+static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const ct_batch *db,
+                            const ct_tensor *outputs, bool from_rows, ct_eval_batch *eb) {
     ct_loss_value *rows = r->row_values;
-    ct_tensor o = ct_tensor_rows(outputs, 0, b->valid), y = ct_tensor_rows(&b->labels, 0, b->valid);
-    /* one pass over the batch (on a GPU, one copy back rather than one per row) */
-    if (b->valid > 0) CT_TRY(ct_loss_forward_rows(t->loss, &o, &y, rows));
+    if (from_rows) {
+        CT_TRY(ct_eval_row_losses(t, b, db, outputs, eb->tokens, rows, &eb->loss));
+    } else {
+        if (CT_TRAINER_HOOK(t, compute_loss) || eb->loss.count <= 0) return CT_OK;
+        ct_tensor o = ct_tensor_rows(outputs, 0, db->valid), y = ct_tensor_rows(&db->labels, 0, db->valid);
+        /* one pass over the batch (on a GPU, one copy back rather than one per row) */
+        if (db->valid > 0) CT_TRY(ct_loss_forward_rows(t->loss, &o, &y, rows));
+    }
+    if (!r->sample_loss.data || eb->loss.count <= 0) return CT_OK;
+    double *l = r->sample_loss.data, *w = r->sample_weight.data;
     for (int64_t i = 0; i < b->rows; i++) {
         l[i] = i < b->valid ? rows[i].sum : 0;
         w[i] = i < b->valid ? rows[i].count : 0;
@@ -277,9 +283,13 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
          * db; the metrics and kept predictions read b's labels and a host copy of the outputs. */
         const ct_batch *b = full_batch(r, next), *db;
         CT_TRY(ct_trainer_prepare_inputs(t, b, &db));
-        ct_loss_value loss;
+        ct_loss_value loss = {0, 0};
         ct_tensor outputs, host_outputs = {0};
-        CT_TRY(ct_trainer_prediction_step(t, db, false, &loss, &outputs));
+        bool from_rows = ct_eval_loss_from_rows(t, db);
+        if (from_rows)
+            CT_TRY(ct_eval_forward(t, db, &outputs));
+        else
+            CT_TRY(ct_trainer_prediction_step(t, db, false, &loss, &outputs));
         /* outputs on a device come back only when something reads them (a metric that takes no
          * token values, kept predictions) */
         ct_token_values tv;
@@ -290,7 +300,7 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         if (read) CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
         ct_eval_batch eb = {.outputs = read ? &host_outputs : NULL, .labels = &b->labels, .mask = &b->mask,
                             .loss = loss, .tokens = tokens ? &tv : NULL};
-        CT_TRY(row_losses(t, r, db, &outputs, &eb));
+        CT_TRY(row_losses(t, r, b, db, &outputs, from_rows, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
         if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &host_outputs));
         else if (r->out) place_rows(r->out, b, &host_outputs);

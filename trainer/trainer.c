@@ -137,7 +137,7 @@ ct_status ct_trainer_create_optimizer_and_scheduler(ct_trainer *t, int64_t num_t
 
 /* Evaluation batches end with padding rows (mask 0) on ranks whose shard ran out: the loss is taken
  * over the leading real rows only. */
-static ct_status real_rows(const ct_batch *b, int64_t *n) {
+ct_status ct_trainer_real_rows(const ct_batch *b, int64_t *n) {
     *n = b->valid;
     if (b->mask.data) {
         const uint8_t *m = b->mask.data;
@@ -152,7 +152,7 @@ ct_status ct_trainer_default_compute_loss(ct_trainer *t, const ct_batch *b, ct_l
                                           ct_tensor *dloss) {
     CT_TRY(ct_model_forward(t->model, &b->features, outputs));
     int64_t n;
-    CT_TRY(real_rows(b, &n));
+    CT_TRY(ct_trainer_real_rows(b, &n));
     ct_tensor out = ct_tensor_rows(outputs, 0, n), labels = ct_tensor_rows(&b->labels, 0, n);
     if (!dloss) return ct_loss_forward(t->loss, &out, &labels, loss);
     if (n != b->rows) return ct_error(CT_ERR_STATE, "a training batch has padding rows");

@@ -116,6 +116,17 @@ ct_status ct_trainer_evaluation_pass(ct_trainer *t, ct_dataset *ds, const char *
 ct_status ct_trainer_call_compute_metrics(ct_trainer *t, const ct_prediction_output *p, const char *prefix,
                                          json_t *metrics);
 ct_status ct_trainer_share_json(ct_trainer *t, json_t **value);
+/* *n = the batch's leading real rows (b->valid), after checking that its mask puts the padding rows
+ * at its end (evaluation shards that ran out pad their last batch). */
+ct_status ct_trainer_real_rows(const ct_batch *b, int64_t *n);
+/* trainer/eval_loss.c: whether an evaluation batch takes its loss from its rows (the default
+ * prediction_step and compute_loss on a batch with labels: one pass over the outputs gives both),
+ * and then the model's forward, and the loss and each real row's (sum, count) into rows[] (b the host
+ * batch, db its copy on the model's device; tokens: the batch's token values or NULL). */
+bool ct_eval_loss_from_rows(const ct_trainer *t, const ct_batch *db);
+ct_status ct_eval_forward(ct_trainer *t, const ct_batch *db, ct_tensor *outputs);
+ct_status ct_eval_row_losses(ct_trainer *t, const ct_batch *b, const ct_batch *db, const ct_tensor *outputs,
+                             const ct_token_values *tokens, ct_loss_value *rows, ct_loss_value *loss);
 /* predict_with_generate (trainer/generate_outputs.c): the run config's "generation" section with
  * generation_max_length applied for prompts of prompt_len tokens; and every sample's continuation,
  * [N, max_new_tokens] int64 padded with -100, on the world's process zero ([0, M] elsewhere). */
