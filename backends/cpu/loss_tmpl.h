@@ -126,19 +126,64 @@ static int64_t FN(xent_rows)(const R *z, const void *tgt, bool t64, int64_t rows
     return -1;
 }
 
-/* Each row's token values (ops_loss.h's ct_op_token_values): the first largest logit a (NaN above
- * every number), then the sum of exp(z_j - z_a) over j != a in 8 lanes as row_lse sums, so that its
- * exps vectorise. Rows are independent: any thread count writes the same values. */
+/* The first largest entry of a row, NaN above every number (torch.argmax). Each of 8 lanes keeps
+ * its largest entry and where it first was (a compare and two blends, so it vectorises where a
+ * running argmax would not), and keeps a NaN it meets (a blend on an unordered compare); the first of
+ * the lanes' largest is then the row's. A row with a NaN takes the plain scan, which ranks it first. */
+static int64_t FN(first_argmax)(const R *zr, int64_t c) {
+    R best[8], poison[8];
+    int32_t at[8];
+    for (int l = 0; l < 8; l++) {
+        best[l] = (R)-INFINITY;
+        poison[l] = 0;
+        at[l] = -1;
+    }
+    int64_t j = 0;
+    for (; j + 8 <= c && c <= INT32_MAX; j += 8)
+        for (int l = 0; l < 8; l++) {
+            R v = zr[j + l];
+            bool more = v > best[l];
+            poison[l] = v == v ? poison[l] : v;
+            best[l] = more ? v : best[l];
+            at[l] = more ? (int32_t)(j + l) : at[l];
+        }
+    bool nan = false;
+    for (int l = 0; l < 8; l++) nan |= isnan(poison[l]);
+    for (int64_t k = j; k < c; k++) nan |= isnan(zr[k]);
+    int64_t a = 0;
+    if (nan) {
+        for (int64_t k = 1; k < c && !isnan(zr[a]); k++)
+            if (isnan(zr[k]) || zr[k] > zr[a]) a = k;
+        return a;
+    }
+    R m = (R)-INFINITY;
+    a = -1;
+    for (int l = 0; l < 8; l++)
+        if (at[l] >= 0 && (best[l] > m || (best[l] == m && at[l] < a))) {
+            m = best[l];
+            a = at[l];
+        }
+    for (; j < c; j++) /* after every block: the strict > keeps an earlier equal one */
+        if (zr[j] > m) {
+            m = zr[j];
+            a = j;
+        }
+    return a < 0 ? 0 : a; /* every entry -inf: the first */
+}
+
+/* Each row's token values (ops_loss.h's ct_op_token_values): the first largest logit a, then the sum
+ * of exp(z_j - z_a) over j != a in 8 lanes as row_lse sums, so that its exps vectorise: element j goes
+ * to lane j % 8 in order of j, a's block of 8 alone skipping a. Rows are independent: any thread
+ * count writes the same values. */
 static void FN(token_values)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, double *nll,
                              double *hit) {
 #pragma omp parallel for schedule(static) if (rows * c > CT_OMP_MIN)
     for (int64_t r = 0; r < rows; r++) {
-        int64_t y = target_at(tgt, t64, r), a = 0;
+        int64_t y = target_at(tgt, t64, r);
         nll[r] = hit[r] = 0.0;
         if (y < 0 || y >= c) continue;
         const R *zr = z + r * c;
-        for (int64_t j = 1; j < c && !isnan(zr[a]); j++)
-            if (isnan(zr[j]) || zr[j] > zr[a]) a = j;
+        int64_t a = FN(first_argmax)(zr, c);
         hit[r] = a == y ? 1.0 : 0.0;
         double m = zr[a];
         if (isnan(m) || isinf(m)) { /* log_softmax's NaN: exp(inf - inf) poisons every entry */
@@ -146,9 +191,15 @@ static void FN(token_values)(const R *z, const void *tgt, bool t64, int64_t rows
             continue;
         }
         double lanes[8] = {0}, rest = 0.0;
-        int64_t j = 0;
-        for (; j + 8 <= c; j += 8)
+        int64_t j = 0, block_of_a = a / 8 * 8;
+        for (; j + 8 <= c && j < block_of_a; j += 8)
+            for (int l = 0; l < 8; l++) lanes[l] += FN(exp_shifted)(zr[j + l], m);
+        if (j + 8 <= c) {
             for (int l = 0; l < 8; l++) lanes[l] += j + l == a ? 0.0 : FN(exp_shifted)(zr[j + l], m);
+            j += 8;
+        }
+        for (; j + 8 <= c; j += 8)
+            for (int l = 0; l < 8; l++) lanes[l] += FN(exp_shifted)(zr[j + l], m);
         for (int l = 0; l < 8; l++) rest += lanes[l];
         for (; j < c; j++)
             if (j != a) rest += FN(exp_shifted)(zr[j], m);

@@ -797,7 +797,8 @@ static void xent_wide_logits(void) {
 /* ct_op_token_values against a long double reference on random logits with the rows that decide
  * its rules planted: a NaN (NLL NaN, the first NaN is the argmax), a largest +inf (NLL NaN), tied
  * maxima (the first wins), a -inf that is not the largest (a finite NLL, infinite when it is the
- * label), a confident token (its NLL near 1e-25 kept), a label outside [0, C) (0 and 0); float32 and
+ * label), a confident token (its NLL near 1e-25 kept), a row of -inf (the first is the argmax, NLL
+ * NaN), a padded vocabulary's -inf tail after tied maxima, a label outside [0, C) (0 and 0); float32 and
  * float64, int64 and int32 labels, and the same bits on 1 and 2 threads past the OpenMP threshold. */
 static long double ref_token_nll(const double *z, int64_t c, int64_t y, int64_t *argmax) {
     int64_t a = 0;
@@ -823,7 +824,7 @@ static void token_values_cases(void) {
         for (int64_t r = 0; r < rows; r++) ct_tensor_set(&y, r, (double)(below(c + 2) - 1)); /* -1 and c: outside */
         for (int64_t r = 0; r < rows && c > 2; r += 7) { /* rows 0, 7, 14, ...: one planted rule each */
             int64_t j = below(c), k = (j + 1 + below(c - 1)) % c;
-            switch (r / 7 % 6) {
+            switch (r / 7 % 8) {
             case 0: ct_tensor_set(&z, r * c + j, NAN); break;
             case 1: ct_tensor_set(&z, r * c + j, INFINITY); break;
             case 2: ct_tensor_set(&z, r * c + j, 2 * spread), ct_tensor_set(&z, r * c + k, 2 * spread); break;
@@ -832,6 +833,15 @@ static void token_values_cases(void) {
                 for (int64_t i = 0; i < c; i++) ct_tensor_set(&z, r * c + i, i == j ? 60.0 : 0.0);
                 ct_tensor_set(&y, r, (double)j);
                 break;
+            case 5: /* every entry -inf: the first is the argmax, the NLL NaN */
+                for (int64_t i = 0; i < c; i++) ct_tensor_set(&z, r * c + i, -INFINITY);
+                break;
+            case 6: { /* a padded vocabulary's -inf tail [t, c), and tied maxima before it (8 apart: one lane) */
+                int64_t t = c / 2 + below(c - c / 2), p = below(t), q = p + 8 < t ? p + 8 : (p + 1) % t;
+                for (int64_t i = t; i < c; i++) ct_tensor_set(&z, r * c + i, -INFINITY);
+                ct_tensor_set(&z, r * c + p, 2 * spread), ct_tensor_set(&z, r * c + q, 2 * spread);
+                break;
+            }
             default: ct_tensor_set(&y, r, below(2) ? (double)c : -100.0);
             }
         }
