@@ -229,8 +229,9 @@ static ct_status head_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     h->x = *x;
     *y = ct_tensor_rows(&h->out, 0, x->shape[0]);
     ct_tensor xm = as_matrix(x, h->n_embd), ym = as_matrix(y, h->vocab);
-    ct_op_gemm(false, true, 1.0, &xm, h->weight, 0.0, &ym); /* logits = x wte^T */
-    if (h->mask.data) ct_op_bias_add(&ym, &h->mask, 1); /* the padding's logits become -inf */
+    /* logits = x wte^T, plus the mask as a bias (the padding's logits become -inf), which the
+     * backends add while the GEMM's rows are in cache instead of in a pass of its own over them */
+    ct_op_linear_forward(&xm, h->weight, h->mask.data ? &h->mask : NULL, CT_ACT_NONE, NULL, &ym);
     return CT_OK;
 }
 

@@ -5,7 +5,7 @@
  * take the separate ops), tensors that start one row into a buffer (pointers cuBLASLt sees with less
  * alignment), the same shapes twice (a remembered algorithm), float64 (separate ops), and the TF32,
  * BF16 and FP16 math modes. The backward accumulates into gradients that start non-zero, as they do
- * over micro-batches, and dx is overwritten.
+ * over micro-batches, and dx is overwritten. And the tied LM head's -inf padding mask as the bias.
  *
  * Bounds: test_cuda_dense's componentwise ones, each element against the sum of its terms' absolute
  * values: float32 1e-5, float64 1e-12, TF32 and FP16 1e-3, BF16 1e-2; a NaN fails. */
@@ -113,6 +113,35 @@ static void test_shapes(ct_dtype dt, ct_math_mode mode) {
                     linear_case(dt, mode, shapes[s][0], shapes[s][1], shapes[s][2], bias, acts[a], offset);
 }
 
+/* The tied LM head's padding mask as the bias (model/gpt.c): 0 for the first `real` columns, -inf for
+ * the padding ones (whose weight rows are 0), which must come out exactly -inf as on the CPU. */
+static void mask_bias_case(ct_math_mode mode, int64_t rows, int64_t in, int64_t out, int64_t real) {
+    const double bound = 1.0 / sqrt((double)in), tol = tolerance(CT_F32, mode);
+    ct_tensor x = ct_ct_rand(&rng, CT_F32, 2, (int64_t[]){rows, in}, -1, 1);
+    ct_tensor w = ct_ct_rand(&rng, CT_F32, 2, (int64_t[]){out, in}, -bound, bound);
+    ct_tensor mask = ct_ct_zeros(CT_F32, 1, &out), y = ct_ct_zeros(CT_F32, 2, (int64_t[]){rows, out});
+    for (int64_t j = real * in; j < out * in; j++) ((float *)w.data)[j] = 0.0f;
+    for (int64_t j = real; j < out; j++) ((float *)mask.data)[j] = -INFINITY;
+    ct_op_linear_forward(&x, &w, &mask, CT_ACT_NONE, NULL, &y);
+    ct_tensor gx = ct_ct_to_gpu(&x), gw = ct_ct_to_gpu(&w), gm = ct_ct_to_gpu(&mask), gy = ct_ct_to_gpu(&y);
+    ct_cuda_set_math_mode(mode);
+    ct_op_linear_forward(&gx, &gw, &gm, CT_ACT_NONE, NULL, &gy);
+    ct_cuda_set_math_mode(CT_MATH_F32);
+    ct_tensor back = ct_ct_to_cpu(&gy), ax = ct_ct_abs(&x), aw = ct_ct_abs(&w);
+    ct_tensor scale = ct_ct_zeros(CT_F32, 2, (int64_t[]){rows, out});
+    ct_op_gemm(false, true, 1.0, &ax, &aw, 0.0, &scale);
+    const float *got = back.data, *want = y.data, *sc = scale.data;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < rows * out; i++)
+        bad += i % out >= real ? !(got[i] == -INFINITY && want[i] == -INFINITY)
+                               : !(fabsf(got[i] - want[i]) <= tol * sc[i] + 1e-30f);
+    CHECK(bad == 0, "linear %s %lldx%lld->%lld, the last %lld columns masked by a -inf bias: %lld of %lld outputs wrong",
+          ct_math_mode_name(mode), (long long)rows, (long long)in, (long long)out, (long long)(out - real),
+          (long long)bad, (long long)(rows * out));
+    ct_tensor *all[] = {&x, &w, &mask, &y, &gx, &gw, &gm, &gy, &back, &ax, &aw, &scale};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) ct_tensor_free(all[i]);
+}
+
 #endif
 
 int main(void) {
@@ -128,6 +157,8 @@ int main(void) {
     /* a width of GPT-2 small's MLP ratio at a test's size */
     linear_case(CT_F32, CT_MATH_BF16, 256, 64, 256, true, CT_ACT_GELU_TANH, 0);
     linear_case(CT_F32, CT_MATH_BF16, 256, 256, 64, true, CT_ACT_NONE, 0);
+    mask_bias_case(CT_MATH_F32, 33, 20, 24, 19);
+    mask_bias_case(CT_MATH_BF16, 64, 64, 128, 100); /* GPT-2's 50257 of 50304, in small */
 #endif
     return ct_test_finish();
 }
