@@ -366,6 +366,9 @@ static ct_status gpt_to_json(const ct_module *m, json_t **out) {
     return *out ? CT_OK : ct_error(CT_ERR_NOMEM, "out of memory");
 }
 
+/* A label is a token id: the padded vocabulary's extra logits are never one. */
+static int64_t gpt_output_classes(const ct_module *m) { return ct_container_of(m, gpt, base)->cfg.vocab_size; }
+
 static const ct_module_ops gpt_ops = {
     .size = sizeof(ct_module_ops),
     .type = "gpt",
@@ -374,6 +377,7 @@ static const ct_module_ops gpt_ops = {
     .forward = gpt_forward,
     .backward = gpt_backward,
     .to_json = gpt_to_json,
+    .output_classes = gpt_output_classes,
 };
 
 ct_gpt_config ct_gpt_config_default(void) {

@@ -107,7 +107,8 @@ static const ct_layer_key_doc cnn_keys[] = {
 static const ct_layer_key_doc gpt_keys[] = {
     {"vocab_size", "int", "required", "Token ids lie in [0, vocab_size); the output has a logit per id."},
     {"padded_vocab_size", "int", "vocab_size", "Rows of the embedding and logits, rounded up for fast kernels (llm.c's "
-     "50304 for 50257); the padding logits are -inf, so they get no probability and no gradient."},
+     "50304 for 50257); the padding logits are -inf, so they get no probability and no gradient; labels "
+     "must stay below vocab_size (checked at the start of a run)."},
     {"n_positions", "int", "1024", "Longest context (learned position embeddings)."},
     {"n_embd", "int", "768", "Width of the residual stream."},
     {"n_layer", "int", "12", "Transformer blocks."},

@@ -92,6 +92,12 @@ fail:
     return s;
 }
 
+int64_t ct_model_output_classes(const ct_model *model) {
+    int64_t all = model->out_shape.ndim > 0 ? model->out_shape.dims[model->out_shape.ndim - 1] : 0;
+    int64_t classes = model->root ? ct_module_output_classes(model->root) : -1;
+    return classes >= 0 && classes < all ? classes : all;
+}
+
 void ct_model_free(ct_model *model) {
     ct_module_destroy(model->root);
     model->root = NULL;

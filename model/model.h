@@ -36,6 +36,10 @@ typedef struct ct_model {
 ct_status ct_model_build(ct_model *model, ct_module *root, const ct_shape *in_shape, const ct_model_options *opts);
 void ct_model_free(ct_model *model);
 
+/* How many leading entries of the output's last dimension are classes a label may name: the root's
+ * output_classes (a GPT's vocab_size of its padded vocabulary), else all of them. */
+int64_t ct_model_output_classes(const ct_model *model);
+
 /* y is a view of the model's own buffer: read it, never write into it (backward still reads it). */
 ct_status ct_model_forward(ct_model *model, const ct_tensor *x, ct_tensor *y);
 /* Backpropagates dy (the gradient of the output of the last forward, in memory of the caller's:

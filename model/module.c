@@ -153,6 +153,11 @@ bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool) {
     return o->size > offsetof(ct_module_ops, fuse_maxpool) && o->fuse_maxpool && o->fuse_maxpool(m, pool);
 }
 
+int64_t ct_module_output_classes(const ct_module *m) {
+    const ct_module_ops *o = m->ops;
+    return o->size > offsetof(ct_module_ops, output_classes) && o->output_classes ? o->output_classes(m) : -1;
+}
+
 bool ct_module_may_have_params(const ct_module *m) {
     if (m->ops->declare) return true;
     for (int i = 0; i < m->n_children; i++)

@@ -125,6 +125,11 @@ typedef struct ct_module_ops {
      * caller's): the gradient the stream's sum gets by the residual path too, added as the layer
      * writes its own. The same results as backward and ct_op_add after it. NULL: as forward_residual. */
     ct_status (*backward_residual)(ct_module *m, const ct_tensor *dy, const ct_tensor *dresidual, ct_tensor *dx);
+    /* How many leading entries of the output's last dimension are classes a label may name, where the
+     * others are padding no label may name (a GPT's padded vocabulary: vocab_size of its
+     * padded_vocab_size logits, the rest -inf). Asked of a model's root after infer
+     * (ct_model_output_classes). NULL: every entry is a class. */
+    int64_t (*output_classes)(const ct_module *m);
 } ct_module_ops;
 
 struct ct_module {
@@ -183,6 +188,8 @@ ct_status ct_module_backward_residual(ct_module *m, const ct_tensor *dy, const c
 bool ct_module_fuse_activation(ct_module *m, int act);
 /* m's fuse_maxpool, likewise. */
 bool ct_module_fuse_maxpool(ct_module *m, const struct ct_pool2d_geom *pool);
+/* m's output_classes, or -1 when its table has none (or predates the member). */
+int64_t ct_module_output_classes(const ct_module *m);
 /* Whether m or a descendant may hold parameters (its table declares some): a gradient that reaches
  * only modules for which this is false has nobody to update. */
 bool ct_module_may_have_params(const ct_module *m);

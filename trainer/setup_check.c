@@ -77,10 +77,15 @@ static ct_status check_label_values(ct_trainer *t, ct_dataset *ds, const char *r
     const ct_shape *out = &t->model->out_shape;
     int64_t ignore;
     if (out->ndim < 1 || !ct_loss_class_targets(t->loss, &ignore)) return CT_OK;
-    char of[96];
-    snprintf(of, sizeof of, "the model's %lld outputs", (long long)out->dims[out->ndim - 1]);
-    ct_label_rule rule = {.classes = out->dims[out->ndim - 1], .ignore_index = ignore, .of = of,
-                          .loss = ct_loss_name(t->loss)};
+    /* a padded vocabulary's extra logits are -inf: a label there would be an infinite loss */
+    int64_t outputs = out->dims[out->ndim - 1], classes = ct_model_output_classes(t->model);
+    char of[160];
+    if (classes < outputs)
+        snprintf(of, sizeof of, "the model's %lld classes (of its %lld outputs, the others padding)",
+                 (long long)classes, (long long)outputs);
+    else
+        snprintf(of, sizeof of, "the model's %lld outputs", (long long)outputs);
+    ct_label_rule rule = {.classes = classes, .ignore_index = ignore, .of = of, .loss = ct_loss_name(t->loss)};
     ct_status s = ct_dataset_check_labels(ds, &rule);
     return s == CT_OK ? s : ct_error_prefix(s, "%s: ", role);
 }
@@ -95,8 +100,7 @@ static bool labels_shaped_as_classes(const ct_model *m, const ct_dataset *ds) {
 /* A label beyond the model's classes in data that counts more classes than the model has outputs:
  * the model may be what is wrong, so the message also says how to give it enough. */
 static ct_status class_count_hint(const ct_trainer *t, const ct_dataset *ds, ct_status s) {
-    const ct_shape *out = &t->model->out_shape;
-    int64_t classes = ds->spec.num_classes, outputs = out->dims[out->ndim - 1];
+    int64_t classes = ds->spec.num_classes, outputs = ct_model_output_classes(t->model);
     if (classes <= outputs) return s;
     char why[1024];
     snprintf(why, sizeof why, "%s", ct_last_error()); /* the message is rewritten from a copy */

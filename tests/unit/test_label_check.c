@@ -9,7 +9,8 @@
  *     2^64-1 label with its own value, never -1), token windows (stride 1, each token read once,
  *     blamed on the first window whose labels hold it);
  *   - ct_trainer_init refuses a bad train, eval or test set, naming its role, before any step; a
- *     set given only to ct_trainer_predict is checked before its first batch. */
+ *     set given only to ct_trainer_predict is checked before its first batch;
+ *   - a GPT's padded vocabulary: a label among the padding logits is no class. */
 #include <hdf5.h>
 #include <hdf5_hl.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "core/format/h5io.h"
 #include "data/dataset.h"
+#include "model/layers.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
 #include "trainer_fixture.h"
@@ -336,6 +338,59 @@ static void test_trainer(void) {
     ct_model_free(&m);
 }
 
+/* A GPT with a padded vocabulary: its extra logits are -inf padding, so a label there is refused as no
+ * class (the loss would be infinite), at init and for a set only predict sees; the last real token
+ * passes. */
+static void test_padded_vocab(void) {
+    ct_gpt_config g = ct_gpt_config_default();
+    g.vocab_size = draw(5, 40);
+    g.padded_vocab_size = g.vocab_size + draw(1, 10);
+    g.n_positions = 4;
+    g.n_embd = 8;
+    g.n_head = 2;
+    g.n_layer = 1;
+    const int64_t n = 16, T = 4, V = g.vocab_size, Vp = g.padded_vocab_size;
+    ct_module *root;
+    CHECK_OK(ct_gpt_create(&g, &root));
+    ct_model m;
+    CHECK_OK(ct_model_build(&m, root, &(ct_shape){1, {T}}, &(ct_model_options){.dtype = CT_F32, .max_batch = 8}));
+    CHECK(ct_model_output_classes(&m) == V, "the padded GPT's classes: %lld, expected %lld",
+          (long long)ct_model_output_classes(&m), (long long)V);
+    ct_tensor ids, good, bad;
+    labelled(n, T, V, CT_I64, &ids);
+    labelled(n, T, V, CT_I64, &good);
+    labelled(n, T, V, CT_I64, &bad);
+    ((int64_t *)good.data)[draw(0, n * T)] = V - 1;
+    const int64_t k = draw(0, n * T), label = draw(V, Vp);
+    ((int64_t *)bad.data)[k] = label;
+    ct_dataset *tr, *other;
+    CT_ASSERT(ct_tensor_dataset_create(&ids, &good, 0, &tr) == CT_OK);
+    CT_ASSERT(ct_tensor_dataset_create(&ids, &bad, 0, &other) == CT_OK);
+    char want[200];
+    snprintf(want, sizeof want, "label %lld of sample %lld (element %lld) is not a class of the model's %lld classes "
+             "(of its %lld outputs, the others padding)", (long long)label, (long long)(k / T), (long long)(k % T),
+             (long long)V, (long long)Vp);
+    ct_training_args a;
+    ct_training_args_default(&a);
+    snprintf(a.output_dir, sizeof a.output_dir, "%s/padded", tmp_root);
+    a.disable_tqdm = true;
+    a.save_strategy = CT_INTERVAL_NO;
+    ct_trainer t;
+    CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m, .train_dataset = other}), CT_ERR_FORMAT,
+              "train_dataset: ", want);
+    ct_trainer_free(&t);
+    CHECK_OK(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m, .train_dataset = tr}));
+    ct_prediction_output p;
+    CHECK_ERR(ct_trainer_predict(&t, other, "test", &p), CT_ERR_FORMAT, "test_dataset: ", want);
+    ct_trainer_free(&t);
+    ct_dataset_free(tr);
+    ct_dataset_free(other);
+    ct_tensor *all[] = {&ids, &good, &bad};
+    for (int i = 0; i < 3; i++) ct_tensor_free(all[i]);
+    ct_training_args_free(&a);
+    ct_model_free(&m);
+}
+
 int main(void) {
     ct_test_begin("test_label_check");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -347,6 +402,7 @@ int main(void) {
     test_hdf5();
     test_tokens();
     test_trainer();
+    test_padded_vocab();
     ct_fixture_cleanup();
     return ct_test_finish();
 }
