@@ -110,7 +110,10 @@ typedef struct ct_trainer_ops {
      * model's flat gradient buffer). *loss = the batch's (sum, count). */
     ct_status (*training_step)(ct_trainer *t, const ct_batch *b, ct_loss_value *loss);
     /* One batch of evaluation, in eval mode: *loss (count 0 when prediction_loss_only is false and
-     * the data has no labels), *outputs (a view valid until the next forward). */
+     * the data has no labels), *outputs (a view valid until the next forward). While neither this
+     * nor compute_loss is overridden, the evaluator does the default's work itself: the model's
+     * forward, and the loss as the sum of the per-row losses it needs for the standard error
+     * (trainer/eval_loss.c), one pass over the outputs where the default and that took two. */
     ct_status (*prediction_step)(ct_trainer *t, const ct_batch *b, bool prediction_loss_only, ct_loss_value *loss,
                                  ct_tensor *outputs);
     /* Evaluates on eval_set (NULL: every configured evaluation set, each prefixed
