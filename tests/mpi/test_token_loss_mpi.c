@@ -17,9 +17,9 @@
 
 #include "core/json.h"
 #include "dist/comm.h"
-#include "model/layers.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
+#include "trainer_fixture.h"
 
 #define N_TRAIN 48
 #define N_EVAL 21
@@ -57,17 +57,9 @@ static ct_dataset *windows(int64_t n, uint64_t seed) {
 }
 
 static ct_status gpt(int64_t max_batch, ct_model *m) {
-    ct_gpt_config c = ct_gpt_config_default();
-    c.vocab_size = VOCAB;
-    c.n_positions = T;
-    c.n_embd = 16;
-    c.n_layer = 2;
-    c.n_head = 2;
-    ct_module *root;
-    CT_TRY(ct_gpt_create(&c, &root));
-    ct_shape in = {1, {T}};
-    ct_model_options o = {.dtype = CT_F64, .max_batch = max_batch, .seed = 11};
-    return ct_model_build(m, root, &in, &o);
+    ct_fixture_gpt g = {.vocab = VOCAB, .positions = T, .n_embd = 16, .n_head = 2, .n_layer = 2, .dtype = CT_F64,
+                        .max_batch = max_batch, .seed = 11};
+    return ct_fixture_gpt_build(&g, m);
 }
 
 typedef struct result {

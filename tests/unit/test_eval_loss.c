@@ -15,7 +15,6 @@
 #include "core/ops/op_profile.h"
 #include "core/rng.h"
 #include "data/dataset.h"
-#include "model/layers.h"
 #include "model/loss.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
@@ -176,20 +175,6 @@ static ct_dataset *token_data(int64_t n, int64_t T, int64_t vocab, double ignore
     return d;
 }
 
-static void build_gpt(ct_model *m, int64_t vocab, int64_t T, int64_t max_batch) {
-    ct_gpt_config g = ct_gpt_config_default();
-    g.vocab_size = vocab;
-    g.n_positions = T;
-    g.n_embd = 16;
-    g.n_head = 2;
-    g.n_layer = 1;
-    ct_module *root;
-    CHECK_OK(ct_gpt_create(&g, &root));
-    ct_shape in = {1, {T}};
-    ct_model_options mo = {.dtype = CT_F32, .max_batch = max_batch, .seed = ct_test_seed};
-    CHECK_OK(ct_model_build(m, root, &in, &mo));
-}
-
 static void test_language_model(void) {
     int64_t vocab = ct_test_between(&rng, 40, 400), T = ct_test_between(&rng, 2, 8);
     int64_t batch = ct_test_between(&rng, 2, 5);
@@ -197,7 +182,9 @@ static void test_language_model(void) {
     int64_t n = batch * ct_test_between(&rng, 2, 4) + ct_test_between(&rng, 1, batch - 1);
     int64_t batches = (n + batch - 1) / batch;
     ct_model m;
-    build_gpt(&m, vocab, T, batch);
+    ct_fixture_gpt g = {.vocab = vocab, .positions = T, .n_embd = 16, .n_head = 2, .n_layer = 1, .max_batch = batch,
+                        .seed = ct_test_seed};
+    CHECK_OK(ct_fixture_gpt_build(&g, &m));
     ct_dataset *d = token_data(n, T, vocab, 0.2);
     eval_case c = {.model = &m, .data = d, .metrics = "[\"token_loss\", \"perplexity\", \"token_accuracy\"]",
                    .batch = batch};

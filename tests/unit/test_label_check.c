@@ -19,7 +19,6 @@
 
 #include "core/format/h5io.h"
 #include "data/dataset.h"
-#include "model/layers.h"
 #include "testlib.h"
 #include "trainer/trainer.h"
 #include "trainer_fixture.h"
@@ -342,18 +341,11 @@ static void test_trainer(void) {
  * class (the loss would be infinite), at init and for a set only predict sees; the last real token
  * passes. */
 static void test_padded_vocab(void) {
-    ct_gpt_config g = ct_gpt_config_default();
-    g.vocab_size = draw(5, 40);
-    g.padded_vocab_size = g.vocab_size + draw(1, 10);
-    g.n_positions = 4;
-    g.n_embd = 8;
-    g.n_head = 2;
-    g.n_layer = 1;
-    const int64_t n = 16, T = 4, V = g.vocab_size, Vp = g.padded_vocab_size;
-    ct_module *root;
-    CHECK_OK(ct_gpt_create(&g, &root));
+    const int64_t n = 16, T = 4, V = draw(5, 40), Vp = V + draw(1, 10);
     ct_model m;
-    CHECK_OK(ct_model_build(&m, root, &(ct_shape){1, {T}}, &(ct_model_options){.dtype = CT_F32, .max_batch = 8}));
+    ct_fixture_gpt g = {.vocab = V, .padded_vocab = Vp, .positions = T, .n_embd = 8, .n_head = 2, .n_layer = 1,
+                        .max_batch = 8};
+    CHECK_OK(ct_fixture_gpt_build(&g, &m));
     CHECK(ct_model_output_classes(&m) == V, "the padded GPT's classes: %lld, expected %lld",
           (long long)ct_model_output_classes(&m), (long long)V);
     ct_tensor ids, good, bad;

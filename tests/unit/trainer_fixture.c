@@ -88,6 +88,20 @@ ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m) {
     return ct_model_build(m, root, &in, &mo);
 }
 
+ct_status ct_fixture_gpt_build(const ct_fixture_gpt *o, ct_model *m) {
+    ct_gpt_config c = ct_gpt_config_default();
+    c.vocab_size = o->vocab;
+    c.padded_vocab_size = o->padded_vocab;
+    c.n_positions = o->positions;
+    c.n_embd = o->n_embd;
+    c.n_head = o->n_head;
+    c.n_layer = o->n_layer;
+    ct_module *root;
+    CT_TRY(ct_gpt_create(&c, &root));
+    ct_model_options mo = {.dtype = o->dtype, .max_batch = o->max_batch, .seed = o->seed};
+    return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {o->positions}}, &mo);
+}
+
 void ct_fixture_args(ct_training_args *a, const char *root, const char *name) {
     ct_training_args_default(a);
     snprintf(a->output_dir, sizeof a->output_dir, "%s/%s", root, name);

@@ -65,6 +65,18 @@ typedef struct ct_fixture_mlp {
 
 ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m);
 
+/* A small GPT (ct_gpt_create) over inputs of `positions` token ids, also its n_positions; GPT-2's
+ * defaults for what is not given (no dropout, biases, epsilon 1e-5). */
+typedef struct ct_fixture_gpt {
+    int64_t vocab, padded_vocab; /* padded_vocab 0: none */
+    int64_t positions, n_embd, n_head, n_layer;
+    ct_dtype dtype; /* CT_F32 (0, the default) or CT_F64 */
+    int64_t max_batch;
+    uint64_t seed;
+} ct_fixture_gpt;
+
+ct_status ct_fixture_gpt_build(const ct_fixture_gpt *o, ct_model *m);
+
 /* Hugging Face's defaults, no progress bar, output_dir <root>/<name>. */
 void ct_fixture_args(ct_training_args *a, const char *root, const char *name);
 
