@@ -30,27 +30,22 @@ ct_status ct_eval_forward(ct_trainer *t, const ct_batch *db, ct_tensor *outputs)
     return as_default_hooks(ct_model_forward(t->model, &db->features, outputs));
 }
 
-/* The label of position p of host labels (int64 or int32). */
-static int64_t label_at(const ct_tensor *labels, int64_t p) {
-    return labels->dtype == CT_I64 ? ((const int64_t *)labels->data)[p] : ((const int32_t *)labels->data)[p];
-}
-
 /* rows[0..n) from the token values of a plain cross-entropy: each row's non-ignored positions added in
- * order, as forward_rows adds them. False (rows unset) when the loss is not one, or a label of the
- * real rows is neither a class nor ignore_index. */
+ * order, as forward_rows adds them. False when the loss is not one, or a label of the real rows is
+ * neither a class nor ignore_index (rows are then partly written; forward_rows writes them all). */
 static bool rows_from_tokens(const ct_loss *loss, const ct_token_values *tv, const ct_tensor *labels, int64_t n,
                              ct_loss_value *rows) {
     int64_t ignore;
     if (!tv || !ct_loss_plain_nll(loss, &ignore) || labels->device.kind != CT_DEVICE_CPU) return false;
     int64_t classes = tv->shape[tv->ndim - 1], per = labels->shape[0] ? ct_tensor_numel(labels) / labels->shape[0] : 0;
-    for (int64_t p = 0; p < n * per; p++) {
-        int64_t y = label_at(labels, p);
-        if (y != ignore && (y < 0 || y >= classes)) return false;
-    }
     for (int64_t i = 0; i < n; i++) {
         ct_loss_value v = {0.0, 0.0};
-        for (int64_t p = i * per; p < (i + 1) * per; p++)
-            if (label_at(labels, p) != ignore) v = ct_loss_value_add(v, (ct_loss_value){tv->nll[p], 1.0});
+        for (int64_t p = i * per; p < (i + 1) * per; p++) {
+            int64_t y = (int64_t)ct_tensor_get(labels, p);
+            if (y == ignore) continue;
+            if (y < 0 || y >= classes) return false;
+            v = ct_loss_value_add(v, (ct_loss_value){tv->nll[p], 1.0});
+        }
         rows[i] = v;
     }
     return true;
