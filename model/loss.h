@@ -71,7 +71,7 @@ typedef struct ct_loss_ops {
     /* Optional: for each of pred's rows (its first dimension: the samples) the (sum, count) that
      * forward gives for that row alone, into rows[] (host memory), from one pass over the batch (an
      * evaluation's per-sample losses: one copy back from a GPU rather than one per row). NULL: the
-     * wrapper calls forward on each row. Cross-entropy has it. */
+     * wrapper calls forward on each row. Every built-in loss has it. */
     ct_status (*forward_rows)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows);
 } ct_loss_ops;
 

@@ -50,17 +50,33 @@ static ct_status backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *ta
     return CT_OK;
 }
 
+/* Every row's sum from one pass (ct_op_pointwise_loss_rows); each row's count is its elements. */
+static ct_status forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows) {
+    pointwise_loss *p = self(l);
+    CT_TRY(check(p, pred, target));
+    int64_t n = pred->shape[0];
+    if (n == 0) return CT_OK;
+    double *sums = malloc((size_t)n * sizeof *sums);
+    if (!sums) return ct_error(CT_ERR_NOMEM, "out of memory for %lld rows' losses", (long long)n);
+    ct_op_pointwise_loss_rows(p->kind, &p->opts, pred, target, sums);
+    double m = (double)(ct_tensor_numel(pred) / n);
+    for (int64_t i = 0; i < n; i++) rows[i] = (ct_loss_value){sums[i], m};
+    free(sums);
+    return CT_OK;
+}
+
 static void destroy(ct_loss *l) {
     pointwise_loss *p = self(l);
     ct_tensor_free(&p->pos_weight);
     free(p);
 }
 
+/* No forward_backward: the wrapper's forward, then backward, is already one pass each. */
 static const ct_loss_ops ops[] = {
-    [CT_LOSS_MSE] = {sizeof(ct_loss_ops), "mse", forward, backward, destroy},
-    [CT_LOSS_L1] = {sizeof(ct_loss_ops), "l1", forward, backward, destroy},
-    [CT_LOSS_HUBER] = {sizeof(ct_loss_ops), "huber", forward, backward, destroy},
-    [CT_LOSS_BCE_LOGITS] = {sizeof(ct_loss_ops), "bce_with_logits", forward, backward, destroy},
+    [CT_LOSS_MSE] = {sizeof(ct_loss_ops), "mse", forward, backward, destroy, NULL, forward_rows},
+    [CT_LOSS_L1] = {sizeof(ct_loss_ops), "l1", forward, backward, destroy, NULL, forward_rows},
+    [CT_LOSS_HUBER] = {sizeof(ct_loss_ops), "huber", forward, backward, destroy, NULL, forward_rows},
+    [CT_LOSS_BCE_LOGITS] = {sizeof(ct_loss_ops), "bce_with_logits", forward, backward, destroy, NULL, forward_rows},
 };
 
 static ct_status create(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, ct_loss **out) {

@@ -121,4 +121,5 @@ const ct_backend_ops ct_backend_cpu = {
     .linear_backward = ct_cpu_linear_backward,
     .cross_entropy_rows = ct_cpu_cross_entropy_rows,
     .token_values = ct_cpu_token_values,
+    .pointwise_loss_rows = ct_cpu_pointwise_loss_rows,
 };

@@ -181,6 +181,8 @@ double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_
                                      const ct_tensor *target);
 void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target, double scale, ct_tensor *dpred);
+void ct_cpu_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                const ct_tensor *target, double *loss);
 /* misc.c */
 void ct_cpu_dropout_forward(const ct_tensor *x, double p, const ct_dropout_ctx *ctx, ct_tensor *mask,
                             ct_tensor *y);

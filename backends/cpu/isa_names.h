@@ -69,6 +69,7 @@
 #define ct_cpu_maxpool2x2_plane_f64 CT_CPU_ISA_NAME(ct_cpu_maxpool2x2_plane_f64)
 #define ct_cpu_pointwise_loss_backward CT_CPU_ISA_NAME(ct_cpu_pointwise_loss_backward)
 #define ct_cpu_pointwise_loss_forward CT_CPU_ISA_NAME(ct_cpu_pointwise_loss_forward)
+#define ct_cpu_pointwise_loss_rows CT_CPU_ISA_NAME(ct_cpu_pointwise_loss_rows)
 #define ct_cpu_scale CT_CPU_ISA_NAME(ct_cpu_scale)
 #define ct_cpu_sgd_step CT_CPU_ISA_NAME(ct_cpu_sgd_step)
 #define ct_cpu_sgemm CT_CPU_ISA_NAME(ct_cpu_sgemm)

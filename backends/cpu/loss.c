@@ -141,6 +141,20 @@ double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_
     return pointwise_fwd_f64(kind, delta, pw, npw, pred->data, target->data, n);
 }
 
+void ct_cpu_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                const ct_tensor *target, double *loss) {
+    int64_t n = ct_tensor_numel(pred), rows = pred->shape[0], npw;
+    if (rows == 0) return;
+    const double *pw = pos_weight(o, &npw);
+    double delta = o ? o->delta : 1.0;
+    if (pred->dtype == CT_F32) {
+        pointwise_rows_f32(kind, delta, pw, npw, pred->data, target->data, rows, n / rows, loss);
+        return;
+    }
+    CT_ASSERT(pred->dtype == CT_F64);
+    pointwise_rows_f64(kind, delta, pw, npw, pred->data, target->data, rows, n / rows, loss);
+}
+
 void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target, double scale, ct_tensor *dpred) {
     int64_t n = ct_tensor_numel(pred), npw;

@@ -273,43 +273,63 @@ static int64_t FN(xent_fused)(const R *z, const void *tgt, bool t64, int64_t row
 
 /* --- elementwise losses -------------------------------------------------------------------------- */
 
+/* The elementwise losses of x[i] against y[i] for i in [lo, hi), added in order in double; pos_weight
+ * is indexed by the element's position in the whole tensor, base + i. */
+static double FN(pointwise_range)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
+                                  const R *y, int64_t base, int64_t lo, int64_t hi) {
+    double acc = 0.0;
+    switch (kind) {
+    case CT_LOSS_MSE:
+        for (int64_t i = lo; i < hi; i++) {
+            double d = (double)x[i] - (double)y[i];
+            acc += d * d;
+        }
+        break;
+    case CT_LOSS_L1:
+        for (int64_t i = lo; i < hi; i++) acc += fabs((double)x[i] - (double)y[i]);
+        break;
+    case CT_LOSS_HUBER:
+        for (int64_t i = lo; i < hi; i++) {
+            double d = (double)x[i] - (double)y[i], ad = fabs(d);
+            acc += ad <= delta ? 0.5 * d * d : delta * (ad - 0.5 * delta);
+        }
+        break;
+    case CT_LOSS_BCE_LOGITS:
+        for (int64_t i = lo; i < hi; i++) {
+            double v = x[i], t = y[i];
+            double lw = pw ? 1.0 + (pw[(base + i) % npw] - 1.0) * t : 1.0;
+            /* softplus(-v) = log(1 + exp(-v)) without overflow for either sign of v */
+            double sp = fmax(-v, 0.0) + log1p(exp(-fabs(v)));
+            acc += (1.0 - t) * v + lw * sp;
+        }
+        break;
+    }
+    return acc;
+}
+
 static double FN(pointwise_fwd)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
                                 const R *y, int64_t n) {
     double part[CT_LOSS_CHUNKS];
     CT_LOSS_FOR_CHUNKS(n > CT_OMP_MIN, k, {
-        double acc = 0.0;
-        int64_t lo = chunk_lo(n, k), hi = chunk_lo(n, k + 1);
-        switch (kind) {
-        case CT_LOSS_MSE:
-            for (int64_t i = lo; i < hi; i++) {
-                double d = (double)x[i] - (double)y[i];
-                acc += d * d;
-            }
-            break;
-        case CT_LOSS_L1:
-            for (int64_t i = lo; i < hi; i++) acc += fabs((double)x[i] - (double)y[i]);
-            break;
-        case CT_LOSS_HUBER:
-            for (int64_t i = lo; i < hi; i++) {
-                double d = (double)x[i] - (double)y[i], ad = fabs(d);
-                acc += ad <= delta ? 0.5 * d * d : delta * (ad - 0.5 * delta);
-            }
-            break;
-        case CT_LOSS_BCE_LOGITS:
-            for (int64_t i = lo; i < hi; i++) {
-                double v = x[i], t = y[i];
-                double lw = pw ? 1.0 + (pw[i % npw] - 1.0) * t : 1.0;
-                /* softplus(-v) = log(1 + exp(-v)) without overflow for either sign of v */
-                double sp = fmax(-v, 0.0) + log1p(exp(-fabs(v)));
-                acc += (1.0 - t) * v + lw * sp;
-            }
-            break;
-        }
-        part[k] = acc;
+        part[k] = FN(pointwise_range)(kind, delta, pw, npw, x, y, 0, chunk_lo(n, k), chunk_lo(n, k + 1));
     });
     double s = 0.0;
     for (int k = 0; k < CT_LOSS_CHUNKS; k++) s += part[k];
     return s;
+}
+
+/* loss[r] for each of `rows` rows of m elements: the sum pointwise_fwd gives for the row alone, its
+ * chunks the same and added in the same order (bit for bit), the rows shared among the threads. */
+static void FN(pointwise_rows)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,
+                               const R *y, int64_t rows, int64_t m, double *loss) {
+#pragma omp parallel for if (rows * m > CT_OMP_MIN && rows > 1)
+    for (int64_t r = 0; r < rows; r++) {
+        const R *xr = x + r * m, *yr = y + r * m;
+        double s = 0.0;
+        for (int k = 0; k < CT_LOSS_CHUNKS; k++)
+            s += FN(pointwise_range)(kind, delta, pw, npw, xr, yr, r * m, chunk_lo(m, k), chunk_lo(m, k + 1));
+        loss[r] = s;
+    }
 }
 
 static void FN(pointwise_bwd)(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, const R *x,

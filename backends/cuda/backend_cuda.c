@@ -31,6 +31,7 @@ const ct_backend_ops ct_backend_cuda = {
     .download = ct_cuda_download,
     .cross_entropy_rows = ct_cuda_op_cross_entropy_rows,
     .token_values = ct_cuda_op_token_values,
+    .pointwise_loss_rows = ct_cuda_op_pointwise_loss_rows,
     .use_device = ct_cuda_use_device,
     .stream_begin = ct_cuda_thread_stream_begin,
     .stream_end = ct_cuda_thread_stream_end,

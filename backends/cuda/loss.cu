@@ -458,6 +458,17 @@ __global__ void pointwise_bwd(ct_pointwise_loss kind, double delta, const double
     }
 }
 
+/* out[r] = the sum of f over row r's m elements, one block per row (a fixed tree per row). */
+template <typename R> __global__ void pointwise_rows(pointwise_value<R> f, int64_t rows, int64_t m, double *out) {
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        double acc = 0.0;
+        for (int64_t j = threadIdx.x; j < m; j += blockDim.x) acc += f(r * m + j);
+        acc = block_sum(acc);
+        if (threadIdx.x == 0) out[r] = acc;
+        __syncthreads(); /* the next row's block_sum reuses the shared partials */
+    }
+}
+
 /* pos_weight as (device data, length): 1 or the last dimension of pred, on pred's device. */
 const double *pos_weight(const ct_pointwise_opts *o, const ct_tensor *pred, int64_t *npw) {
     *npw = 1;
@@ -597,6 +608,33 @@ extern "C" double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, cons
     if (pred->dtype == CT_F32) return pointwise_fwd_run<float>(kind, delta, pw, npw, pred, target, n);
     CT_ASSERT(pred->dtype == CT_F64);
     return pointwise_fwd_run<double>(kind, delta, pw, npw, pred, target, n);
+}
+
+/* The rows' sums in the workspace, back in one copy (one wait for the stream). */
+extern "C" void ct_cuda_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o,
+                                               const ct_tensor *pred, const ct_tensor *target, double *loss) {
+    same_device(pred, target);
+    int64_t n = ct_tensor_numel(pred), npw;
+    CT_ASSERT(pred->ndim >= 1 && ct_tensor_numel(target) == n && target->dtype == pred->dtype);
+    int64_t rows = pred->shape[0];
+    const double *pw = pos_weight(o, pred, &npw);
+    double delta = o ? o->delta : 1.0;
+    if (rows == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    double *w = (double *)ct_cuda_workspace((size_t)rows * sizeof(double));
+    unsigned grid = (unsigned)(rows < 65535 ? rows : 65535);
+    if (pred->dtype == CT_F32) {
+        pointwise_value<float> f{kind, delta, pw, npw, (const float *)pred->data, (const float *)target->data};
+        pointwise_rows<float><<<grid, CT_CUDA_THREADS, 0, st>>>(f, rows, n / rows, w);
+    } else {
+        CT_ASSERT(pred->dtype == CT_F64);
+        pointwise_value<double> f{kind, delta, pw, npw, (const double *)pred->data, (const double *)target->data};
+        pointwise_rows<double><<<grid, CT_CUDA_THREADS, 0, st>>>(f, rows, n / rows, w);
+    }
+    CT_CUDA_LAUNCHED();
+    const ct_device host{CT_DEVICE_CPU, 0}, gpu{CT_DEVICE_CUDA, pred->device.index};
+    if (ct_cuda_memcpy(loss, host, w, gpu, (size_t)rows * sizeof(double)) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "loss: cannot read the rows' losses back: %s", ct_last_error());
 }
 
 extern "C" void ct_cuda_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o,

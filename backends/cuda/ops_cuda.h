@@ -64,6 +64,8 @@ void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy,
 int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double *loss, double *count);
 void ct_cuda_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+void ct_cuda_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                    const ct_tensor *target, double *loss);
 int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                          double *sum, double *count);
 int64_t ct_cuda_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

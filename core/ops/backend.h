@@ -212,6 +212,11 @@ typedef struct ct_backend_ops {
     /* --- appended: a language model's per-token NLL and argmax hit (NULL: ct_op_token_values copies
      * the logits and labels to the host and runs the CPU's); see ops_loss.h ---------------------- */
     void (*token_values)(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+
+    /* --- appended: an elementwise loss row by row (NULL: ct_op_pointwise_loss_rows copies pred and
+     * target to the host and runs the CPU's); see ops_loss.h ------------------------------------- */
+    void (*pointwise_loss_rows)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                const ct_tensor *target, double *loss);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

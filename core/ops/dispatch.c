@@ -384,6 +384,14 @@ int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *targe
     return -1;
 }
 
+/* A host copy of t (aborting, naming the op, when it cannot be had: ops do not fail). */
+static ct_tensor host_copy_or_abort(const ct_tensor *t, const char *op) {
+    ct_tensor h = {0};
+    if (ct_tensor_alloc(&h, t->dtype, CT_CPU, t->ndim, t->shape) != CT_OK || ct_tensor_copy_to(&h, t) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "%s: cannot copy a tensor to the host: %s", op, ct_last_error());
+    return h;
+}
+
 void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit) {
     SAME_KIND(logits, labels);
     CT_ASSERT(logits->ndim >= 1 && (logits->dtype == CT_F32 || logits->dtype == CT_F64));
@@ -396,11 +404,7 @@ void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double
     }
     /* a backend without the kernel: the CPU's on host copies (what the kernel must match); called
      * through the CPU's table itself, so a CPU table without it aborts naming the op, not recurses */
-    ct_tensor z = {0}, y = {0};
-    if (ct_tensor_alloc(&z, logits->dtype, CT_CPU, logits->ndim, logits->shape) != CT_OK ||
-        ct_tensor_alloc(&y, labels->dtype, CT_CPU, labels->ndim, labels->shape) != CT_OK ||
-        ct_tensor_copy_to(&z, logits) != CT_OK || ct_tensor_copy_to(&y, labels) != CT_OK)
-        ct_abort_at(__FILE__, __LINE__, "token_values: cannot copy the logits to the host: %s", ct_last_error());
+    ct_tensor z = host_copy_or_abort(logits, "token_values"), y = host_copy_or_abort(labels, "token_values");
     CALL(&z, token_values, &z, &y, nll, hit);
     ct_tensor_free(&z);
     ct_tensor_free(&y);
@@ -437,6 +441,29 @@ double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_o
                                     const ct_tensor *target) {
     check_pointwise(o, pred, target);
     CALL_RETURN(pred, pointwise_loss_forward, kind, o, pred, target);
+}
+
+void ct_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                               const ct_tensor *target, double *loss) {
+    check_pointwise(o, pred, target);
+    CT_ASSERT(pred->ndim >= 1);
+    if (backend_of(pred, "pointwise_loss_rows")->pointwise_loss_rows) {
+        CALL(pred, pointwise_loss_rows, kind, o, pred, target, loss);
+        return;
+    }
+    /* a backend without the kernel: the CPU's on host copies (what the kernel must match), through
+     * the CPU's table itself */
+    const char *op = "pointwise_loss_rows";
+    ct_tensor x = host_copy_or_abort(pred, op), y = host_copy_or_abort(target, op), w = {0};
+    ct_pointwise_opts ho = o ? *o : (ct_pointwise_opts){.delta = 1.0};
+    if (o && o->pos_weight) {
+        w = host_copy_or_abort(o->pos_weight, op);
+        ho.pos_weight = &w;
+    }
+    CALL(&x, pointwise_loss_rows, kind, &ho, &x, &y, loss);
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+    ct_tensor_free(&w);
 }
 
 void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,

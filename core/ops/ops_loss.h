@@ -85,6 +85,14 @@ typedef struct ct_pointwise_opts {
 /* Sum over all elements of the elementwise loss (the count is the number of elements). */
 double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target);
+/* The same per row (pred's first dimension, of m = numel / rows elements each), into a host array of
+ * one entry per row, from one pass and, on a GPU, one copy back (an evaluation's per-sample losses;
+ * each row's count is m). loss[r] is the sum of row r's elements, pos_weight indexed by the element's
+ * position in the whole tensor as the forward indexes it; on the CPU it is what
+ * ct_op_pointwise_loss_forward gives for the row alone, bit for bit (on a GPU the order of the
+ * row's additions may differ). */
+void ct_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                               const ct_tensor *target, double *loss);
 /* dpred = scale * d(sum)/d(pred). */
 void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                    const ct_tensor *target, double scale, ct_tensor *dpred);

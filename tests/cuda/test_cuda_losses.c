@@ -327,6 +327,16 @@ static void pointwise_case(ct_dtype dt, ct_pointwise_loss kind, bool big) {
     char w2[200];
     snprintf(w2, sizeof w2, "%s: sum", what);
     check_sum(w2, sg, sc);
+    /* per row (the first dimension), each to the tolerance of a sum */
+    double *rc = malloc(2 * (size_t)shape[0] * sizeof *rc), *rg = rc + shape[0];
+    CT_ASSERT(rc);
+    ct_op_pointwise_loss_rows(kind, &oc, &pred, &target, rc);
+    ct_op_pointwise_loss_rows(kind, &og, &gpred, &gtarget, rg);
+    for (int64_t r = 0; r < shape[0]; r++) {
+        snprintf(w2, sizeof w2, "%s: row %lld of %lld", what, (long long)r, (long long)shape[0]);
+        check_sum(w2, rg[r], rc[r]);
+    }
+    free(rc);
 
     double scale = urand(0.1, 3.0) * (irand(0, 1) ? 1.0 : -1.0);
     ct_tensor dc = ct_ct_zeros(dt, ndim, shape);

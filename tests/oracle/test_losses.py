@@ -52,6 +52,13 @@ def compare(label, spec_loss, torch_loss, pred, target, dtype="f32", target_dtyp
     check_close(f"{label}: fused in place: sum", fused_sum, ref_sum.item(), SUM_TOL[dtype])
     check_close(f"{label}: fused in place: sum / count vs mean", fused_sum / fused_count, ref_mean, SUM_TOL[dtype])
     check_close(f"{label}: fused in place: gradient", out["fused_dpred"], pt.grad.numpy(), GRAD_TOL[dtype])
+    # per sample (the first dimension): reduction='none' summed over the sample's other dimensions; a
+    # count is the sample's own denominator, so each sample's sum / count is its own mean
+    ref_rows = torch_loss(pt.detach(), tt, "none")
+    ref_rows = ref_rows.reshape(ref_rows.shape[0], -1).sum(dim=1).numpy()
+    check_close(f"{label}: per-sample sums", out["rows_sum"], ref_rows, SUM_TOL[dtype])
+    check(abs(out["rows_count"].sum() - got_count) <= 1e-12 * abs(got_count),
+          f"{label}: per-sample counts add up to {out['rows_count'].sum()}, not {got_count}")
     if split is not None:
         s, c = out["split_sum"], out["split_count"]
         check_close(f"{label}: halves' (sum, count) added vs whole-batch mean", (s[0] + s[1]) / (c[0] + c[1]),

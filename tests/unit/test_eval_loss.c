@@ -6,7 +6,8 @@
  * which a prediction_step hook that calls the default one keeps: the same metrics (eval_loss within
  * float64 rounding of the other order of additions, everything else equal), and the op profile's
  * count of the passes over the logits each path made. Also: a cross-entropy with class weights and
- * label smoothing (rows from the loss's own pass), padding rows and ignored labels. */
+ * label smoothing (rows from the loss's own pass), padding rows and ignored labels; regressions whose
+ * elementwise losses (mse, huber, bce_with_logits with pos_weight) give their rows in one pass too. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,9 +31,10 @@ static ct_status hook_prediction_step(ct_trainer *t, const ct_batch *b, bool los
 }
 static const ct_trainer_ops hook_ops = {.size = sizeof(ct_trainer_ops), .prediction_step = hook_prediction_step};
 
-/* Calls of each op in the profile's table (0 when absent). */
+/* Calls of the ops that pass over the outputs, from the profile's table: the loss's forward and its
+ * per-row pass (cross-entropy's or an elementwise loss's), and the token values. */
 typedef struct op_calls {
-    long long xent_forward, xent_rows, token_values;
+    long long forward, rows, token_values;
 } op_calls;
 
 static long long calls_of(const char *table, const char *op) {
@@ -52,7 +54,8 @@ static op_calls profiled_calls(void) {
     if (!f) abort();
     ct_op_profile_report(f);
     fclose(f);
-    op_calls c = {calls_of(text, "cross_entropy_forward"), calls_of(text, "cross_entropy_rows"),
+    op_calls c = {calls_of(text, "cross_entropy_forward") + calls_of(text, "pointwise_loss_forward"),
+                  calls_of(text, "cross_entropy_rows") + calls_of(text, "pointwise_loss_rows"),
                   calls_of(text, "token_values")};
     free(text);
     return c;
@@ -142,15 +145,13 @@ static void compare(const char *what, const eval_case *c, op_calls want, long lo
     }
     CHECK(compared >= (tokens ? 6 : 3), "%s: only %d metrics compared", what, compared);
     CHECK(json_object_get(m, "eval_loss") != NULL, "%s: no eval_loss", what);
-    CHECK(got.xent_forward == want.xent_forward && got.xent_rows == want.xent_rows &&
-              got.token_values == want.token_values,
-          "%s: passes forward/rows/token values %lld/%lld/%lld, expected %lld/%lld/%lld", what, got.xent_forward,
-          got.xent_rows, got.token_values, want.xent_forward, want.xent_rows, want.token_values);
+    CHECK(got.forward == want.forward && got.rows == want.rows && got.token_values == want.token_values,
+          "%s: passes forward/rows/token values %lld/%lld/%lld, expected %lld/%lld/%lld", what, got.forward, got.rows,
+          got.token_values, want.forward, want.rows, want.token_values);
     const int64_t counted = batches_with_labels(c->data, c->batch);
-    CHECK(hooks.xent_forward == batches && hooks.xent_rows == counted &&
-              hooks.token_values == (tokens ? batches : 0),
-          "%s: the hooks' path made %lld/%lld/%lld passes for %lld batches (%lld with labels)", what,
-          hooks.xent_forward, hooks.xent_rows, hooks.token_values, batches, (long long)counted);
+    CHECK(hooks.forward == batches && hooks.rows == counted && hooks.token_values == (tokens ? batches : 0),
+          "%s: the hooks' path made %lld/%lld/%lld passes for %lld batches (%lld with labels)", what, hooks.forward,
+          hooks.rows, hooks.token_values, batches, (long long)counted);
     json_decref(m);
     json_decref(h);
 }
@@ -235,12 +236,55 @@ static void test_classifier(void) {
     ct_dataset_free(d);
 }
 
+/* --- regression: rows from an elementwise loss's own pass ----------------------------------------- */
+
+/* n samples of dim features U(-1, 1) with `outputs` float targets each (U(0, 1): also bce's). */
+static ct_dataset *regression_data(int64_t n, int64_t dim, int64_t outputs) {
+    ct_tensor x, y;
+    if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){n, dim}) != CT_OK) abort();
+    if (ct_tensor_alloc(&y, CT_F32, CT_CPU, 2, (int64_t[]){n, outputs}) != CT_OK) abort();
+    for (int64_t i = 0; i < n * dim; i++) ((float *)x.data)[i] = (float)(2 * ct_rng_uniform(&rng) - 1);
+    for (int64_t i = 0; i < n * outputs; i++) ((float *)y.data)[i] = (float)ct_rng_uniform(&rng);
+    ct_dataset *d;
+    if (ct_tensor_dataset_create(&x, &y, 0, &d) != CT_OK) abort();
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+    return d;
+}
+
+static void test_regression(void) {
+    int64_t outputs = ct_test_between(&rng, 1, 4), dim = 5, batch = ct_test_between(&rng, 2, 16);
+    int64_t n = batch * 3 + ct_test_between(&rng, 1, batch - 1), batches = (n + batch - 1) / batch;
+    ct_dataset *d = regression_data(n, dim, outputs);
+    ct_model m;
+    ct_fixture_mlp o = {.dim = dim, .classes = outputs, .hidden = {8}, .max_batch = batch, .seed = ct_test_seed};
+    CHECK_OK(ct_fixture_mlp_build(&o, &m));
+    double pw[4];
+    for (int64_t i = 0; i < outputs; i++) pw[i] = 0.25 + 2 * ct_rng_uniform(&rng);
+    ct_loss *losses[3];
+    CHECK_OK(ct_mse_loss_create(&losses[0]));
+    CHECK_OK(ct_huber_loss_create(0.2 + ct_rng_uniform(&rng), &losses[1]));
+    CHECK_OK(ct_bce_with_logits_loss_create(pw, outputs, &losses[2]));
+    for (int k = 0; k < 3; k++) {
+        eval_case c = {.model = &m, .data = d, .loss = losses[k], .batch = batch,
+                       .metrics = k == 0 ? "[\"mse\", \"r2\"]" : NULL};
+        char what[96];
+        snprintf(what, sizeof what, "%s regression, %lld outputs, %lld samples by %lld", ct_loss_name(losses[k]),
+                 (long long)outputs, (long long)n, (long long)batch);
+        compare(what, &c, (op_calls){0, batches, 0}, batches, false);
+        ct_loss_free(losses[k]);
+    }
+    ct_model_free(&m);
+    ct_dataset_free(d);
+}
+
 int main(void) {
     ct_test_begin("test_eval_loss");
     ct_rng_init(&rng, ct_test_seed, 0, 0);
     if (!(tmp_root = ct_fixture_tmp_root("ct_test_eval_loss"))) return 1;
     for (int rep = 0; rep < 3; rep++) test_language_model();
     for (int rep = 0; rep < 3; rep++) test_classifier();
+    for (int rep = 0; rep < 3; rep++) test_regression();
     ct_op_profile_reset(); /* the report at exit: empty */
     ct_fixture_cleanup();
     return ct_test_finish();

@@ -310,6 +310,30 @@ static double pw_naive(const char *type, double x, double y, double delta, doubl
     return -(pw * y * log(s) + (1 - y) * log(1 - s));
 }
 
+/* Per-sample values (ct_loss_forward_rows, one pass of ct_op_pointwise_loss_rows): each row's sum is
+ * forward's on the row alone, to the bit, its count the row's elements, and the naive formula's sum
+ * over the row (huber's delta; pos_weight pw, or pwv[j % last] by the element's index j when pwv is
+ * given). */
+static void pointwise_rows_match(const char *label, ct_loss *l, const ct_tensor *x, const ct_tensor *y, double delta,
+                                 double pw, const double *pwv, int64_t last) {
+    int64_t n = x->shape[0], m = ct_tensor_numel(x) / n;
+    ct_loss_value rows[8];
+    CT_ASSERT(n <= 8);
+    CHECK_OK(ct_loss_forward_rows(l, x, y, rows));
+    for (int64_t i = 0; i < n; i++) {
+        ct_tensor p = ct_tensor_rows(x, i, 1), t = ct_tensor_rows(y, i, 1);
+        ct_loss_value v;
+        CHECK_OK(ct_loss_forward(l, &p, &t, &v));
+        CHECK(rows[i].sum == v.sum && rows[i].count == (double)m && v.count == (double)m,
+              "%s: row %lld (%.17g, %g), forward (%.17g, %g)", label, (long long)i, rows[i].sum, rows[i].count, v.sum,
+              v.count);
+        double ref = 0;
+        for (int64_t j = i * m; j < (i + 1) * m; j++)
+            ref += pw_naive(ct_loss_name(l), ct_tensor_get(x, j), ct_tensor_get(y, j), delta, pwv ? pwv[j % last] : pw);
+        CHECK_NEAR(rows[i].sum, ref, 1e-12);
+    }
+}
+
 static void pointwise_cases(void) {
     double delta = unif(0.3, 2.0);
     char huber[64], pw_vec[256];
@@ -360,6 +384,8 @@ static void pointwise_cases(void) {
             ref += pw_naive(type, ct_tensor_get(&x, i), ct_tensor_get(&y, i), c->kink > 0 ? c->kink : 1.0, pw);
         }
         CHECK_NEAR(v.sum, ref, 1e-12);
+        pointwise_rows_match(c->label, l, &x, &y, c->kink > 0 ? c->kink : 1.0, k == 5 ? 2.5 : 1.0, k == 6 ? pwv : NULL,
+                             last);
         gradcheck(c->label, l, &x, &y);
         ct_tensor_free(&x);
         ct_tensor_free(&y);
@@ -381,6 +407,23 @@ static void pointwise_cases(void) {
     CHECK_OK(ct_loss_backward(l, &x, &y, 1.0, &g));
     CHECK(ct_tensor_get(&g, 0) == 1.0 && ct_tensor_get(&g, 1) == -1.0, "bce saturated gradients %g %g",
           ct_tensor_get(&g, 0), ct_tensor_get(&g, 1));
+    ct_loss_free(l);
+    /* One value per sample, pos_weight one per sample too (pred's last dimension is its first): each
+     * row's loss weighs its own sample, as the batch's forward does. */
+    double pw2[2] = {unif(0.2, 3.0), unif(0.2, 3.0)};
+    CHECK_OK(ct_bce_with_logits_loss_create(pw2, 2, &l));
+    for (int i = 0; i < 2; i++) {
+        ct_tensor_set(&x, i, unif(-2, 2));
+        ct_tensor_set(&y, i, 1.0);
+    }
+    ct_loss_value rows[2];
+    CHECK_OK(ct_loss_forward_rows(l, &x, &y, rows));
+    CHECK_OK(ct_loss_forward(l, &x, &y, &v));
+    for (int i = 0; i < 2; i++)
+        CHECK_NEAR(rows[i].sum, pw_naive("bce_with_logits", ct_tensor_get(&x, i), 1.0, 1.0, pw2[i]), 1e-13);
+    CHECK(rows[0].sum + rows[1].sum == v.sum && rows[0].count == 1 && rows[1].count == 1,
+          "per-sample pos_weight rows (%.17g, %g) + (%.17g, %g) != forward %.17g", rows[0].sum, rows[0].count,
+          rows[1].sum, rows[1].count, v.sum);
     ct_loss_free(l);
     ct_tensor_free(&x);
     ct_tensor_free(&y);
@@ -549,6 +592,24 @@ static void f32_and_threads(void) {
     CHECK_OK(ct_loss_forward(l, &z32, &t32, &v2));
     ct_set_num_threads(threads);
     CHECK(v1.sum == v2.sum, "bce sum with 1 thread %.17g != with 2 threads %.17g", v1.sum, v2.sum);
+    ct_loss_free(l);
+    /* Its per-sample values on the OpenMP path (rows of 6400 elements, pos_weight per class), on 1 and
+     * 2 threads: each row's forward alone, to the bit. */
+    double pw[100];
+    for (int j = 0; j < 100; j++) pw[j] = unif(0.2, 3.0);
+    CHECK_OK(ct_bce_with_logits_loss_create(pw, 100, &l));
+    for (int th = 1; th <= 2; th++) {
+        ct_loss_value rows[16];
+        ct_set_num_threads(th);
+        CHECK_OK(ct_loss_forward_rows(l, &z32, &t32, rows));
+        ct_set_num_threads(threads);
+        for (int64_t i = 0; i < shape[0]; i++) {
+            ct_tensor p = ct_tensor_rows(&z32, i, 1), t = ct_tensor_rows(&t32, i, 1);
+            CHECK_OK(ct_loss_forward(l, &p, &t, &v1));
+            CHECK(rows[i].sum == v1.sum && rows[i].count == v1.count, "bce row %lld %.17g != its forward %.17g "
+                  "(%d threads)", (long long)i, rows[i].sum, v1.sum, th);
+        }
+    }
     ct_loss_free(l);
     ct_tensor_free(&t32);
     ct_tensor_free(&z64);

@@ -4,7 +4,9 @@
  * spec["split"] = k also evaluates rows [0, k) and [k, N) separately and writes "split_sum" and
  * "split_count" ([2]) and "split_dpred" (both halves' gradients, same scale, in one tensor), which is
  * how the Trainer adds micro-batches. It also writes "fused_sum_count" ([2]) and "fused_dpred" from
- * ct_loss_forward_backward run in place on a copy of pred, the path of the Trainer's step. */
+ * ct_loss_forward_backward run in place on a copy of pred, the path of the Trainer's step, and
+ * "rows_sum" and "rows_count" ([N]) from ct_loss_forward_rows, an evaluation's per-sample losses. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "model/loss.h"
@@ -55,6 +57,21 @@ static ct_status run(const oracle_io *io, ct_loss *l, const ct_tensor *pred, con
     if (s == CT_OK) s = ct_h5_write_tensor(io->out, "fused_dpred", &f);
     ct_tensor_free(&f);
     ct_tensor_free(&g);
+    /* The per-sample losses an evaluation takes, one row of pred's first dimension each. */
+    int64_t n = pred->shape[0];
+    double *rs = s == CT_OK ? malloc(2 * (size_t)(n > 0 ? n : 1) * sizeof *rs) : NULL, *rc = rs ? rs + n : NULL;
+    ct_loss_value *rows = s == CT_OK ? malloc((size_t)(n > 0 ? n : 1) * sizeof *rows) : NULL;
+    if (s == CT_OK && (!rs || !rows)) s = ct_error(CT_ERR_NOMEM, "out of memory");
+    if (s == CT_OK) s = ct_loss_forward_rows(l, pred, target, rows);
+    for (int64_t i = 0; s == CT_OK && i < n; i++) {
+        rs[i] = rows[i].sum;
+        rc[i] = rows[i].count;
+    }
+    ct_tensor ts = ct_tensor_view(rs, CT_F64, CT_CPU, 1, &n), tc = ct_tensor_view(rc, CT_F64, CT_CPU, 1, &n);
+    if (s == CT_OK) s = ct_h5_write_tensor(io->out, "rows_sum", &ts);
+    if (s == CT_OK) s = ct_h5_write_tensor(io->out, "rows_count", &tc);
+    free(rs);
+    free(rows);
     return s;
 }
 
