@@ -97,6 +97,16 @@ ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_t
     return named(l, l->ops->forward_backward(l, pred, target, scale, dpred, out));
 }
 
+bool ct_loss_accumulates(const ct_loss *l) { return HAS_OP(l->ops, forward_backward_acc); }
+
+ct_status ct_loss_forward_backward_acc(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                       ct_tensor *dpred, ct_tensor *stats) {
+    CT_ASSERT(l && pred && target && dpred && stats && ct_loss_accumulates(l));
+    CT_TRY(named(l, check_common(pred, target)));
+    CT_TRY(named(l, check_backward(pred, dpred, scale)));
+    return named(l, l->ops->forward_backward_acc(l, pred, target, scale, dpred, stats));
+}
+
 ct_status ct_loss_forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows) {
     CT_ASSERT(l && pred && target && (rows || pred->ndim < 1 || pred->shape[0] == 0));
     if (pred->ndim < 1 || target->ndim < 1 || target->shape[0] != pred->shape[0]) {

@@ -73,6 +73,13 @@ typedef struct ct_loss_ops {
      * evaluation's per-sample losses: one copy back from a GPU rather than one per row). NULL: the
      * wrapper calls forward on each row. Every built-in loss has it. */
     ct_status (*forward_rows)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows);
+    /* Optional: forward_backward without waiting for the device. The (sum, count) is added to the
+     * step's block `stats` on pred's device (core/ops/step_rule.h: CT_STEP_LOSS_SUM, _COUNT) instead
+     * of coming back to the host, and a target the loss cannot take marks CT_STEP_BAD_LABEL there
+     * (the step is then not applied; the Trainer reports it when it reads the block). NULL: the
+     * Trainer's step on a GPU reads every loss back. Every built-in loss has it. */
+    ct_status (*forward_backward_acc)(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                      ct_tensor *dpred, ct_tensor *stats);
 } ct_loss_ops;
 
 struct ct_loss {
@@ -99,6 +106,11 @@ ct_status ct_loss_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *t
  * overwrites pred, which its backward must allow (every built-in loss's does). */
 ct_status ct_loss_forward_backward(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
                                    ct_tensor *dpred, ct_loss_value *out);
+/* Through the loss's forward_backward_acc, with the checks of ct_loss_forward_backward; whether l has
+ * one is ct_loss_accumulates(l). */
+ct_status ct_loss_forward_backward_acc(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                       ct_tensor *dpred, ct_tensor *stats);
+bool ct_loss_accumulates(const ct_loss *l);
 /* rows[i] = (sum, count) of pred's row i alone, for every row (pred's first dimension), through the
  * loss's forward_rows when it has one, else forward on each row; the checks of ct_loss_forward. */
 ct_status ct_loss_forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows);

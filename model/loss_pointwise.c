@@ -65,6 +65,16 @@ static ct_status forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor
     return CT_OK;
 }
 
+/* The forward's sum into the step's block, then the backward: no value comes back to the host. */
+static ct_status forward_backward_acc(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                      ct_tensor *dpred, ct_tensor *stats) {
+    pointwise_loss *p = self(l);
+    CT_TRY(check(p, pred, target));
+    ct_op_pointwise_loss_acc(p->kind, &p->opts, pred, target, stats);
+    ct_op_pointwise_loss_backward(p->kind, &p->opts, pred, target, scale, dpred);
+    return CT_OK;
+}
+
 static void destroy(ct_loss *l) {
     pointwise_loss *p = self(l);
     ct_tensor_free(&p->pos_weight);
@@ -72,11 +82,13 @@ static void destroy(ct_loss *l) {
 }
 
 /* No forward_backward: the wrapper's forward, then backward, is already one pass each. */
+#define POINTWISE_OPS(name)                                                                                    \
+    {sizeof(ct_loss_ops), name, forward, backward, destroy, NULL, forward_rows, forward_backward_acc}
 static const ct_loss_ops ops[] = {
-    [CT_LOSS_MSE] = {sizeof(ct_loss_ops), "mse", forward, backward, destroy, NULL, forward_rows},
-    [CT_LOSS_L1] = {sizeof(ct_loss_ops), "l1", forward, backward, destroy, NULL, forward_rows},
-    [CT_LOSS_HUBER] = {sizeof(ct_loss_ops), "huber", forward, backward, destroy, NULL, forward_rows},
-    [CT_LOSS_BCE_LOGITS] = {sizeof(ct_loss_ops), "bce_with_logits", forward, backward, destroy, NULL, forward_rows},
+    [CT_LOSS_MSE] = POINTWISE_OPS("mse"),
+    [CT_LOSS_L1] = POINTWISE_OPS("l1"),
+    [CT_LOSS_HUBER] = POINTWISE_OPS("huber"),
+    [CT_LOSS_BCE_LOGITS] = POINTWISE_OPS("bce_with_logits"),
 };
 
 static ct_status create(ct_pointwise_loss kind, double delta, const double *pw, int64_t npw, ct_loss **out) {

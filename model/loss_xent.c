@@ -89,6 +89,15 @@ static ct_status forward_backward(ct_loss *l, const ct_tensor *pred, const ct_te
     return CT_OK;
 }
 
+/* forward_backward's pass, its sums and its first invalid target left in the step's block. */
+static ct_status forward_backward_acc(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, double scale,
+                                      ct_tensor *dpred, ct_tensor *stats) {
+    xent_loss *x = self(l);
+    CT_TRY(check(x, pred, target));
+    ct_op_fused_classifier_acc(pred, target, &x->opts, scale, dpred, stats);
+    return CT_OK;
+}
+
 /* One pass of ct_op_cross_entropy_rows over every position, then each sample's positions added in
  * order on the host. */
 static ct_status forward_rows(ct_loss *l, const ct_tensor *pred, const ct_tensor *target, ct_loss_value *rows) {
@@ -115,7 +124,7 @@ static void destroy(ct_loss *l) {
 }
 
 static const ct_loss_ops xent_ops = {sizeof(ct_loss_ops), "cross_entropy", forward, backward, destroy,
-                                     forward_backward, forward_rows};
+                                     forward_backward, forward_rows, forward_backward_acc};
 
 bool ct_loss_class_targets(const ct_loss *l, int64_t *ignore_index) {
     if (!l || l->ops != &xent_ops) return false;

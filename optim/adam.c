@@ -30,7 +30,8 @@ static void adam_update(ct_optimizer *opt, const ct_param_group *group, int64_t 
                       .decoupled_decay = opt->config.optim == CT_OPTIM_ADAMW,
                       .amsgrad = opt->config.amsgrad,
                       .step = opt->step,
-                      .clear_grad = opt->clear_grads};
+                      .clear_grad = opt->clear_grads,
+                      .gate = opt->gate};
     ct_op_adam_step(&p, &g, &m, &v, adam->max_exp_avg_sq ? &vmax : NULL, &a);
 }
 
@@ -39,6 +40,7 @@ static const ct_optimizer_ops adam_ops = {
     .name = "adam",
     .update = adam_update,
     .update_clears_grads = true,
+    .honours_gate = true,
 };
 
 static const ct_optimizer_ops adamw_ops = {
@@ -46,6 +48,7 @@ static const ct_optimizer_ops adamw_ops = {
     .name = "adamw",
     .update = adam_update,
     .update_clears_grads = true,
+    .honours_gate = true,
 };
 
 ct_status ct_adam_create(const ct_optim_config *cfg, ct_param_store *ps, ct_optimizer **out) {

@@ -312,6 +312,10 @@ ct_status ct_optimizer_step_zero_grad(ct_optimizer *opt, double lr) {
     return s;
 }
 
+bool ct_optimizer_honours_gate(const ct_optimizer *opt) {
+    return !HOOK(opt, step) && CT_OPS_HAS(opt->ops, ct_optimizer_ops, honours_gate);
+}
+
 const char *ct_optimizer_name(const ct_optimizer *opt) { return opt->ops->name; }
 
 int ct_optimizer_state_count(const ct_optimizer *opt) {

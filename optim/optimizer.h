@@ -130,6 +130,9 @@ typedef struct ct_optimizer_ops {
      * SGD, Adam and AdamW do, in their one pass); ct_optimizer_step_zero_grad clears them itself for an
      * optimizer without it. */
     bool update_clears_grads;
+    /* Whether update skips itself where opt->gate is set and 0 (the built-ins pass it to their op:
+     * ops_optim.h), so that the Trainer's step on a GPU can decide on the device whether it applies. */
+    bool honours_gate;
 } ct_optimizer_ops;
 
 #define CT_OPTIM_MAX_STATE 8
@@ -148,6 +151,9 @@ struct ct_optimizer {
     int64_t step;   /* steps taken (PyTorch's state["step"]) */
     double last_lr; /* the rate of the last step */
     bool clear_grads; /* inside ct_optimizer_step_zero_grad's step: see ct_optimizer_ops.update_clears_grads */
+    /* NULL, or a float64 in the parameters' device memory: an update where it is 0 changes nothing
+     * (ops_optim.h); set by the Trainer when the step's verdict stays on the device */
+    const double *gate;
     ct_optim_state state[CT_OPTIM_MAX_STATE];
     int n_state;
     /* Sharding (ZeRO-1, dist/zero.h). params, grads and every state tensor cover the elements
@@ -184,6 +190,8 @@ ct_status ct_optimizer_step(ct_optimizer *opt, double lr);
  * step reads them once instead of twice. Parameters and state come out as ct_optimizer_step's, bit for
  * bit; on an error (what ct_optimizer_step returns) nothing is cleared. */
 ct_status ct_optimizer_step_zero_grad(ct_optimizer *opt, double lr);
+/* Whether opt's step skips itself through opt->gate (its default step's update honours it). */
+bool ct_optimizer_honours_gate(const ct_optimizer *opt);
 const char *ct_optimizer_name(const ct_optimizer *opt);
 int ct_optimizer_state_count(const ct_optimizer *opt);
 /* The i-th state tensor and its name; write into *tensor to restore a checkpoint. */

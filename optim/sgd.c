@@ -24,7 +24,8 @@ static void sgd_update(ct_optimizer *opt, const ct_param_group *group, int64_t o
                      .dampening = opt->config.dampening,
                      .nesterov = opt->config.nesterov,
                      .first_step = opt->step == 1,
-                     .clear_grad = opt->clear_grads};
+                     .clear_grad = opt->clear_grads,
+                     .gate = opt->gate};
     ct_op_sgd_step(&p, &g, sgd->momentum_buffer ? &buf : NULL, &a);
 }
 
@@ -33,6 +34,7 @@ static const ct_optimizer_ops sgd_ops = {
     .name = "sgd",
     .update = sgd_update,
     .update_clears_grads = true,
+    .honours_gate = true,
 };
 
 ct_status ct_sgd_create(const ct_optim_config *cfg, ct_param_store *ps, ct_optimizer **out) {

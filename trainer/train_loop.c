@@ -269,6 +269,8 @@ static double round4(double x) {
 /* async_ready: the eval_async results the step's agreement counted, or -1 outside a step (agree now). */
 static ct_status maybe_log_save_evaluate(ct_trainer *t, int64_t async_ready) {
     ct_train_progress *L = &t->priv->progress;
+    /* the steps' statistics on the device, before anything logs, evaluates or saves them */
+    if (t->control.should_log || t->control.should_evaluate || t->control.should_save) CT_TRY(ct_step_stats_read(t));
     if (t->control.should_log && t->state.global_step > L->last_logged_step) {
         int64_t steps = t->state.global_step - L->last_logged_step;
         json_t *logs = json_object();
@@ -279,6 +281,7 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t, int64_t async_ready) {
         if (L->nan_inf_skipped > 0) json_object_set_new(logs, "nan_inf_skipped", json_integer(L->nan_inf_skipped));
         L->total_loss += L->tr_loss;
         L->tr_loss = 0;
+        ct_step_stats_logged(t);
         L->last_logged_step = t->state.global_step;
         CT_TRY(ct_trainer_log(t, logs));
     }
@@ -310,6 +313,7 @@ static ct_status maybe_log_save_evaluate(ct_trainer *t, int64_t async_ready) {
  * the same step). dir receives its path; *saved is false when its save failed and on_save_error
  * "continue" let the run go on (the warning said why). */
 static ct_status save_before_stopping(ct_trainer *t, char *dir, size_t cap, bool *saved) {
+    CT_TRY(ct_step_stats_read(t));
     snprintf(dir, cap, "%s/checkpoint-%lld", t->args.output_dir, (long long)t->state.global_step);
     if (t->priv->saved_step != t->state.global_step || t->priv->saved_epoch_done != t->priv->progress.epoch_done)
         CT_TRY(ct_trainer_save_checkpoint(t));
@@ -413,7 +417,9 @@ static ct_status accumulate_gradients(ct_trainer *t, ct_loader *loader, int64_t 
          * still take part in the step's collectives. */
         const ct_batch *db = b;
         ct_status s = b->rows > 0 ? ct_trainer_prepare_inputs(t, b, &db) : CT_OK;
-        if (s == CT_OK && b->rows > 0) s = ct_trainer_training_step(t, db, &lv);
+        if (s == CT_OK && b->rows > 0)
+            s = t->priv->step_stats_on ? ct_trainer_training_step_acc(t, db, &t->priv->step_block)
+                                       : ct_trainer_training_step(t, db, &lv);
         if (last) {
             ct_status f = ct_dist_finish_grads(dist, s == CT_OK);
             if (s == CT_OK) s = f;
@@ -473,16 +479,18 @@ static ct_status update(ct_trainer *t, const ct_step_totals *a, int64_t epoch, d
 }
 
 /* What the step adds to the progress after its update (or its skip): learning rate, gradient norm,
- * flops and the loss to log. */
+ * flops and the loss to log (the last two from the device's block when the step kept its statistics
+ * there: ct_step_stats_read). */
 static void record_step(ct_trainer *t, const ct_step_totals *a, double lr, double norm) {
     ct_train_progress *L = &t->priv->progress;
     bool clip = t->args.max_grad_norm > 0;
     double loss = ct_loss_value_mean(a->loss);
     L->learning_rate = lr;
     L->has_grad_norm = clip;
+    t->state.total_flos += a->flos;
+    if (t->priv->step_stats_on) return;
     /* (a skipped step's norm is NaN when it was not computed: the loss decided first) */
     if (clip) L->grad_norm = norm;
-    t->state.total_flos += a->flos;
     if (t->args.logging_nan_inf_filter && !isfinite(loss))
         L->tr_loss += L->tr_loss / (double)(1 + t->state.global_step - L->last_logged_step);
     else
@@ -500,9 +508,16 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     CT_TRY(accumulate_gradients(t, loader, epoch, first, n, steps_in_epoch, &own_loss, &own_flops));
     ct_step_totals totals;
     CT_TRY(ct_step_agree(t, own_loss, own_flops, stop_signal, &totals));
-    ct_step_check check;
+    ct_step_check check = {.bad = false};
     bool pre_fired = false, overflow = false;
-    CT_TRY(update(t, &totals, epoch, lr, &check, &overflow, &norm, &pre_fired));
+    if (t->priv->step_stats_on) {
+        /* the verdict stays on the device: the optimizer reads it (trainer/step_stats.c) */
+        CT_TRY(ct_step_stats_update(t));
+        CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
+        CT_TRY(ct_step_stats_optimizer_step(t, lr));
+    } else {
+        CT_TRY(update(t, &totals, epoch, lr, &check, &overflow, &norm, &pre_fired));
+    }
     if (check.bad) CT_TRY(nan_inf_step(t, &check, epoch, pre_fired)); /* returns only to skip the update */
     if (t->priv->scaling) {
         /* torch's scaler sees the NaN gradients of a NaN loss too; nan_inf_policy counted that step */
@@ -630,6 +645,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_trainer_log_run_summary(t, max_steps, epochs);
     ct_model_train(t->model, true);
     ct_model_zero_grad(t->model);
+    CT_TRY(ct_step_stats_begin(t));
     t->priv->train_start_time = ct_monotonic_seconds();
     t->priv->trained_rows = t->priv->trained_inputs = 0;
     ct_train_progress *L = &t->priv->progress;
@@ -648,6 +664,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     for (int64_t epoch = first_epoch; epoch < epochs && !t->control.should_training_stop; epoch++) {
         CT_TRY(run_epoch(t, loader, epoch, epoch == first_epoch ? first_batch : 0, len));
     }
+    CT_TRY(ct_step_stats_read(t));
     CT_TRY(finish_async_evaluations(t));
     if (a->load_best_model_at_end && t->state.best_model_checkpoint[0]) CT_TRY(ct_trainer_load_best_model(t));
     release_activations(t);
@@ -705,6 +722,7 @@ ct_status ct_trainer_train(ct_trainer *t, const char *resume_from_checkpoint, ct
     if (t->args.eval_async && t->rank == 0) s = ct_async_eval_create(t, &t->priv->async_eval);
     ct_trainer_math_begin(t, t->model->params.device);
     if (s == CT_OK) s = train(t, loader, resume_from_checkpoint, out);
+    ct_step_stats_end(t);
     ct_trainer_math_end(t, t->model->params.device);
     /* Saves still being written (save_async) complete before training returns, on every path: the
      * checkpoint of a stop signal is whole on disk then. The first error stays. */

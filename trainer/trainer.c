@@ -180,6 +180,21 @@ ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_
     return ct_model_backward(t->model, &dl);
 }
 
+ct_status ct_trainer_training_step_acc(ct_trainer *t, const ct_batch *b, ct_tensor *stats) {
+    if (b->rows > t->priv->dloss.shape[0])
+        return hook_error(ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld",
+                                   (long long)b->rows, (long long)t->priv->dloss.shape[0]),
+                          "training_step");
+    ct_tensor outputs, dl = ct_tensor_rows(&t->priv->dloss, 0, b->rows);
+    int64_t n = 0;
+    ct_status s = ct_model_forward(t->model, &b->features, &outputs);
+    if (s == CT_OK) s = ct_trainer_real_rows(b, &n);
+    if (s == CT_OK && n != b->rows) s = ct_error(CT_ERR_STATE, "a training batch has padding rows");
+    if (s == CT_OK) s = ct_loss_forward_backward_acc(t->loss, &outputs, &b->labels, 1.0, &dl, stats);
+    CT_TRY(hook_error(hook_error(s, "compute_loss"), "training_step"));
+    return hook_error(ct_model_backward(t->model, &dl), "training_step");
+}
+
 ct_status ct_trainer_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss) {
     *loss = (ct_loss_value){0, 0};
     ct_status (*f)(ct_trainer *, const ct_batch *, ct_loss_value *) = CT_TRAINER_HOOK(t, training_step);
@@ -449,6 +464,7 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
 void ct_trainer_free(ct_trainer *t) {
     if (!t || !t->priv) return;
     ct_trainer_async_save_free(t);
+    ct_step_stats_free(t);
     ct_dir_lock_release(t->priv->output_lock); /* after the writer's last commit */
     ct_callback_list_free(&t->callbacks);
     ct_optimizer_destroy(t->optimizer);

@@ -85,6 +85,11 @@ struct ct_trainer_private {
     /* the world's process zero: its lock on output_dir, taken when training starts and held until
      * the trainer is freed (NULL: none, or output_dir could not be locked) */
     struct ct_dir_lock *output_lock;
+    /* the step's statistics on the device (trainer/step_stats.c): its block (allocated once), whether
+     * this training run uses it, and the steps it took since it began */
+    ct_tensor step_block;
+    bool step_stats_on;
+    int64_t steps_on_device;
 };
 
 /* The arguments of a callback event: the trainer, its arguments, state and control, and the run
@@ -166,6 +171,24 @@ typedef struct ct_step_check {
 } ct_step_check;
 ct_step_check ct_nan_inf_verdict(const ct_step_totals *a, bool norm_known, double norm);
 void ct_nan_inf_describe(const ct_trainer *t, const ct_step_check *c, int64_t epoch, char *buf, size_t cap);
+
+/* The step's statistics on the device (trainer/step_stats.c): whether this run can keep them there;
+ * at the start of training, the choice (and the block, seeded with the loss to log so far); at its
+ * end, the optimizer's gate released; at the trainer's free, the block. During training: the
+ * default training_step with its loss added to the block (trainer.c); the gradients readied from the
+ * block (scale, norm, rule, clip), then the optimizer's step, gated by it; the read of the block into the progress (the
+ * loss to log, the last norm), which ends the run when a step was bad; and, once the loss was
+ * logged, its reset on the device. Without the block (step_stats_on false) read and logged do
+ * nothing. */
+bool ct_step_stats_wanted(const ct_trainer *t);
+ct_status ct_step_stats_begin(ct_trainer *t);
+void ct_step_stats_end(ct_trainer *t);
+void ct_step_stats_free(ct_trainer *t);
+ct_status ct_trainer_training_step_acc(ct_trainer *t, const ct_batch *b, ct_tensor *stats);
+ct_status ct_step_stats_update(ct_trainer *t);
+ct_status ct_step_stats_optimizer_step(ct_trainer *t, double lr);
+ct_status ct_step_stats_read(ct_trainer *t);
+void ct_step_stats_logged(ct_trainer *t);
 
 /* Puts the callbacks' and the control's saved state into state.stateful_callbacks (Hugging Face's
  * ExportableState), before trainer_state.json is written (ct_checkpoint_store_callback_state). */

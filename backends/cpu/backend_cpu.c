@@ -122,4 +122,9 @@ const ct_backend_ops ct_backend_cpu = {
     .cross_entropy_rows = ct_cpu_cross_entropy_rows,
     .token_values = ct_cpu_token_values,
     .pointwise_loss_rows = ct_cpu_pointwise_loss_rows,
+    .scale_by = ct_cpu_scale_by,
+    .l2_norm_into = ct_cpu_l2_norm_into,
+    .step_rule = ct_cpu_step_rule,
+    .fused_classifier_acc = ct_cpu_fused_classifier_acc,
+    .pointwise_loss_acc = ct_cpu_pointwise_loss_acc,
 };

@@ -181,6 +181,10 @@ double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_
                                      const ct_tensor *target);
 void ct_cpu_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target, double scale, ct_tensor *dpred);
+void ct_cpu_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,
+                                 ct_tensor *dlogits, ct_tensor *stats);
+void ct_cpu_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                               const ct_tensor *target, ct_tensor *stats);
 void ct_cpu_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                 const ct_tensor *target, double *loss);
 /* misc.c */
@@ -209,6 +213,9 @@ void ct_cpu_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_
                       ct_tensor *max_exp_avg_sq, const ct_adam_args *a);
 double ct_cpu_sum_squares_det(const ct_tensor *t);
 double ct_cpu_l2_norm(const ct_tensor *t);
+void ct_cpu_scale_by(ct_tensor *t, const ct_tensor *stats, int slot);
+void ct_cpu_l2_norm_into(const ct_tensor *t, ct_tensor *stats, int slot);
+void ct_cpu_step_rule(ct_tensor *stats, const ct_step_rule *rule);
 /* pool.c */
 void ct_cpu_maxpool2d_forward(const ct_pool2d_geom *g, const ct_tensor *x, ct_tensor *y, ct_tensor *indices);
 void ct_cpu_maxpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy, const ct_tensor *indices,

@@ -123,6 +123,20 @@ int64_t ct_cpu_fused_classifier(const ct_tensor *logits, const ct_tensor *target
                           count, dlogits->data);
 }
 
+/* The step's block (host memory here): the fused classifier's sum and count added, or its first
+ * invalid target's row kept. */
+void ct_cpu_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,
+                                 ct_tensor *dlogits, ct_tensor *stats) {
+    double sum, count, *s = stats->data;
+    int64_t bad = ct_cpu_fused_classifier(logits, target, o, scale, &sum, &count, dlogits);
+    if (bad >= 0) {
+        if (s[CT_STEP_BAD_LABEL] == 0) s[CT_STEP_BAD_LABEL] = (double)bad + 1;
+        return;
+    }
+    s[CT_STEP_LOSS_SUM] += sum;
+    s[CT_STEP_LOSS_COUNT] += count;
+}
+
 /* pos_weight as (data, length) (its length, 1 or the last dimension of pred, was checked). */
 static const double *pos_weight(const ct_pointwise_opts *o, int64_t *npw) {
     *npw = 1;
@@ -139,6 +153,13 @@ double ct_cpu_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_
     if (pred->dtype == CT_F32) return pointwise_fwd_f32(kind, delta, pw, npw, pred->data, target->data, n);
     CT_ASSERT(pred->dtype == CT_F64);
     return pointwise_fwd_f64(kind, delta, pw, npw, pred->data, target->data, n);
+}
+
+void ct_cpu_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                const ct_tensor *target, ct_tensor *stats) {
+    double *s = stats->data;
+    s[CT_STEP_LOSS_SUM] += ct_cpu_pointwise_loss_forward(kind, o, pred, target);
+    s[CT_STEP_LOSS_COUNT] += (double)ct_tensor_numel(pred);
 }
 
 void ct_cpu_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,

@@ -597,6 +597,63 @@ extern "C" int64_t ct_cuda_op_fused_classifier(const ct_tensor *logits, const ct
     return xent_sums_end(w, rows, logits->device.index, st, sum, count);
 }
 
+/* The header's sums into the step's block (core/ops/step_rule.h), or its first invalid row kept there:
+ * one thread, on the stream, so the host never waits for them. `count` < 0: the header's count. */
+__global__ void header_into_step_k(const header *h, double count, double *s) {
+    if (h->bad != NO_ROW) {
+        if (s[CT_STEP_BAD_LABEL] == 0) s[CT_STEP_BAD_LABEL] = (double)h->bad + 1;
+        return;
+    }
+    s[CT_STEP_LOSS_SUM] += h->sum;
+    s[CT_STEP_LOSS_COUNT] += count < 0 ? h->count : count;
+}
+
+extern "C" void ct_cuda_op_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target,
+                                                const ct_xent_opts *o, double scale, ct_tensor *dlogits,
+                                                ct_tensor *stats) {
+    int64_t rows, c;
+    xent_dims(logits, target, o, &rows, &c);
+    same_device(logits, dlogits);
+    same_device(logits, stats);
+    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == rows * c);
+    if (rows == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    xent_sums w = xent_sums_begin(rows, st);
+    xent_types(logits, target, [&](auto r, auto t) {
+        xent_fused_launch<decltype(r), decltype(t)>(logits, target, o, rows, c, scale, dlogits, w.loss, w.cnt,
+                                                    &w.h->bad, st);
+    });
+    device_sum(rows, array_value{w.loss}, w.part, &w.h->sum, st);
+    device_sum(rows, array_value{w.cnt}, w.part, &w.h->count, st);
+    header_into_step_k<<<1, 1, 0, st>>>(w.h, -1.0, (double *)stats->data);
+    CT_CUDA_LAUNCHED();
+}
+
+extern "C" void ct_cuda_op_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o,
+                                              const ct_tensor *pred, const ct_tensor *target, ct_tensor *stats) {
+    same_device(pred, target);
+    same_device(pred, stats);
+    int64_t n = ct_tensor_numel(pred), npw;
+    CT_ASSERT(ct_tensor_numel(target) == n && target->dtype == pred->dtype);
+    const double *pw = pos_weight(o, pred, &npw);
+    double delta = o ? o->delta : 1.0;
+    if (n == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    header *h = (header *)ct_cuda_workspace(sizeof(header) + SUM_BLOCKS * sizeof(double));
+    double *part = (double *)(h + 1);
+    CT_CUDA_CHECK(cudaMemsetAsync(&h->bad, 0xFF, sizeof h->bad, st));
+    if (pred->dtype == CT_F32) {
+        pointwise_value<float> f{kind, delta, pw, npw, (const float *)pred->data, (const float *)target->data};
+        device_sum(n, f, part, &h->sum, st);
+    } else {
+        CT_ASSERT(pred->dtype == CT_F64);
+        pointwise_value<double> f{kind, delta, pw, npw, (const double *)pred->data, (const double *)target->data};
+        device_sum(n, f, part, &h->sum, st);
+    }
+    header_into_step_k<<<1, 1, 0, st>>>(h, (double)n, (double *)stats->data);
+    CT_CUDA_LAUNCHED();
+}
+
 extern "C" double ct_cuda_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_opts *o,
                                                     const ct_tensor *pred, const ct_tensor *target) {
     same_device(pred, target);

@@ -64,6 +64,13 @@ void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy,
 int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double *loss, double *count);
 void ct_cuda_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+void ct_cuda_op_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                     double scale, ct_tensor *dlogits, ct_tensor *stats);
+void ct_cuda_op_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                                   const ct_tensor *target, ct_tensor *stats);
+void ct_cuda_op_scale_by(ct_tensor *t, const ct_tensor *stats, int slot);
+void ct_cuda_op_l2_norm_into(const ct_tensor *t, ct_tensor *stats, int slot);
+void ct_cuda_op_step_rule(ct_tensor *stats, const ct_step_rule *rule);
 void ct_cuda_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                     const ct_tensor *target, double *loss);
 int64_t ct_cuda_op_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

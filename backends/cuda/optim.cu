@@ -42,11 +42,16 @@ template <typename R> struct sgd_coef {
     bool decay, nesterov, first, clear;
 };
 
-template <typename R> __global__ void sgd_k(R *p, R *g, R *buf, int64_t n, sgd_coef<R> c) {
+/* A closed gate (ops_optim.h: *gate == 0) skips the update; the gradient is still cleared. */
+__device__ static inline bool gated_off(const double *gate) { return gate && *gate == 0.0; }
+
+template <typename R> __global__ void sgd_k(R *p, R *g, R *buf, int64_t n, sgd_coef<R> c, const double *gate) {
+    const bool off = gated_off(gate);
     GRID_LOOP(i, n) {
         /* d = g + wd * p;  b = buf * mom + keep * d;  d = d + mom * b;  p = p - lr * d */
         R d = g[i];
         if (c.clear) g[i] = 0;
+        if (off) continue;
         if (c.decay) d = fmadd(c.wd, p[i], d);
         if (buf) {
             R b = c.first ? d : fmadd(buf[i], c.mom, c.keep * d);
@@ -67,7 +72,7 @@ template <typename R> static void sgd_launch(void *p, void *g, void *buf, int64_
     c.nesterov = a->nesterov;
     c.first = a->first_step;
     c.clear = a->clear_grad;
-    sgd_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (R *)g, (R *)buf, n, c);
+    sgd_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (R *)g, (R *)buf, n, c, a->gate);
     CT_CUDA_LAUNCHED();
 }
 
@@ -95,11 +100,14 @@ template <typename R> struct adam_coef {
     bool l2, decoupled, clear;
 };
 
-template <typename R> __global__ void adam_k(R *p, R *g, R *m, R *v, R *vmax, int64_t n, adam_coef<R> c) {
+template <typename R>
+__global__ void adam_k(R *p, R *g, R *m, R *v, R *vmax, int64_t n, adam_coef<R> c, const double *gate) {
+    const bool off = gated_off(gate);
     GRID_LOOP(i, n) {
         /* g = g + wd * p;  m = m * b1 + (1 - b1) * g;  v = v * b2 + (1 - b2) * g * g */
         R gi = g[i], pi = p[i];
         if (c.clear) g[i] = 0;
+        if (off) continue;
         if (c.l2) gi = fmadd(c.wd, pi, gi);
         if (c.decoupled) pi = pi * c.shrink;
         R mi = fmadd(m[i], c.b1, c.one_b1 * gi);
@@ -136,7 +144,7 @@ static void adam_launch(void *p, void *g, void *m, void *v, void *vmax, int64_t 
     c.decoupled = a->decoupled_decay && a->weight_decay != 0;
     c.clear = a->clear_grad;
     adam_k<R><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, ct_cuda_stream_t()>>>((R *)p, (R *)g, (R *)m, (R *)v,
-                                                                            (R *)vmax, n, c);
+                                                                            (R *)vmax, n, c, a->gate);
     CT_CUDA_LAUNCHED();
 }
 
@@ -306,4 +314,61 @@ extern "C" double ct_cuda_op_l2_norm(const ct_tensor *t) {
     double big = max_abs(t);
     if (std::isinf(big)) return INFINITY;
     return big * sqrt(sumsq_scaled(t, 1.0 / big));
+}
+
+/* --- the step's statistics (core/ops/step_rule.h): the block in device memory, no waits ----------- */
+
+template <typename R> __global__ void scale_by_k(R *t, int64_t n, const double *s) {
+    const R f = (R)*s; /* the factor ct_cuda_op_scale would round to R */
+    GRID_LOOP(i, n) t[i] *= f;
+}
+
+extern "C" void ct_cuda_op_scale_by(ct_tensor *t, const ct_tensor *stats, int slot) {
+    CT_ASSERT(t->device.kind == CT_DEVICE_CUDA && stats->device.index == t->device.index);
+    int64_t n = ct_tensor_numel(t);
+    if (n == 0) return;
+    const double *s = (const double *)stats->data + slot;
+    cudaStream_t st = ct_cuda_stream_t();
+    if (t->dtype == CT_F32)
+        scale_by_k<float><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, st>>>((float *)t->data, n, s);
+    else if (t->dtype == CT_F64)
+        scale_by_k<double><<<ct_cuda_blocks(n), CT_CUDA_THREADS, 0, st>>>((double *)t->data, n, s);
+    else
+        ct_abort_at(__FILE__, __LINE__, "scale_by: unsupported dtype %s", ct_dtype_name(t->dtype));
+    CT_CUDA_LAUNCHED();
+}
+
+__global__ void sqrt_into_k(const double *ss, double *out) { *out = sqrt(*ss); }
+
+/* float32 squares cannot overflow the float64 sum, so its root is the norm, on the device. A float64
+ * tensor may hold finite values whose squares overflow: ct_cuda_op_l2_norm's rescaled second pass
+ * decides on the host there (a wait; float64 training is the reference path, not the fast one). */
+extern "C" void ct_cuda_op_l2_norm_into(const ct_tensor *t, ct_tensor *stats, int slot) {
+    CT_ASSERT(t->device.kind == CT_DEVICE_CUDA && stats->device.index == t->device.index);
+    double *out = (double *)stats->data + slot;
+    cudaStream_t st = ct_cuda_stream_t();
+    int64_t n = ct_tensor_numel(t);
+    if (t->dtype == CT_F64 || n == 0) {
+        double norm = ct_cuda_op_l2_norm(t);
+        if (ct_cuda_memcpy(out, t->device, &norm, CT_CPU, sizeof norm) != CT_OK)
+            ct_abort_at(__FILE__, __LINE__, "l2_norm_into: %s", ct_last_error());
+        return;
+    }
+    CT_ASSERT(t->dtype == CT_F32);
+    int64_t chunks = chunk_count(n);
+    double *part = (double *)ct_cuda_workspace((size_t)(chunks + 1) * sizeof(double));
+    sumsq_chunks_k<float><<<chunk_grid(chunks), SQ_THREADS, 0, st>>>((const float *)t->data, n, 1.0, chunks, part);
+    CT_CUDA_LAUNCHED();
+    sum_parts_k<<<1, SQ_THREADS, 0, st>>>(part, chunks, part + chunks);
+    CT_CUDA_LAUNCHED();
+    sqrt_into_k<<<1, 1, 0, st>>>(part + chunks, out);
+    CT_CUDA_LAUNCHED();
+}
+
+__global__ void step_rule_k(double *s, ct_step_rule r) { ct_step_rule_apply(s, &r); }
+
+extern "C" void ct_cuda_op_step_rule(ct_tensor *stats, const ct_step_rule *rule) {
+    CT_ASSERT(stats->device.kind == CT_DEVICE_CUDA);
+    step_rule_k<<<1, 1, 0, ct_cuda_stream_t()>>>((double *)stats->data, *rule);
+    CT_CUDA_LAUNCHED();
 }

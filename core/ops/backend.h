@@ -217,6 +217,16 @@ typedef struct ct_backend_ops {
      * target to the host and runs the CPU's); see ops_loss.h ------------------------------------- */
     void (*pointwise_loss_rows)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                 const ct_tensor *target, double *loss);
+
+    /* --- appended: the step's statistics on the device, without waits (ops_optim.h, ops_loss.h);
+     * all NULL or all set: a backend without them trains with the host's step ------------------- */
+    void (*scale_by)(ct_tensor *t, const ct_tensor *stats, int slot);
+    void (*l2_norm_into)(const ct_tensor *t, ct_tensor *stats, int slot);
+    void (*step_rule)(ct_tensor *stats, const ct_step_rule *rule);
+    void (*fused_classifier_acc)(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                 double scale, ct_tensor *dlogits, ct_tensor *stats);
+    void (*pointwise_loss_acc)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                               const ct_tensor *target, ct_tensor *stats);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

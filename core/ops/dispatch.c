@@ -706,3 +706,47 @@ void ct_op_adam_step(ct_tensor *param, ct_tensor *grad, ct_tensor *exp_avg, ct_t
 double ct_op_sum_squares_det(const ct_tensor *t) { CALL_RETURN(t, sum_squares_det, t); }
 
 double ct_op_l2_norm(const ct_tensor *t) { CALL_RETURN(t, l2_norm, t); }
+
+/* --- the step's statistics on the device (ops_optim.h, core/ops/step_rule.h) -------------------- */
+
+bool ct_op_step_stats_supported(ct_device d) {
+    const ct_backend_ops *b = ct_backend_for_kind(d.kind);
+    return b && b->scale_by && b->l2_norm_into && b->step_rule && b->fused_classifier_acc && b->pointwise_loss_acc;
+}
+
+/* The block: CT_STEP_SLOTS float64 on `ref`'s device, a slot inside it. */
+static void check_step_block(const ct_tensor *ref, const ct_tensor *stats, int slot) {
+    SAME_KIND(ref, stats);
+    CT_ASSERT(stats->dtype == CT_F64 && ct_tensor_numel(stats) == CT_STEP_SLOTS && slot >= 0 && slot < CT_STEP_SLOTS);
+}
+
+void ct_op_scale_by(ct_tensor *t, const ct_tensor *stats, int slot) {
+    check_step_block(t, stats, slot);
+    CALL(t, scale_by, t, stats, slot);
+}
+
+void ct_op_l2_norm_into(const ct_tensor *t, ct_tensor *stats, int slot) {
+    check_step_block(t, stats, slot);
+    CALL(t, l2_norm_into, t, stats, slot);
+}
+
+void ct_op_step_rule(ct_tensor *stats, const ct_step_rule *rule) {
+    check_step_block(stats, stats, 0);
+    CALL(stats, step_rule, stats, rule);
+}
+
+void ct_op_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                double scale, ct_tensor *dlogits, ct_tensor *stats) {
+    check_xent(logits, target, o);
+    SAME_KIND(logits, dlogits);
+    CT_ASSERT(dlogits->dtype == logits->dtype && ct_tensor_numel(dlogits) == ct_tensor_numel(logits));
+    check_step_block(logits, stats, 0);
+    CALL(logits, fused_classifier_acc, logits, target, o, scale, dlogits, stats);
+}
+
+void ct_op_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                              const ct_tensor *target, ct_tensor *stats) {
+    check_pointwise(o, pred, target);
+    check_step_block(pred, stats, 0);
+    CALL(pred, pointwise_loss_acc, kind, o, pred, target, stats);
+}

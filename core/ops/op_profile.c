@@ -66,6 +66,15 @@ void ct_op_profile_end(const ct_backend_ops *b, const char *name, double started
     pthread_mutex_unlock(&lock);
 }
 
+long long ct_op_profile_calls(const char *name) {
+    long long calls = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < n_entries; i++)
+        if (strcmp(table[i].name, name) == 0) calls += table[i].calls;
+    pthread_mutex_unlock(&lock);
+    return calls;
+}
+
 static int by_seconds(const void *a, const void *b) {
     double x = ((const entry *)a)->seconds, y = ((const entry *)b)->seconds;
     return x < y ? 1 : x > y ? -1 : 0;

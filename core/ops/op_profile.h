@@ -28,6 +28,9 @@ void ct_op_profile_end(const ct_backend_ops *b, const char *name, double started
 /* The table so far, to f; reset empties it. */
 void ct_op_profile_report(FILE *f);
 void ct_op_profile_reset(void);
+/* The calls of op `name` (a backend table's member name, "fused_classifier") timed so far, on every
+ * device kind together: how a test asks which ops a run made. */
+long long ct_op_profile_calls(const char *name);
 
 #ifdef __cplusplus
 }

@@ -69,6 +69,12 @@ int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *t
 int64_t ct_op_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                double scale, double *sum, double *count, ct_tensor *dlogits);
 
+/* ct_op_fused_classifier without a wait: the sum and count are added to stats[CT_STEP_LOSS_SUM] and
+ * stats[CT_STEP_LOSS_COUNT] on the device (core/ops/step_rule.h) and an invalid target's row r makes
+ * stats[CT_STEP_BAD_LABEL] r + 1 unless it holds an earlier one (dlogits then left as it was). */
+void ct_op_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
+                                double scale, ct_tensor *dlogits, ct_tensor *stats);
+
 /* Elementwise losses between a prediction and a float target of the same shape and dtype. */
 typedef enum ct_pointwise_loss {
     CT_LOSS_MSE = 0,     /* (x - y)^2 */
@@ -93,6 +99,10 @@ double ct_op_pointwise_loss_forward(ct_pointwise_loss kind, const ct_pointwise_o
  * row's additions may differ). */
 void ct_op_pointwise_loss_rows(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                const ct_tensor *target, double *loss);
+/* ct_op_pointwise_loss_forward without a wait: the sum is added to stats[CT_STEP_LOSS_SUM] and the
+ * element count to stats[CT_STEP_LOSS_COUNT] on the device. */
+void ct_op_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
+                              const ct_tensor *target, ct_tensor *stats);
 /* dpred = scale * d(sum)/d(pred). */
 void ct_op_pointwise_loss_backward(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                    const ct_tensor *target, double scale, ct_tensor *dpred);

@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/device.h"
+#include "core/ops/step_rule.h"
 #include "core/tensor.h"
 
 #ifdef __cplusplus
@@ -29,6 +31,9 @@ typedef struct ct_sgd_args {
     bool nesterov;
     bool first_step; /* the momentum buffer starts as a copy of d, as PyTorch's does */
     bool clear_grad; /* grad is zero afterwards */
+    /* NULL, or a float64 in the parameters' device memory: where it is 0 the update is skipped (the
+     * gradient still cleared with clear_grad), so a verdict taken on the device needs no wait */
+    const double *gate;
 } ct_sgd_args;
 
 /* momentum_buffer: NULL when momentum == 0 (PyTorch keeps none either). */
@@ -45,6 +50,7 @@ typedef struct ct_adam_args {
     bool amsgrad;
     int64_t step; /* 1 for the first step: the bias corrections use it */
     bool clear_grad; /* grad is zero afterwards */
+    const double *gate; /* as ct_sgd_args' */
 } ct_adam_args;
 
 /* max_exp_avg_sq: NULL unless amsgrad. */
@@ -60,6 +66,19 @@ double ct_op_sum_squares_det(const ct_tensor *t);
  * finite (f64 values near 1e154 and beyond), the norm is recomputed scaled by the largest magnitude,
  * so it is finite whenever it is representable. */
 double ct_op_l2_norm(const ct_tensor *t);
+
+/* --- the step's statistics on the device (core/ops/step_rule.h) ----------------------------------- *
+ * stats: the float64 block of CT_STEP_SLOTS on the tensors' device. None of these waits for the
+ * device. */
+
+/* Whether the backend of device d has these ops (and the losses' _acc ones). */
+bool ct_op_step_stats_supported(ct_device d);
+/* t *= stats[slot], as ct_op_scale(t, stats[slot]) would multiply (nothing changes where it is 1). */
+void ct_op_scale_by(ct_tensor *t, const ct_tensor *stats, int slot);
+/* stats[slot] = ct_op_l2_norm(t). */
+void ct_op_l2_norm_into(const ct_tensor *t, ct_tensor *stats, int slot);
+/* ct_step_rule_apply on the block, on its device. */
+void ct_op_step_rule(ct_tensor *stats, const ct_step_rule *rule);
 
 #ifdef __cplusplus
 }

@@ -37,28 +37,10 @@ typedef struct op_calls {
     long long forward, rows, token_values;
 } op_calls;
 
-static long long calls_of(const char *table, const char *op) {
-    char key[64];
-    snprintf(key, sizeof key, "\n  %s ", op);
-    const char *p = strstr(table, key);
-    long long n = 0;
-    char backend[32];
-    if (p && sscanf(p + strlen(key), "%31s %lld", backend, &n) != 2) n = -1;
-    return n;
-}
-
 static op_calls profiled_calls(void) {
-    char *text = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&text, &len);
-    if (!f) abort();
-    ct_op_profile_report(f);
-    fclose(f);
-    op_calls c = {calls_of(text, "cross_entropy_forward") + calls_of(text, "pointwise_loss_forward"),
-                  calls_of(text, "cross_entropy_rows") + calls_of(text, "pointwise_loss_rows"),
-                  calls_of(text, "token_values")};
-    free(text);
-    return c;
+    return (op_calls){ct_op_profile_calls("cross_entropy_forward") + ct_op_profile_calls("pointwise_loss_forward"),
+                      ct_op_profile_calls("cross_entropy_rows") + ct_op_profile_calls("pointwise_loss_rows"),
+                      ct_op_profile_calls("token_values")};
 }
 
 /* One evaluation of `model` on `data` with the given hooks: its metrics (NULL on an error, the

@@ -669,8 +669,9 @@ static ct_status failing_backward(ct_loss *l, const ct_tensor *p, const ct_tenso
 static void vtable(void) {
     /* name and destroy NULL: "custom" and free(); a table written before `backward` existed. */
     static const ct_loss_ops old = {offsetof(ct_loss_ops, backward), NULL, const_forward, failing_backward, NULL, NULL,
-                                    NULL};
-    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL, NULL, NULL};
+                                    NULL, NULL};
+    static const ct_loss_ops full = {sizeof(ct_loss_ops), "const", const_forward, failing_backward, NULL, NULL, NULL,
+                                     NULL};
     const_loss *c = calloc(1, sizeof *c);
     ct_loss_base_init(&c->base, &old);
     c->value = 2.5;
