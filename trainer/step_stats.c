@@ -58,7 +58,7 @@ void ct_step_stats_end(ct_trainer *t) {
 
 void ct_step_stats_free(ct_trainer *t) { ct_tensor_free(&t->priv->step_block); }
 
-ct_status ct_step_stats_update(ct_trainer *t) {
+void ct_step_stats_update(ct_trainer *t) {
     struct ct_trainer_private *p = t->priv;
     ct_tensor *g = &t->model->params.grads, *blk = &p->step_block;
     const ct_train_progress *L = &p->progress;
@@ -73,7 +73,6 @@ ct_status ct_step_stats_update(ct_trainer *t) {
     ct_op_step_rule(blk, &decide);
     if (t->args.max_grad_norm > 0) ct_op_scale_by(g, blk, CT_STEP_CLIP);
     p->steps_on_device++;
-    return CT_OK;
 }
 
 ct_status ct_step_stats_optimizer_step(ct_trainer *t, double lr) {

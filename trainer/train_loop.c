@@ -512,7 +512,7 @@ static ct_status optimizer_step(ct_trainer *t, ct_loader *loader, int64_t epoch,
     bool pre_fired = false, overflow = false;
     if (t->priv->step_stats_on) {
         /* the verdict stays on the device: the optimizer reads it (trainer/step_stats.c) */
-        CT_TRY(ct_step_stats_update(t));
+        ct_step_stats_update(t);
         CT_TRY(fire(t, CT_ON_PRE_OPTIMIZER_STEP));
         CT_TRY(ct_step_stats_optimizer_step(t, lr));
     } else {

@@ -168,10 +168,15 @@ ct_status ct_trainer_compute_loss(ct_trainer *t, const ct_batch *b, ct_loss_valu
     return hook_error((f ? f : ct_trainer_default_compute_loss)(t, b, loss, outputs, dloss), "compute_loss");
 }
 
+/* The loss gradient's buffer is sized for per_device_train_batch_size rows. */
+static ct_status check_train_rows(const ct_trainer *t, const ct_batch *b) {
+    if (b->rows <= t->priv->dloss.shape[0]) return CT_OK;
+    return ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld", (long long)b->rows,
+                    (long long)t->priv->dloss.shape[0]);
+}
+
 ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_loss_value *loss) {
-    if (b->rows > t->priv->dloss.shape[0])
-        return ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld",
-                        (long long)b->rows, (long long)t->priv->dloss.shape[0]);
+    CT_TRY(check_train_rows(t, b));
     ct_tensor outputs, dl = ct_tensor_rows(&t->priv->dloss, 0, b->rows);
     CT_TRY(ct_trainer_compute_loss(t, b, loss, &outputs, &dl));
     /* fp16's loss scaling (HF's accelerator.backward(loss) multiplies the loss by the scale) */
@@ -181,10 +186,7 @@ ct_status ct_trainer_default_training_step(ct_trainer *t, const ct_batch *b, ct_
 }
 
 ct_status ct_trainer_training_step_acc(ct_trainer *t, const ct_batch *b, ct_tensor *stats) {
-    if (b->rows > t->priv->dloss.shape[0])
-        return hook_error(ct_error(CT_ERR_SHAPE, "a batch of %lld rows exceeds per_device_train_batch_size %lld",
-                                   (long long)b->rows, (long long)t->priv->dloss.shape[0]),
-                          "training_step");
+    CT_TRY(hook_error(check_train_rows(t, b), "training_step"));
     ct_tensor outputs, dl = ct_tensor_rows(&t->priv->dloss, 0, b->rows);
     int64_t n = 0;
     ct_status s = ct_model_forward(t->model, &b->features, &outputs);

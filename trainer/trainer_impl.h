@@ -185,7 +185,7 @@ ct_status ct_step_stats_begin(ct_trainer *t);
 void ct_step_stats_end(ct_trainer *t);
 void ct_step_stats_free(ct_trainer *t);
 ct_status ct_trainer_training_step_acc(ct_trainer *t, const ct_batch *b, ct_tensor *stats);
-ct_status ct_step_stats_update(ct_trainer *t);
+void ct_step_stats_update(ct_trainer *t);
 ct_status ct_step_stats_optimizer_step(ct_trainer *t, double lr);
 ct_status ct_step_stats_read(ct_trainer *t);
 void ct_step_stats_logged(ct_trainer *t);
