@@ -384,14 +384,7 @@ static void test_model_on_device(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    /* The registry reads the variable when the library loads: set it and start again. */
-    const char *want = getenv("CTRAINER_CHECKED_DEVICE");
-    if (!want || strcmp(want, "2") != 0) {
-        setenv("CTRAINER_CHECKED_DEVICE", "2", 1);
-        execv("/proc/self/exe", argv);
-        perror("test_checked_device: execv");
-        return 1;
-    }
+    if (!ct_test_use_checked_device(argv, "2")) return 1;
     ct_test_begin("checked_device");
     test_registry();
     test_ops_match_cpu();

@@ -473,14 +473,7 @@ static void test_device_memory(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    /* The registry reads the variable when the library loads: set it and start again. */
-    const char *want = getenv("CTRAINER_CHECKED_DEVICE");
-    if (!want || strcmp(want, "1") != 0) {
-        setenv("CTRAINER_CHECKED_DEVICE", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("test_grad_scaler: execv");
-        return 1;
-    }
+    if (!ct_test_use_checked_device(argv, "1")) return 1;
     ct_test_begin("grad_scaler");
     tmp_root = ct_fixture_tmp_root("test_grad_scaler");
     test_rule();

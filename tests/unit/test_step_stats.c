@@ -184,14 +184,7 @@ static void nan_in_data(void) {
 
 int main(int argc, char **argv) {
     (void)argc;
-    /* The registry reads the variable when the library loads: set it and start again. */
-    const char *want = getenv("CTRAINER_CHECKED_DEVICE");
-    if (!want || strcmp(want, "1") != 0) {
-        setenv("CTRAINER_CHECKED_DEVICE", "1", 1);
-        execv("/proc/self/exe", argv);
-        perror("test_step_stats: execv");
-        return 1;
-    }
+    if (!ct_test_use_checked_device(argv, "1")) return 1;
     ct_test_begin("test_step_stats");
     if (!(tmp_root = ct_fixture_tmp_root("ct_test_step_stats"))) return 1;
     ct_rng_init(&rng, ct_test_seed, 1, 0);

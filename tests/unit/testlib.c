@@ -42,6 +42,15 @@ void ct_test_fail(const char *file, int line, const char *fmt, ...) {
     va_end(ap);
 }
 
+bool ct_test_use_checked_device(char **argv, const char *devices) {
+    const char *have = getenv("CTRAINER_CHECKED_DEVICE");
+    if (have && strcmp(have, devices) == 0) return true;
+    setenv("CTRAINER_CHECKED_DEVICE", devices, 1);
+    execv("/proc/self/exe", argv);
+    perror("execv");
+    return false;
+}
+
 int ct_test_finish(void) {
     if (ct_test_failed) printf("%s: seed was %llu\n", test_name, (unsigned long long)ct_test_seed);
     printf("%d passed, %d failed\n", ct_test_passed, ct_test_failed);

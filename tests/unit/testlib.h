@@ -18,6 +18,10 @@ extern uint64_t ct_test_seed;
 /* Seeds the test run from CT_TEST_SEED or the clock, and prints the seed. */
 void ct_test_begin(const char *name);
 int ct_test_finish(void);
+/* Makes "cuda" the checked device (CTRAINER_CHECKED_DEVICE=devices): the registry reads the variable
+ * when the library loads, so unless it already has that value this sets it and runs the program
+ * again (argv: main's); returns only when it is set (false: the program could not start again). */
+bool ct_test_use_checked_device(char **argv, const char *devices);
 void ct_test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define CHECK(cond, ...)                                                                           \
