@@ -7,7 +7,7 @@
  * device no op that hands a number back to the host runs in a step (the op profile: no
  * fused_classifier, no l2_norm; their _acc and _into forms instead, once per micro-batch and step).
  * Cases: clipping or not, gradient accumulation with a shorter last step, SGD and AdamW, logging
- * every step or seldom; a resume on the device from a CPU checkpoint taken between two logs (the
+ * every step or seldom, cross-entropy and an elementwise loss (huber); a resume on the device from a CPU checkpoint taken between two logs (the
  * loss to log so far carries on); and a run with a NaN in one sample, whose loss is NaN in the step
  * that trains on it: the device's run ends with an error naming the same step as the CPU's, its
  * weights those of the last good step (the CPU's at its error), though it went on to a later step
@@ -35,19 +35,24 @@ typedef struct run_case {
     double lr, max_grad_norm;
     int64_t accumulation, steps, logging_steps, save_steps;
     int64_t nan_sample; /* a sample whose first feature is NaN; -1: none */
+    bool regression;    /* 3 float targets a sample and a huber loss, instead of a class and cross-entropy */
 } run_case;
 
 enum { SAMPLES = 8 * 7 + 5 }; /* batches of 8: the epoch's last batch is short */
 
-/* SAMPLES rows of 6 features U(-1, 1) and a class of 3, the same for every run of the test. */
-static ct_dataset *data(int64_t nan_sample) {
+/* SAMPLES rows of 6 features U(-1, 1) and a class of 3 (or 3 targets U(0, 1)), the same for every
+ * run of the test. */
+static ct_dataset *data(int64_t nan_sample, bool regression) {
     ct_rng r;
     ct_rng_init(&r, ct_test_seed, 0, 0);
     ct_tensor x, y;
     if (ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){SAMPLES, 6}) != CT_OK) abort();
-    if (ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){SAMPLES}) != CT_OK) abort();
+    ct_status st = regression ? ct_tensor_alloc(&y, CT_F32, CT_CPU, 2, (int64_t[]){SAMPLES, 3})
+                              : ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){SAMPLES});
+    if (st != CT_OK) abort();
     for (int64_t i = 0; i < SAMPLES * 6; i++) ((float *)x.data)[i] = (float)(2 * ct_rng_uniform(&r) - 1);
-    for (int64_t i = 0; i < SAMPLES; i++) ((int64_t *)y.data)[i] = (int64_t)ct_rng_below(&r, 3);
+    for (int64_t i = 0; i < ct_tensor_numel(&y); i++)
+        ct_tensor_set(&y, i, regression ? ct_rng_uniform(&r) : (double)ct_rng_below(&r, 3));
     if (nan_sample >= 0) ((float *)x.data)[nan_sample * 6] = NAN;
     ct_dataset *d;
     if (ct_tensor_dataset_create(&x, &y, 0, &d) != CT_OK) abort();
@@ -56,12 +61,14 @@ static ct_dataset *data(int64_t nan_sample) {
     return d;
 }
 
+/* The loss's passes that hand (sum, count) back and those that add them to the block; the norms. */
 typedef struct op_calls {
     long long classifier, classifier_acc, norm, norm_into;
 } op_calls;
 
 static op_calls profiled_calls(void) {
-    return (op_calls){ct_op_profile_calls("fused_classifier"), ct_op_profile_calls("fused_classifier_acc"),
+    return (op_calls){ct_op_profile_calls("fused_classifier") + ct_op_profile_calls("pointwise_loss_forward"),
+                      ct_op_profile_calls("fused_classifier_acc") + ct_op_profile_calls("pointwise_loss_acc"),
                       ct_op_profile_calls("l2_norm"), ct_op_profile_calls("l2_norm_into")};
 }
 
@@ -80,12 +87,14 @@ static void train_on(ct_device dev, const run_case *c, const char *name, const c
     a.save_strategy = c->save_steps > 0 ? CT_INTERVAL_STEPS : CT_INTERVAL_NO;
     a.save_steps = (double)c->save_steps;
     a.seed = 7;
-    ct_dataset *d = data(c->nan_sample);
+    ct_dataset *d = data(c->nan_sample, c->regression);
+    ct_loss *loss = NULL;
+    if (c->regression) CHECK_OK(ct_huber_loss_create(0.3, &loss));
     ct_model m;
     ct_fixture_mlp o = {.dim = 6, .classes = 3, .hidden = {16, 8}, .device = dev, .max_batch = 8,
                         .seed = ct_test_seed};
     CHECK_OK(ct_fixture_mlp_build(&o, &m));
-    ct_trainer_setup setup = {.model = &m, .train_dataset = d};
+    ct_trainer_setup setup = {.model = &m, .train_dataset = d, .loss = loss};
     ct_trainer t;
     ct_op_profile_reset();
     ct_op_profile_enable(true);
@@ -93,6 +102,7 @@ static void train_on(ct_device dev, const run_case *c, const char *name, const c
     ct_op_profile_enable(false);
     *calls = profiled_calls();
     ct_model_free(&m);
+    ct_loss_free(loss);
     ct_dataset_free(d);
     ct_training_args_free(&a);
 }
@@ -123,10 +133,12 @@ static void same_run(const run_case *c) {
         long long k = s % per_epoch;
         micro += k + 1 < per_epoch ? c->accumulation : 8 - k * c->accumulation;
     }
-    CHECK(cc.classifier == micro && cc.classifier_acc == 0 && cc.norm == c->steps && cc.norm_into == 0,
+    /* ct_trainer_init judges regression targets by the loss's forward on the first sample: one pass */
+    const long long at_init = c->regression ? 1 : 0;
+    CHECK(cc.classifier == micro + at_init && cc.classifier_acc == 0 && cc.norm == c->steps && cc.norm_into == 0,
           "%s: CPU ops classifier %lld, _acc %lld, norm %lld, _into %lld; expected %lld micro-batches, %lld steps",
           c->label, cc.classifier, cc.classifier_acc, cc.norm, cc.norm_into, micro, (long long)c->steps);
-    CHECK(dc.classifier == 0 && dc.classifier_acc == micro && dc.norm == 0 && dc.norm_into == c->steps,
+    CHECK(dc.classifier == at_init && dc.classifier_acc == micro && dc.norm == 0 && dc.norm_into == c->steps,
           "%s: device ops classifier %lld, _acc %lld, norm %lld, _into %lld; expected %lld micro-batches, %lld steps",
           c->label, dc.classifier, dc.classifier_acc, dc.norm, dc.norm_into, micro, (long long)c->steps);
     ct_fixture_run_free(&cpu);
@@ -135,7 +147,7 @@ static void same_run(const run_case *c) {
 
 /* A run resumed on the device from the CPU's checkpoint of a step between two logs. */
 static void resumed_across(void) {
-    run_case c = {"resume", "adamw", 3e-3, 1.0, 1, 10, 4, 6, -1};
+    run_case c = {"resume", "adamw", 3e-3, 1.0, 1, 10, 4, 6, -1, false};
     ct_fixture_run whole, first, rest;
     op_calls calls;
     train_on(CT_CPU, &c, "resume_whole", NULL, &whole, &calls);
@@ -162,7 +174,7 @@ static long long named_step(const char *msg) {
 
 /* A NaN in one sample: the step that trains on it has a NaN loss. */
 static void nan_in_data(void) {
-    run_case c = {"nan_in_data", "sgd", 0.05, 0.0, 1, 40, 1000, 0, ct_test_between(&rng, 0, SAMPLES - 1)};
+    run_case c = {"nan_in_data", "sgd", 0.05, 0.0, 1, 40, 1000, 0, ct_test_between(&rng, 0, SAMPLES - 1), false};
     ct_fixture_run cpu, dev;
     op_calls calls;
     train_on(CT_CPU, &c, "diverge_cpu", NULL, &cpu, &calls);
@@ -189,10 +201,11 @@ int main(int argc, char **argv) {
     if (!(tmp_root = ct_fixture_tmp_root("ct_test_step_stats"))) return 1;
     ct_rng_init(&rng, ct_test_seed, 1, 0);
     const run_case cases[] = {
-        {"clip_adamw", "adamw", 3e-3, 1.0, 1, 9, 3, 0, -1},
-        {"accumulate_sgd", "sgd", 0.05, 0.0, 3, 7, 2, 0, -1},
-        {"clip_often_every_log", "adamw", 0.05, 0.05, 2, 6, 1, 0, -1},
-        {"log_seldom", "adam", 1e-2, 1.0, 1, 12, 100, 0, -1},
+        {"clip_adamw", "adamw", 3e-3, 1.0, 1, 9, 3, 0, -1, false},
+        {"accumulate_sgd", "sgd", 0.05, 0.0, 3, 7, 2, 0, -1, false},
+        {"clip_often_every_log", "adamw", 0.05, 0.05, 2, 6, 1, 0, -1, false},
+        {"log_seldom", "adam", 1e-2, 1.0, 1, 12, 100, 0, -1, false},
+        {"huber_regression", "adamw", 1e-2, 0.5, 2, 8, 3, 0, -1, true},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) same_run(&cases[i]);
     resumed_across();
