@@ -7,11 +7,11 @@
  * device no op that hands a number back to the host runs in a step (the op profile: no
  * fused_classifier, no l2_norm; their _acc and _into forms instead, once per micro-batch and step).
  * Cases: clipping or not, gradient accumulation with a shorter last step, SGD and AdamW, logging
- * every step or seldom, cross-entropy and an elementwise loss (huber); a resume on the device from a CPU checkpoint taken between two logs (the
- * loss to log so far carries on); and a run with a NaN in one sample, whose loss is NaN in the step
- * that trains on it: the device's run ends with an error naming the same step as the CPU's, its
- * weights those of the last good step (the CPU's at its error), though it went on to a later step
- * before it read the block. */
+ * every step or seldom, cross-entropy and an elementwise loss (huber); a resume on the device from a
+ * CPU checkpoint taken between two logs (the loss to log so far carries on); and a run with a NaN
+ * in one sample, whose loss is NaN in the step that trains on it: the device's run ends with an
+ * error naming the same step as the CPU's, its weights those of the last good step (the CPU's at its
+ * error), though it went on to a later step before it read the block. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
