@@ -69,7 +69,8 @@ double ct_op_l2_norm(const ct_tensor *t);
 
 /* --- the step's statistics on the device (core/ops/step_rule.h) ----------------------------------- *
  * stats: the float64 block of CT_STEP_SLOTS on the tensors' device. None of these waits for the
- * device. */
+ * device, but for ct_op_l2_norm_into of a float64 tensor on a GPU (whose squares may overflow: the
+ * rescaled second pass decides on the host). */
 
 /* Whether the backend of device d has these ops (and the losses' _acc ones). */
 bool ct_op_step_stats_supported(ct_device d);
