@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/json.h"
+#include "core/ops/ops.h"
 #include "core/vtable.h"
 
 /* Members appended to ct_metric_ops later are absent from tables written earlier. */
@@ -343,6 +344,7 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b) {
 }
 
 bool ct_metric_takes_token_values(const ct_metric *m) { return HAS_OP(m->ops, takes_token_values); }
+bool ct_metric_takes_class_values(const ct_metric *m) { return HAS_OP(m->ops, takes_class_values); }
 
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out) {
     CT_ASSERT(m && json_is_object(out));
@@ -408,15 +410,18 @@ ct_status ct_metric_put(json_t *out, const char *prefix, const char *name, doubl
 ct_status ct_metric_check_classification(const ct_eval_batch *b, int64_t *rows, int64_t *classes) {
     char t[128];
     const ct_tensor *o = b->outputs, *l = b->labels;
-    if (!o) return ct_error(CT_ERR_INVALID_ARG, "needs the model's outputs [rows, classes]");
+    const ct_class_values *cv = b->classes;
+    if (!o && !cv) return ct_error(CT_ERR_INVALID_ARG, "needs the model's outputs [rows, classes]");
     if (!l) return ct_error(CT_ERR_INVALID_ARG, "needs labels, and the data has none");
-    if (o->ndim != 2 || o->shape[1] < 1)
+    if (cv && (!cv->pred || !cv->above || cv->rows < 0 || cv->classes < 1))
+        return ct_error(CT_ERR_INVALID_ARG, "class ranks without their predictions, ranks, rows or classes");
+    if (!cv && (o->ndim != 2 || o->shape[1] < 1))
         return ct_error(CT_ERR_SHAPE, "outputs %s: expected class scores [rows, classes]",
                         ct_tensor_str(o, t, sizeof t));
-    if ((l->dtype != CT_I64 && l->dtype != CT_I32) || l->ndim != 1 || l->shape[0] != o->shape[0])
+    int64_t n = cv ? cv->rows : o->shape[0], c = cv ? cv->classes : o->shape[1];
+    if ((l->dtype != CT_I64 && l->dtype != CT_I32) || l->ndim != 1 || l->shape[0] != n)
         return ct_error(CT_ERR_SHAPE, "labels %s: expected class ids [%lld] int64 or int32",
-                        ct_tensor_str(l, t, sizeof t), (long long)o->shape[0]);
-    int64_t n = o->shape[0], c = o->shape[1];
+                        ct_tensor_str(l, t, sizeof t), (long long)n);
     for (int64_t i = 0; i < n; i++) {
         int64_t y = ct_metric_label(l, i);
         if (ct_metric_row_real(b, i) && (y < 0 || y >= c))
@@ -426,6 +431,21 @@ ct_status ct_metric_check_classification(const ct_eval_batch *b, int64_t *rows, 
     }
     *rows = n;
     *classes = c;
+    return CT_OK;
+}
+
+ct_status ct_metric_class_values(const ct_eval_batch *b, ct_class_values *cv, int64_t **own) {
+    *own = NULL;
+    if (b->classes) {
+        *cv = *b->classes;
+        return CT_OK;
+    }
+    const ct_tensor *o = b->outputs;
+    int64_t n = o->shape[0];
+    *own = malloc((size_t)(n > 0 ? 2 * n : 1) * sizeof **own);
+    if (!*own) return ct_error(CT_ERR_NOMEM, "out of memory for the class ranks of %lld rows", (long long)n);
+    if (n > 0) ct_op_class_ranks(o, b->labels, *own, *own + n);
+    *cv = (ct_class_values){.pred = *own, .above = *own + n, .rows = n, .classes = o->shape[1]};
     return CT_OK;
 }
 

@@ -55,6 +55,16 @@ typedef struct ct_token_values {
     int64_t shape[CT_MAX_DIMS];
 } ct_token_values;
 
+/* A classifier's class ranks of one batch: ct_op_class_ranks over scores [rows, C] and the labels,
+ * computed where the scores are (a GPU's evaluation then copies 8 bytes per row instead of C scores)
+ * and shared by every classification metric of the set. pred[i]: row i's predicted class (the first
+ * maximum, NaN the largest); above[i]: how many classes rank above its label (ops_loss.h has the
+ * order; -1 for a label outside [0, classes)). Host memory, `rows` entries each. */
+typedef struct ct_class_values {
+    const int64_t *pred, *above;
+    int64_t rows, classes;
+} ct_class_values;
+
 /* One evaluation batch as metrics see it. */
 typedef struct ct_eval_batch {
     const ct_tensor *outputs; /* model outputs, [rows, ...] float32/float64; NULL when not read */
@@ -70,6 +80,9 @@ typedef struct ct_eval_batch {
     /* Optional: the outputs' token values, for the metrics that take them (ct_metric_ops.
      * takes_token_values): given, those metrics read them instead of the outputs. NULL: not computed. */
     const ct_token_values *tokens;
+    /* Optional: the outputs' class ranks, for the metrics that take them (ct_metric_ops.
+     * takes_class_values): given, those metrics read them instead of the outputs. NULL: not computed. */
+    const ct_class_values *classes;
 } ct_eval_batch;
 
 typedef enum ct_reduce_op { CT_REDUCE_SUM, CT_REDUCE_MIN, CT_REDUCE_MAX } ct_reduce_op;
@@ -97,6 +110,9 @@ typedef struct ct_metric_ops {
     /* Optional: update reads a batch's token values (ct_eval_batch.tokens) when it has them, and then
      * not its outputs (the language-model metrics). */
     bool takes_token_values;
+    /* Optional: update reads a batch's class ranks (ct_eval_batch.classes) when it has them, and then
+     * not its outputs (accuracy, top-k accuracy, the confusion-matrix family). */
+    bool takes_class_values;
 } ct_metric_ops;
 
 /* How uncertainty is estimated: a closed form where one exists (a mean's standard error, a
@@ -166,6 +182,8 @@ ct_status ct_metric_update(ct_metric *m, const ct_eval_batch *b);
 ct_status ct_metric_merge(ct_metric *dst, const ct_metric *src);
 /* Whether m's update takes a batch's token values (ct_metric_ops.takes_token_values). */
 bool ct_metric_takes_token_values(const ct_metric *m);
+/* Whether m's update takes a batch's class ranks (ct_metric_ops.takes_class_values). */
+bool ct_metric_takes_class_values(const ct_metric *m);
 /* Adds m's values to the JSON object out; prefix NULL means "". */
 ct_status ct_metric_compute(const ct_metric *m, const char *prefix, json_t *out);
 /* Adds m's "<key>_stderr", "<key>_ci_low", "<key>_ci_high" to out (prefix NULL means ""); a metric
@@ -192,10 +210,14 @@ ct_status ct_metric_kind_index(const char *name, const char *const *names, const
                                int *kind);
 /* out["<prefix>_<name>"] = value (null when not finite). */
 ct_status ct_metric_put(json_t *out, const char *prefix, const char *name, double value);
-/* For metrics over class scores: outputs [rows, C] (C >= 1) float32/float64, labels int64/int32 [rows]
- * with every label of a real row in [0, C). Writes rows and C. Errors name the tensors and the
- * first bad label (the wrapper's "metric '<name>': " prefix is added by ct_metric_update). */
+/* For metrics over class scores: outputs [rows, C] (C >= 1) float32/float64, or the class ranks of
+ * such outputs, labels int64/int32 [rows] with every label of a real row in [0, C). Writes rows and C.
+ * Errors name the tensors and the first bad label (the wrapper's "metric '<name>': " prefix is added
+ * by ct_metric_update). */
 ct_status ct_metric_check_classification(const ct_eval_batch *b, int64_t *rows, int64_t *classes);
+/* The class ranks of a batch that passed ct_metric_check_classification: the batch's own, or computed
+ * here from its outputs (ct_op_class_ranks) into memory *own then holds, which the caller frees. */
+ct_status ct_metric_class_values(const ct_eval_batch *b, ct_class_values *cv, int64_t **own);
 /* The predicted class of row i of outputs [rows, C] float32/float64: the first maximum, NaN being
  * larger than any number (torch.argmax, numpy.argmax). */
 int64_t ct_metric_argmax(const ct_tensor *outputs, int64_t i);
@@ -248,11 +270,13 @@ void ct_metric_set_free(ct_metric_set *s);
 void ct_metric_set_reset(ct_metric_set *s);
 /* Updates every metric; on the first failure, stops and returns it (metrics before it are updated). */
 ct_status ct_metric_set_update(ct_metric_set *s, const ct_eval_batch *b);
-/* Whether some metric of the set reads the batch's outputs when given token values: every one but
- * "loss", which reads only the loss values, and those that take token values (so an evaluation on a
- * GPU that keeps nothing copies no outputs back); whether some metric takes token values. */
+/* Whether some metric of the set reads the batch's outputs when given token values and class ranks:
+ * every one but "loss", which reads only the loss values, and those that take token values or class
+ * ranks (so an evaluation on a GPU that keeps nothing copies no outputs back); whether some metric
+ * takes token values; whether some takes class ranks. */
 bool ct_metric_set_reads_outputs(const ct_metric_set *s);
 bool ct_metric_set_takes_token_values(const ct_metric_set *s);
+bool ct_metric_set_takes_class_values(const ct_metric_set *s);
 /* dst.items[i] = merge(dst.items[i], src.items[i]); the sets must hold the same metrics in order. */
 ct_status ct_metric_set_merge(ct_metric_set *dst, const ct_metric_set *src);
 ct_status ct_metric_set_compute(const ct_metric_set *s, const char *prefix, json_t *out);

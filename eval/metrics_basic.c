@@ -14,9 +14,11 @@
  *
  * Each state is integers and float64 sums only, so any split of the data merges to the same state.
  * Classification metrics count into locals and add to the state at the end, so a failing batch
- * leaves the state as it was. Rankings treat NaN as the largest score, as numpy's argmax and
- * argsort do; ties are broken as torch.argmax/numpy.argmax (accuracy: lowest index) and as
- * scikit-learn's top_k_accuracy_score (top_k: the higher class index ranks first). */
+ * leaves the state as it was. Accuracy and top-k read a batch's class ranks (ct_op_class_ranks, one
+ * pass shared by every classification metric, where the outputs are): rankings treat NaN as the
+ * largest score, as numpy's argmax and argsort do; ties are broken as torch.argmax/numpy.argmax
+ * (accuracy: lowest index) and as scikit-learn's top_k_accuracy_score (top_k: the higher class index
+ * ranks first). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,27 +30,6 @@
 #include "core/util.h"
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
-
-/* Rows * classes above which the counting loops run on several threads (integer counts: the result
- * is the same for any thread count). */
-#define PARALLEL_MIN 32768
-
-/* a ranks above b when it is larger, NaN being larger than any number and equal to itself. */
-#define RANK_GT(a, b) (isnan(a) ? !isnan(b) : (!isnan(b) && (a) > (b)))
-#define RANK_EQ(a, b) (isnan(a) ? isnan(b) : (a) == (b))
-
-/* "fewer than k classes rank above y" (classes tied with y rank above it when their index is
- * higher: a stable ascending sort, reversed); accuracy's argmax is ct_metric_argmax. */
-#define DEFINE_RANKING(R, SUF)                                                                        \
-    static bool in_top_k_##SUF(const R *row, int64_t c, int64_t y, int64_t k) {                        \
-        R sy = row[y];                                                                                 \
-        int64_t above = 0;                                                                             \
-        for (int64_t j = 0; j < c && above < k; j++)                                                   \
-            above += RANK_GT(row[j], sy) || (j > y && RANK_EQ(row[j], sy));                            \
-        return above < k;                                                                              \
-    }
-DEFINE_RANKING(float, f32)
-DEFINE_RANKING(double, f64)
 
 /* --- loss --------------------------------------------------------------------------------------- */
 
@@ -104,13 +85,21 @@ static const ct_metric_ops loss_ops = {.size = sizeof(ct_metric_ops),
 
 bool ct_metric_set_reads_outputs(const ct_metric_set *s) {
     for (int i = 0; i < s->n; i++)
-        if (s->items[i]->ops != &loss_ops && !ct_metric_takes_token_values(s->items[i])) return true;
+        if (s->items[i]->ops != &loss_ops && !ct_metric_takes_token_values(s->items[i]) &&
+            !ct_metric_takes_class_values(s->items[i]))
+            return true;
     return false;
 }
 
 bool ct_metric_set_takes_token_values(const ct_metric_set *s) {
     for (int i = 0; i < s->n; i++)
         if (ct_metric_takes_token_values(s->items[i])) return true;
+    return false;
+}
+
+bool ct_metric_set_takes_class_values(const ct_metric_set *s) {
+    for (int i = 0; i < s->n; i++)
+        if (ct_metric_takes_class_values(s->items[i])) return true;
     return false;
 }
 
@@ -132,17 +121,27 @@ ct_status ct_loss_metric_create(ct_metric **out) {
 
 enum { CORRECT, TOTAL };
 
-static ct_status accuracy_update(ct_metric *m, const ct_eval_batch *b) {
-    int64_t rows, c;
+/* A batch's real rows, and those that count: the label in the top k (fewer than k classes above it)
+ * or, for accuracy (k 0), the prediction equal to the label. The two differ on ties: the label ties
+ * with a lower class, torch.argmax picks the lower one, and scikit-learn's order ranks the label first. */
+static ct_status count_hits(const ct_eval_batch *b, int64_t k, int64_t *hits, int64_t *total) {
+    int64_t rows, c, *own;
     CT_TRY(ct_metric_check_classification(b, &rows, &c));
-    const ct_tensor *o = b->outputs, *l = b->labels;
-    int64_t correct = 0, total = 0;
-#pragma omp parallel for reduction(+ : correct, total) if (rows * c > PARALLEL_MIN)
+    ct_class_values cv;
+    CT_TRY(ct_metric_class_values(b, &cv, &own));
+    *hits = *total = 0;
     for (int64_t i = 0; i < rows; i++) {
         if (!ct_metric_row_real(b, i)) continue;
-        correct += ct_metric_argmax(o, i) == ct_metric_label(l, i);
-        total++;
+        *hits += k > 0 ? cv.above[i] < k : cv.pred[i] == ct_metric_label(b->labels, i);
+        ++*total;
     }
+    free(own);
+    return CT_OK;
+}
+
+static ct_status accuracy_update(ct_metric *m, const ct_eval_batch *b) {
+    int64_t correct, total;
+    CT_TRY(count_hits(b, 0, &correct, &total));
     m->counts[CORRECT] += correct;
     m->counts[TOTAL] += total;
     return CT_OK;
@@ -165,7 +164,8 @@ static const ct_metric_ops accuracy_ops = {.size = sizeof(ct_metric_ops),
                                            .name = "accuracy",
                                            .update = accuracy_update,
                                            .compute = accuracy_compute,
-                                           .uncertainty = accuracy_uncertainty};
+                                           .uncertainty = accuracy_uncertainty,
+                                           .takes_class_values = true};
 
 ct_status ct_accuracy_metric_create(ct_metric **out) {
     CT_ASSERT(out);
@@ -191,18 +191,8 @@ typedef struct top_k_metric {
 static int64_t top_k_of(const ct_metric *m) { return ct_container_of(m, const top_k_metric, base)->k; }
 
 static ct_status top_k_update(ct_metric *m, const ct_eval_batch *b) {
-    int64_t rows, c, k = top_k_of(m);
-    CT_TRY(ct_metric_check_classification(b, &rows, &c));
-    const ct_tensor *o = b->outputs, *l = b->labels;
-    int64_t hits = 0, total = 0;
-#pragma omp parallel for reduction(+ : hits, total) if (rows * c > PARALLEL_MIN)
-    for (int64_t i = 0; i < rows; i++) {
-        if (!ct_metric_row_real(b, i)) continue;
-        int64_t y = ct_metric_label(l, i);
-        hits += o->dtype == CT_F32 ? in_top_k_f32((const float *)o->data + i * c, c, y, k)
-                                   : in_top_k_f64((const double *)o->data + i * c, c, y, k);
-        total++;
-    }
+    int64_t hits, total;
+    CT_TRY(count_hits(b, top_k_of(m), &hits, &total));
     m->counts[CORRECT] += hits;
     m->counts[TOTAL] += total;
     return CT_OK;
@@ -232,7 +222,8 @@ static const ct_metric_ops top_k_ops = {.size = sizeof(ct_metric_ops),
                                         .update = top_k_update,
                                         .compute = top_k_compute,
                                         .same_config = top_k_same_config,
-                                        .uncertainty = top_k_uncertainty};
+                                        .uncertainty = top_k_uncertainty,
+                                        .takes_class_values = true};
 
 ct_status ct_metric_check_classes(const ct_metric *m, int64_t classes) {
     if (m->ops != &top_k_ops || top_k_of(m) <= classes) return CT_OK;

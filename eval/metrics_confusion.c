@@ -1,7 +1,9 @@
 /* Confusion-matrix metrics (see the section in metric.h): the confusion matrix itself, precision,
  * recall and F1 with every averaging, Matthews correlation and balanced accuracy, all as functions of
  * one C x C matrix of int64 counts, which is their whole state (so merging is exact and the values do
- * not depend on the batch size or the number of processes).
+ * not depend on the batch size or the number of processes). A batch adds its rows' (label,
+ * prediction) cells, the predictions from its class ranks (ct_op_class_ranks: computed where the
+ * outputs are, once for every classification metric of the set).
  *
  * The same function of a matrix serves compute() and the bootstrap: uncertainty redraws the matrix
  * (a multinomial of n over its cells with the observed proportions, ct_bootstrap_cells) and
@@ -18,9 +20,6 @@
 #include "eval/metric.h"
 #include "eval/uncertainty.h"
 
-/* rows * C above which the counting loop runs on several threads (atomic integer increments: the
- * counts are the same for any thread count). */
-#define PARALLEL_MIN 32768
 /* Bytes of bootstrap values held at once; per_class with many classes is computed in class chunks
  * that each replay the same resamples (same streams, same matrices). */
 #define VALUES_BUDGET ((size_t)256 << 20)
@@ -144,30 +143,27 @@ static void metric_values(ct_confusion_kind kind, ct_average average, const int6
 /* --- vtable ------------------------------------------------------------------------------------- */
 
 static ct_status confusion_update(ct_metric *m, const ct_eval_batch *b) {
-    int64_t rows, c;
+    int64_t rows, c, *own;
     CT_TRY(ct_metric_check_classification(b, &rows, &c));
     int64_t seen = ct_confusion_classes(m);
     if (seen && seen != c) {
-        char t[128];
-        return ct_error(CT_ERR_SHAPE, "outputs %s have %lld classes, and earlier batches had %lld",
-                        ct_tensor_str(b->outputs, t, sizeof t), (long long)c, (long long)seen);
+        char u[128], t[160] = "this batch's class scores";
+        if (b->outputs) snprintf(t, sizeof t, "outputs %s", ct_tensor_str(b->outputs, u, sizeof u));
+        return ct_error(CT_ERR_SHAPE, "%s have %lld classes, and earlier batches had %lld", t, (long long)c,
+                        (long long)seen);
     }
     if (c > MAX_CLASSES)
         return ct_error(CT_ERR_INVALID_ARG, "%lld classes: a confusion matrix holds at most %lld", (long long)c,
                         (long long)MAX_CLASSES);
-    if (!seen) CT_TRY(ct_metric_redeclare(m, c * c, NULL, 0, NULL)); /* C is fixed from here on */
-    const ct_tensor *l = b->labels;
-    int64_t *counts = m->counts;
+    ct_class_values cv;
+    CT_TRY(ct_metric_class_values(b, &cv, &own));
+    ct_status s = seen ? CT_OK : ct_metric_redeclare(m, c * c, NULL, 0, NULL); /* C is fixed from here on */
     /* Every label was validated above, so nothing can fail from here: counting in place keeps the
      * state unchanged on any failure. */
-#pragma omp parallel for if (rows * c > PARALLEL_MIN)
-    for (int64_t i = 0; i < rows; i++) {
-        if (!ct_metric_row_real(b, i)) continue;
-        int64_t cell = ct_metric_label(l, i) * c + ct_metric_argmax(b->outputs, i);
-#pragma omp atomic
-        counts[cell]++;
-    }
-    return CT_OK;
+    for (int64_t i = 0; s == CT_OK && i < rows; i++)
+        if (ct_metric_row_real(b, i)) m->counts[ct_metric_label(b->labels, i) * c + cv.pred[i]]++;
+    free(own);
+    return s;
 }
 
 static ct_status put_list(json_t *out, const char *prefix, const char *name, const double *v, int64_t n) {
@@ -321,7 +317,7 @@ static bool confusion_same_config(const ct_metric *a, const ct_metric *b) {
 
 #define CONFUSION_OPS(NAME)                                                                                   \
     {.size = sizeof(ct_metric_ops), .name = NAME, .update = confusion_update, .compute = confusion_compute, \
-     .same_config = confusion_same_config, .uncertainty = confusion_uncertainty}
+     .same_config = confusion_same_config, .uncertainty = confusion_uncertainty, .takes_class_values = true}
 static const ct_metric_ops confusion_ops[] = {CONFUSION_OPS("confusion_matrix"), CONFUSION_OPS("precision"),
                                               CONFUSION_OPS("recall"),           CONFUSION_OPS("f1"),
                                               CONFUSION_OPS("mcc"),              CONFUSION_OPS("balanced_accuracy")};

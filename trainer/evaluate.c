@@ -25,6 +25,7 @@ typedef struct eval_run {
     ct_loss_value *row_values;            /* the loss's per-row values, per_device_eval_batch_size of them */
     double *token_buf;                    /* a batch's token values (nll, then hit) */
     int64_t token_cap;                    /* positions token_buf holds */
+    int64_t *class_buf;                   /* a batch's class ranks (pred, then above), 2 per row */
     ct_batch full;                        /* a short batch padded to per_device_eval_batch_size rows */
     ct_tensor full_features, full_labels, full_mask;
     int64_t *full_indices;
@@ -136,6 +137,28 @@ static ct_status token_values(ct_trainer *t, eval_run *r, const ct_batch *db, co
     if (n > 0) ct_op_token_values(o, l, r->token_buf, r->token_buf + n);
     *tv = (ct_token_values){.nll = r->token_buf, .hit = r->token_buf + n, .ndim = o->ndim};
     memcpy(tv->shape, o->shape, sizeof tv->shape);
+    *have = true;
+    return CT_OK;
+}
+
+/* The batch's class ranks, computed where its outputs are, for the classification metrics: they then
+ * share one pass over the scores and read 8 bytes per row rather than the scores (which a GPU
+ * keeps). Only for class scores of the labels ([rows, C] float and [rows] int on one device);
+ * otherwise the metrics read the outputs and name what does not fit. *cv is set and *have true when
+ * computed (padding rows too: the metrics skip them by the mask). */
+static ct_status class_values(ct_trainer *t, eval_run *r, const ct_batch *db, const ct_tensor *outputs,
+                              ct_class_values *cv, bool *have) {
+    *have = false;
+    if (!ct_metric_set_takes_class_values(&t->metrics)) return CT_OK;
+    const ct_tensor *o = outputs, *l = &db->labels;
+    bool fits = l->data && o->ndim == 2 && l->ndim == 1 && l->shape[0] == o->shape[0] &&
+                o->shape[0] <= t->args.per_device_eval_batch_size && (o->dtype == CT_F32 || o->dtype == CT_F64) &&
+                (l->dtype == CT_I64 || l->dtype == CT_I32) && o->shape[1] > 0 && o->shape[1] <= INT32_MAX &&
+                ct_device_eq(o->device, l->device);
+    if (!fits) return CT_OK;
+    int64_t n = o->shape[0];
+    if (n > 0) ct_op_class_ranks(o, l, r->class_buf, r->class_buf + n);
+    *cv = (ct_class_values){.pred = r->class_buf, .above = r->class_buf + n, .rows = n, .classes = o->shape[1]};
     *have = true;
     return CT_OK;
 }
@@ -293,13 +316,16 @@ static ct_status run_batches(ct_trainer *t, eval_run *r, ct_loader *loader) {
         /* outputs on a device come back only when something reads them (a metric that takes no
          * token values, kept predictions) */
         ct_token_values tv;
-        bool tokens;
+        ct_class_values cv;
+        bool tokens, classes;
         CT_TRY(token_values(t, r, db, &outputs, &tv, &tokens));
+        CT_TRY(class_values(t, r, db, &outputs, &cv, &classes));
         bool read = outputs.device.kind == CT_DEVICE_CPU || r->out || ct_metric_set_reads_outputs(&t->metrics) ||
-                    (ct_metric_set_takes_token_values(&t->metrics) && !tokens);
+                    (ct_metric_set_takes_token_values(&t->metrics) && !tokens) ||
+                    (ct_metric_set_takes_class_values(&t->metrics) && !classes);
         if (read) CT_TRY(ct_trainer_outputs_to_host(t, &outputs, &host_outputs));
         ct_eval_batch eb = {.outputs = read ? &host_outputs : NULL, .labels = &b->labels, .mask = &b->mask,
-                            .loss = loss, .tokens = tokens ? &tv : NULL};
+                            .loss = loss, .tokens = tokens ? &tv : NULL, .classes = classes ? &cv : NULL};
         CT_TRY(row_losses(t, r, b, db, &outputs, from_rows, &eb));
         CT_TRY(ct_metric_set_update(&t->metrics, &eb));
         if (r->out && t->world_size > 1) CT_TRY(keep_own_rows(r, b, &host_outputs));
@@ -330,6 +356,8 @@ static ct_status run_loop(ct_trainer *t, eval_run *r, ct_loader *loader, double 
     CT_TRY(ct_tensor_alloc(&r->sample_weight, CT_F64, CT_CPU, 1, bs));
     r->row_values = malloc((size_t)bs[0] * sizeof *r->row_values);
     if (!r->row_values) return ct_error(CT_ERR_NOMEM, "evaluation: out of memory for per-row losses");
+    r->class_buf = malloc(2 * (size_t)bs[0] * sizeof *r->class_buf);
+    if (!r->class_buf) return ct_error(CT_ERR_NOMEM, "evaluation: out of memory for per-row class ranks");
     bool was_training = t->model->root->training;
     ct_model_train(t->model, false);
     double t0 = ct_monotonic_seconds();
@@ -403,6 +431,8 @@ static ct_status evaluation_loop(ct_trainer *t, eval_run *r, const char *prefix,
     free(r->token_buf);
     r->token_buf = NULL;
     r->token_cap = 0;
+    free(r->class_buf);
+    r->class_buf = NULL;
     ct_tensor_free(&r->sample_weight);
     free_full_batch(r);
     free_own_rows(r);

@@ -127,4 +127,5 @@ const ct_backend_ops ct_backend_cpu = {
     .step_rule = ct_cpu_step_rule,
     .fused_classifier_acc = ct_cpu_fused_classifier_acc,
     .pointwise_loss_acc = ct_cpu_pointwise_loss_acc,
+    .class_ranks = ct_cpu_class_ranks,
 };

@@ -173,6 +173,7 @@ int64_t ct_cpu_cross_entropy_forward(const ct_tensor *logits, const ct_tensor *t
 int64_t ct_cpu_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                   double *loss, double *count);
 void ct_cpu_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+void ct_cpu_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above);
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits);
 int64_t ct_cpu_fused_classifier(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o, double scale,

@@ -35,6 +35,7 @@
 #define ct_cpu_causal_attention_forward CT_CPU_ISA_NAME(ct_cpu_causal_attention_forward)
 #define ct_cpu_causal_softmax_backward CT_CPU_ISA_NAME(ct_cpu_causal_softmax_backward)
 #define ct_cpu_causal_softmax_forward CT_CPU_ISA_NAME(ct_cpu_causal_softmax_forward)
+#define ct_cpu_class_ranks CT_CPU_ISA_NAME(ct_cpu_class_ranks)
 #define ct_cpu_conv2d_backward CT_CPU_ISA_NAME(ct_cpu_conv2d_backward)
 #define ct_cpu_conv2d_forward CT_CPU_ISA_NAME(ct_cpu_conv2d_forward)
 #define ct_cpu_conv2d_relu_backward CT_CPU_ISA_NAME(ct_cpu_conv2d_relu_backward)

@@ -95,6 +95,16 @@ void ct_cpu_token_values(const ct_tensor *logits, const ct_tensor *labels, doubl
         token_values_f64(logits->data, labels->data, t64, rows, c, nll, hit);
 }
 
+void ct_cpu_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above) {
+    int64_t rows, c;
+    xent_dims(scores, &rows, &c);
+    bool t64 = labels->dtype == CT_I64;
+    if (scores->dtype == CT_F32)
+        class_ranks_f32(scores->data, labels->data, t64, rows, c, pred, above);
+    else
+        class_ranks_f64(scores->data, labels->data, t64, rows, c, pred, above);
+}
+
 int64_t ct_cpu_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double scale, ct_tensor *dlogits) {
     int64_t rows, c;

@@ -207,6 +207,32 @@ static void FN(token_values)(const R *z, const void *tgt, bool t64, int64_t rows
     }
 }
 
+/* How many classes rank above the label y of a row (ops_loss.h's ct_op_class_ranks): before y, those
+ * larger or NaN (not <= s[y]); after y, those equal too (not < s[y]); a NaN label is passed only by
+ * the NaNs after it. Each loop is a compare and a count, which vectorises. */
+static int64_t FN(count_above)(const R *sr, int64_t c, int64_t y) {
+    R sy = sr[y];
+    int64_t n = 0;
+    if (isnan(sy)) {
+        for (int64_t j = y + 1; j < c; j++) n += isnan(sr[j]);
+        return n;
+    }
+    for (int64_t j = 0; j < y; j++) n += !(sr[j] <= sy);
+    for (int64_t j = y + 1; j < c; j++) n += !(sr[j] < sy);
+    return n;
+}
+
+static void FN(class_ranks)(const R *s, const void *tgt, bool t64, int64_t rows, int64_t c, int64_t *pred,
+                            int64_t *above) {
+#pragma omp parallel for schedule(static) if (rows * c > CT_OMP_MIN)
+    for (int64_t r = 0; r < rows; r++) {
+        const R *sr = s + r * c;
+        int64_t y = target_at(tgt, t64, r);
+        pred[r] = FN(first_argmax)(sr, c);
+        above[r] = y >= 0 && y < c ? FN(count_above)(sr, c, y) : -1;
+    }
+}
+
 static int64_t FN(xent_bwd)(const R *z, const void *tgt, bool t64, int64_t rows, int64_t c, const double *w,
                             double eps, int64_t ignore, double scale, R *dz) {
     double wsum = FN(weight_sum)(w, c);

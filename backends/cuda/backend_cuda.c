@@ -37,6 +37,7 @@ const ct_backend_ops ct_backend_cuda = {
     .step_rule = ct_cuda_op_step_rule,
     .fused_classifier_acc = ct_cuda_op_fused_classifier_acc,
     .pointwise_loss_acc = ct_cuda_op_pointwise_loss_acc,
+    .class_ranks = ct_cuda_op_class_ranks,
     .use_device = ct_cuda_use_device,
     .stream_begin = ct_cuda_thread_stream_begin,
     .stream_end = ct_cuda_thread_stream_end,

@@ -267,10 +267,32 @@ void xent_dims(const ct_tensor *logits, const ct_tensor *target, const ct_xent_o
 /* a ranks above b in torch.argmax's order: larger, NaN above every number. */
 __device__ inline bool ranks_above(double a, double b) { return isnan(a) ? !isnan(b) : (!isnan(b) && a > b); }
 
-/* ct_op_token_values, one warp per row: each lane takes the first best of its strided classes, the
- * lanes' bests are combined by rank and, on equal rank, by the lower index, which is the CPU's scan's
- * choice (the first maximum) and the same pair in every lane; then the sum of exp(z_j - m) over
- * j != a. The branch on m is the same in every lane, so the warp sum inside it is safe. */
+/* The first largest entry of a row, one warp together, NaN above every number: each lane takes the
+ * first best of its strided classes, and the lanes' bests are combined by rank and, on equal rank, by
+ * the lower index, which is the CPU's scan's choice (the first maximum) and the same pair in every
+ * lane. *m gets its value. */
+template <typename R> __device__ long long warp_first_argmax(const R *zr, int64_t c, int lane, double *m_out) {
+    double m = 0.0;
+    long long a = -1; /* -1: this lane has no class (c < 32) and ranks below every other */
+    for (int64_t j = lane; j < c; j += WARP)
+        if (a < 0 || ranks_above((double)zr[j], m)) {
+            m = (double)zr[j];
+            a = j;
+        }
+    for (int off = WARP / 2; off > 0; off >>= 1) {
+        double om = __shfl_xor_sync(0xffffffffu, m, off);
+        long long oa = __shfl_xor_sync(0xffffffffu, a, off);
+        if (oa >= 0 && (a < 0 || ranks_above(om, m) || (!ranks_above(m, om) && oa < a))) {
+            m = om;
+            a = oa;
+        }
+    }
+    *m_out = m;
+    return a;
+}
+
+/* ct_op_token_values, one warp per row: the first argmax, then the sum of exp(z_j - m) over j != a.
+ * The branch on m is the same in every lane, so the warp sum inside it is safe. */
 template <typename R, typename T>
 __global__ void token_values_rows(const R *z, const T *tgt, int64_t rows, int64_t c, double *nll, double *hit) {
     int lane = threadIdx.x % WARP;
@@ -281,21 +303,8 @@ __global__ void token_values_rows(const R *z, const T *tgt, int64_t rows, int64_
         double l = 0.0, h = 0.0;
         if (y >= 0 && y < c) {
             const R *zr = z + r * c;
-            double m = 0.0;
-            long long a = -1; /* -1: this lane has no class (c < 32) and ranks below every other */
-            for (int64_t j = lane; j < c; j += WARP)
-                if (a < 0 || ranks_above((double)zr[j], m)) {
-                    m = (double)zr[j];
-                    a = j;
-                }
-            for (int off = WARP / 2; off > 0; off >>= 1) {
-                double om = __shfl_xor_sync(0xffffffffu, m, off);
-                long long oa = __shfl_xor_sync(0xffffffffu, a, off);
-                if (oa >= 0 && (a < 0 || ranks_above(om, m) || (!ranks_above(m, om) && oa < a))) {
-                    m = om;
-                    a = oa;
-                }
-            }
+            double m;
+            long long a = warp_first_argmax(zr, c, lane, &m);
             h = a == y ? 1.0 : 0.0;
             if (!isfinite(m)) {
                 l = NAN; /* log_softmax's NaN: exp(inf - inf) poisons every entry */
@@ -309,6 +318,35 @@ __global__ void token_values_rows(const R *z, const T *tgt, int64_t rows, int64_
         if (lane == 0) {
             nll[r] = l;
             hit[r] = h;
+        }
+    }
+}
+
+/* ct_op_class_ranks, one warp per row: the first argmax, and the lanes' counts of the classes that
+ * rank above the label (larger, or equal at a higher index; NaN the largest, equal to itself), added
+ * as doubles (exact: C < 2^31). The branch on y is the same in every lane. */
+template <typename R, typename T>
+__global__ void class_ranks_rows(const R *s, const T *tgt, int64_t rows, int64_t c, int32_t *pred, int32_t *above) {
+    int lane = threadIdx.x % WARP;
+    int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / WARP;
+    int64_t nwarps = (int64_t)gridDim.x * blockDim.x / WARP;
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        const R *sr = s + r * c;
+        double m;
+        long long a = warp_first_argmax(sr, c, lane, &m);
+        int64_t y = (int64_t)tgt[r];
+        int n = -1;
+        if (y >= 0 && y < c) {
+            double sy = (double)sr[y], k = 0.0;
+            for (int64_t j = lane; j < c; j += WARP) {
+                double v = (double)sr[j];
+                k += ranks_above(v, sy) || (j > y && (isnan(v) ? isnan(sy) : v == sy));
+            }
+            n = (int)warp_sum(k);
+        }
+        if (lane == 0) {
+            pred[r] = (int32_t)a;
+            above[r] = n;
         }
     }
 }
@@ -533,6 +571,35 @@ extern "C" int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const 
     std::memcpy(count, l + rows, (size_t)rows * sizeof(double));
     std::free(back);
     return bad;
+}
+
+/* The rows' predictions and label ranks as int32 pairs in the workspace, back in one copy (one wait
+ * for the stream) of 8 bytes a row, widened on the host. */
+extern "C" void ct_cuda_op_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred,
+                                       int64_t *above) {
+    int64_t c = scores->shape[1], rows = scores->shape[0];
+    same_device(scores, labels);
+    if (rows == 0) return;
+    cudaStream_t st = ct_cuda_stream_t();
+    size_t bytes = 2 * (size_t)rows * sizeof(int32_t);
+    int32_t *w = (int32_t *)ct_cuda_workspace(bytes);
+    xent_types(scores, labels, [&](auto r, auto t) {
+        using R = decltype(r);
+        using T = decltype(t);
+        class_ranks_rows<R, T><<<warp_blocks(rows), CT_CUDA_THREADS, 0, st>>>(
+            (const R *)scores->data, (const T *)labels->data, rows, c, w, w + rows);
+        CT_CUDA_LAUNCHED();
+    });
+    int32_t *back = (int32_t *)std::malloc(bytes);
+    if (!back) ct_abort_at(__FILE__, __LINE__, "class ranks: no host memory for %lld rows", (long long)rows);
+    const ct_device host{CT_DEVICE_CPU, 0}, gpu{CT_DEVICE_CUDA, scores->device.index};
+    if (ct_cuda_memcpy(back, host, w, gpu, bytes) != CT_OK)
+        ct_abort_at(__FILE__, __LINE__, "class ranks: cannot read them back: %s", ct_last_error());
+    for (int64_t i = 0; i < rows; i++) {
+        pred[i] = back[i];
+        above[i] = back[rows + i];
+    }
+    std::free(back);
 }
 
 /* The rows' NLLs and hits in the workspace, back in one copy (one wait for the stream). */

@@ -64,6 +64,7 @@ void ct_cuda_op_avgpool2d_backward(const ct_pool2d_geom *g, const ct_tensor *dy,
 int64_t ct_cuda_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                       double *loss, double *count);
 void ct_cuda_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+void ct_cuda_op_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above);
 void ct_cuda_op_fused_classifier_acc(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits, ct_tensor *stats);
 void ct_cuda_op_pointwise_loss_acc(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,

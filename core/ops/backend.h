@@ -227,6 +227,10 @@ typedef struct ct_backend_ops {
                                  double scale, ct_tensor *dlogits, ct_tensor *stats);
     void (*pointwise_loss_acc)(ct_pointwise_loss kind, const ct_pointwise_opts *o, const ct_tensor *pred,
                                const ct_tensor *target, ct_tensor *stats);
+
+    /* --- appended: a classifier's per-row argmax and label rank (NULL: ct_op_class_ranks copies the
+     * scores and labels to the host and runs the CPU's); see ops_loss.h ------------------------- */
+    void (*class_ranks)(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above);
 } ct_backend_ops;
 
 /* The backends' tables. The CUDA backend's (ct_backend_cuda) is not in the library: builds with CUDA

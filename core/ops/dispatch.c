@@ -410,6 +410,22 @@ void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double
     ct_tensor_free(&y);
 }
 
+void ct_op_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above) {
+    SAME_KIND(scores, labels);
+    CT_ASSERT(scores->ndim == 2 && (scores->dtype == CT_F32 || scores->dtype == CT_F64));
+    CT_ASSERT(labels->dtype == CT_I64 || labels->dtype == CT_I32);
+    CT_ASSERT(scores->shape[1] > 0 && scores->shape[1] <= INT32_MAX && ct_tensor_numel(labels) == scores->shape[0]);
+    if (backend_of(scores, "class_ranks")->class_ranks) {
+        CALL(scores, class_ranks, scores, labels, pred, above);
+        return;
+    }
+    /* a backend without the kernel: the CPU's on host copies, through the CPU's table itself */
+    ct_tensor s = host_copy_or_abort(scores, "class_ranks"), y = host_copy_or_abort(labels, "class_ranks");
+    CALL(&s, class_ranks, &s, &y, pred, above);
+    ct_tensor_free(&s);
+    ct_tensor_free(&y);
+}
+
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,
                                      double scale, ct_tensor *dlogits) {
     check_xent(logits, target, o);

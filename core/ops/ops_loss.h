@@ -54,6 +54,17 @@ int64_t ct_op_cross_entropy_rows(const ct_tensor *logits, const ct_tensor *targe
  * which labels it ignores, checks the others. Rows are independent: any thread count gives the same
  * values. */
 void ct_op_token_values(const ct_tensor *logits, const ct_tensor *labels, double *nll, double *hit);
+/* A classifier's class ranks (eval/: accuracy, top-k accuracy, the confusion-matrix family), per row
+ * of scores [rows, C] (float32/float64) and its label (I64 or I32, `rows` elements, on the scores'
+ * device), into host arrays of one entry per row, from one pass over the scores and, on a GPU, one
+ * copy back of 8 bytes per row instead of the row's C scores:
+ *   pred[r]   the first largest score's class (NaN ranks above every number: torch.argmax);
+ *   above[r]  how many classes rank above the label y: j with s[j] > s[y], or s[j] == s[y] and
+ *             j > y (NaN the largest and equal to itself), scikit-learn's top_k_accuracy_score order
+ *             (a stable ascending argsort, reversed), so y is in the top k when above[r] < k;
+ *             -1 when y is outside [0, C) (the caller checks the labels it counts).
+ * C at most INT32_MAX. Rows are independent: any thread count gives the same values. */
+void ct_op_class_ranks(const ct_tensor *scores, const ct_tensor *labels, int64_t *pred, int64_t *above);
 /* dlogits = scale * d(sum)/d(logits); ignored rows get zeros. Recomputes the softmax row by row, so it
  * needs no scratch and no state from the forward. Returns -1 or the first invalid target's row. */
 int64_t ct_op_cross_entropy_backward(const ct_tensor *logits, const ct_tensor *target, const ct_xent_opts *o,

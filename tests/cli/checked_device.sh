@@ -11,7 +11,8 @@
 #   - resuming across devices, both ways: the final model equals the uninterrupted run's;
 #   - asynchronous saves from the device: the checkpoints of the synchronous saves on the CPU;
 #   - asynchronous evaluation on the device (eval_device auto): the same evaluations as synchronous;
-#   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions;
+#   - `ctrainer evaluate` and `predict` on the device: the same metrics and predictions; the classification
+#     metrics from class ranks computed on the device, whose scores stay there (CTRAINER_CHECKED_DEVICE_REPORT);
 #   - the CNN preset (fused convolution kernels) and the GPT example (attention) for a few steps, and the
 #     GPT again with gradient checkpointing on the device; its token metrics from `ctrainer evaluate`,
 #     which copies the logits back far less than predict does (CTRAINER_CHECKED_DEVICE_REPORT);
@@ -73,9 +74,12 @@ done
 /usr/bin/python3 "$src/tests/cli/compare_histories.py" mlp-cpu async-cuda --keys eval_,test_ && ok ||
     bad "eval_async on cuda evaluates differently"
 
+# Evaluation with the classification metrics, which read class ranks computed on the device: the
+# same metrics, and the scores stay on the device.
+classification='metrics=["accuracy", "top_3_accuracy", {"type": "f1", "average": "macro"}, "confusion_matrix"]'
 for dev in cpu cuda; do
-    "$ctrainer" evaluate "$mlp" --model mlp-cpu --device $dev --output_dir eval-$dev >eval-$dev.log 2>&1 ||
-        bad "evaluate on $dev: $(tail -1 eval-$dev.log)"
+    CTRAINER_CHECKED_DEVICE_REPORT=1 "$ctrainer" evaluate "$mlp" --model mlp-cpu --device $dev --output_dir eval-$dev \
+        --set "$classification" >eval-$dev.log 2>&1 || bad "evaluate on $dev: $(tail -1 eval-$dev.log)"
     "$ctrainer" predict "$mlp" --model mlp-cpu --device $dev --output pred-$dev.h5 --output_dir pred-$dev \
         >pred-$dev.log 2>&1 || bad "predict on $dev: $(tail -1 pred-$dev.log)"
 done
@@ -84,8 +88,13 @@ import json, sys, glob
 def load(d):
     m = json.load(open(f"{d}/eval_results.json"))
     return {k: v for k, v in m.items() if not any(c in k for c in ("runtime", "per_second"))}
-sys.exit(0 if load(sys.argv[1]) == load(sys.argv[2]) else 1)
+a, b = load(sys.argv[1]), load(sys.argv[2])
+sys.exit(0 if a == b and "eval_small_f1_macro" in a and "eval_other_confusion_matrix" in a else 1)
 EOF
+eval_bytes=$(sed -n 's/^checked device: \([0-9]*\) bytes copied to the host.*/\1/p' eval-cuda.log)
+# the scores of the 800 evaluated samples are 800 x 10 float32: 32000 bytes
+[ -n "$eval_bytes" ] && [ "$eval_bytes" -lt 32000 ] && ok ||
+    bad "evaluate on cuda copied ${eval_bytes:-?} bytes to the host: the scores came back"
 cmp -s pred-cpu.h5 pred-cuda.h5 && ok || bad "predictions on cpu and cuda differ"
 
 # The CNN preset: the fused convolution + ReLU + pooling kernels on the device too.

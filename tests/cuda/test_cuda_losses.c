@@ -15,7 +15,8 @@
  * (the capped reduction grid), targets equal to predictions in places (l1's and huber's d == 0),
  * large logits for bce, pos_weight absent, [1] or [last dim]; sum to 1e-12, gradient vs CPU.
  *
- * Language-model token values (ct_op_token_values): see token_values_compare.
+ * Language-model token values (ct_op_token_values): see token_values_compare; a classifier's class
+ * ranks (ct_op_class_ranks): see class_ranks_compare.
  *
  * Gradients are compared relative to max(|cpu|, floor) with floor a fraction of |scale| (the size
  * of a gradient entry): f32 1e-5, f64 1e-12. */
@@ -418,6 +419,53 @@ static void token_values_compare(void) {
     }
 }
 
+/* ct_op_class_ranks, CPU against GPU, exactly: widths around a warp's 32 lanes and far above, f32 and
+ * f64, i64 and i32 labels, scores drawn from few values (ties everywhere, across lanes too), and planted
+ * rows: a NaN label score with NaNs after it, a NaN elsewhere, +inf and -inf, a row of equal scores,
+ * labels outside [0, C) (-1). */
+static void class_ranks_compare(void) {
+    static const int64_t widths[] = {1, 2, 31, 32, 33, 300, 2000};
+    for (int setup = 0; setup < 10; setup++) {
+        const ct_dtype dt = setup % 2 ? CT_F32 : CT_F64, lt = setup % 4 < 2 ? CT_I64 : CT_I32;
+        const int64_t c = widths[irand(0, 6)], rows = irand(1, 90);
+        ct_tensor z = ct_ct_zeros(dt, 2, (int64_t[]){rows, c}), y = ct_ct_zeros(lt, 1, (int64_t[]){rows});
+        for (int64_t i = 0; i < rows * c; i++) ct_tensor_set(&z, i, irand(0, 1) ? urand(-5, 5) : irand(-2, 2));
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t label = irand(0, c - 1), j = irand(0, c - 1);
+            set_target(&y, r, label);
+            switch (r % 7) {
+            case 0: ct_tensor_set(&z, r * c + label, NAN), ct_tensor_set(&z, r * c + j, NAN); break;
+            case 1: ct_tensor_set(&z, r * c + j, NAN); break;
+            case 2: ct_tensor_set(&z, r * c + j, INFINITY), ct_tensor_set(&z, r * c + label, INFINITY); break;
+            case 3: ct_tensor_set(&z, r * c + label, -INFINITY); break;
+            case 4:
+                for (int64_t i = 0; i < c; i++) ct_tensor_set(&z, r * c + i, 1.5);
+                break;
+            case 5: set_target(&y, r, irand(0, 1) ? -1 : c); break;
+            default: break;
+            }
+        }
+        ct_tensor gz = ct_ct_to_gpu(&z), gy = ct_ct_to_gpu(&y);
+        int64_t *v = malloc(4 * (size_t)rows * sizeof *v);
+        ct_op_class_ranks(&z, &y, v, v + rows);
+        ct_op_class_ranks(&gz, &gy, v + 2 * rows, v + 3 * rows);
+        int64_t off = 0, first = -1;
+        for (int64_t r = 0; r < rows; r++)
+            if (v[r] != v[2 * rows + r] || v[rows + r] != v[3 * rows + r]) {
+                if (first < 0) first = r;
+                off++;
+            }
+        CHECK(off == 0, "class ranks (%s scores, %s labels, %lld x %lld): %lld rows differ, the first %lld: gpu pred "
+              "%lld above %lld, cpu %lld and %lld", ct_dtype_name(dt), ct_dtype_name(lt), (long long)rows,
+              (long long)c, (long long)off, (long long)first, (long long)(first >= 0 ? v[2 * rows + first] : 0),
+              (long long)(first >= 0 ? v[3 * rows + first] : 0), (long long)(first >= 0 ? v[first] : 0),
+              (long long)(first >= 0 ? v[rows + first] : 0));
+        free(v);
+        ct_tensor ts[4] = {z, y, gz, gy};
+        free_all(ts, 4);
+    }
+}
+
 int main(void) {
     ct_cuda_test_begin("test_cuda_losses");
     ct_rng_init(&rng, ct_test_seed, 0, CT_RNG_USER);
@@ -426,5 +474,6 @@ int main(void) {
     xent_nan_and_in_place();
     pointwise_random();
     token_values_compare();
+    class_ranks_compare();
     return ct_test_finish();
 }
