@@ -2,7 +2,9 @@
  * "weight" [num_embeddings, dim], initialised N(0, 1) as PyTorch does. padding_idx (-1: none) names
  * a row that is zeroed at init and never receives a gradient (its output is still that row, as in
  * PyTorch). Ids outside [0, num_embeddings) are a CT_ERR_INVALID_ARG naming the id and its position,
- * found before anything is written. The input has no gradient: an embedding starts a model. */
+ * found before anything is written (without reading them from the device where the host knows them:
+ * ct_module_ids_known_below, ct_embedding_trust_ids). The input has no gradient: an embedding starts a
+ * model. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,6 +17,7 @@
 typedef struct embedding {
     ct_module base;
     int64_t num_embeddings, dim, padding_idx;
+    bool trusted; /* ct_embedding_trust_ids: the owner makes the ids valid */
     ct_tensor weight, dweight;
     ct_tensor out;
     ct_tensor ids; /* the last input, for backward */
@@ -56,7 +59,8 @@ static ct_status reserve(ct_module *m, const ct_reserve_ctx *ctx) {
 
 static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     embedding *e = self(m);
-    int64_t bad = ct_op_embedding_find_invalid(x, e->num_embeddings);
+    bool known = e->trusted || ct_module_ids_known_below(m, x, e->num_embeddings);
+    int64_t bad = known ? -1 : ct_op_embedding_find_invalid(x, e->num_embeddings);
     if (bad >= 0) {
         /* The position as a full index [b, t, ...], which is how the user's data is laid out. */
         char pos[160];
@@ -71,7 +75,7 @@ static ct_status forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
             len += snprintf(pos + len, sizeof pos - (size_t)len, "%s%lld", d ? ", " : "[", (long long)idx[d]);
         if (len < (int)sizeof pos) snprintf(pos + len, sizeof pos - (size_t)len, "]");
         return ct_error(CT_ERR_INVALID_ARG, "token id %lld at position %s is outside [0, %lld) (num_embeddings=%lld)",
-                        (long long)ct_tensor_get(x, bad), pos, (long long)e->num_embeddings,
+                        (long long)ct_tensor_item(x, bad), pos, (long long)e->num_embeddings,
                         (long long)e->num_embeddings);
     }
     e->ids = *x;
@@ -123,6 +127,11 @@ ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int
     e->padding_idx = padding_idx;
     *out = &e->base;
     return CT_OK;
+}
+
+void ct_embedding_trust_ids(ct_module *m) {
+    CT_ASSERT(m && m->ops == &embedding_ops);
+    self(m)->trusted = true;
 }
 
 /* {"type": "embedding", "num_embeddings": 1000, "embedding_dim": 64, "padding_idx": 0}; padding_idx

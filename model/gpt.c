@@ -138,6 +138,7 @@ static ct_status transformer_create(const ct_gpt_config *cfg, ct_module **out) {
     ct_status s = ct_embedding_create(padded_vocab(cfg), cfg->n_embd, -1, &c);
     if (s == CT_OK) s = ct_gpt_adopt(&t->base, c, "wte", &t->wte);
     if (s == CT_OK) s = ct_embedding_create(cfg->n_positions, cfg->n_embd, -1, &c);
+    if (s == CT_OK) ct_embedding_trust_ids(c); /* its ids are the positions below, made here */
     if (s == CT_OK) s = ct_gpt_adopt(&t->base, c, "wpe", &t->wpe);
     if (s == CT_OK) s = ct_dropout_create(cfg->dropout, &c);
     if (s == CT_OK) s = ct_gpt_adopt(&t->base, c, "drop", &t->drop);
@@ -327,7 +328,7 @@ static ct_status gpt_declare(ct_module *m, ct_param_store *ps) {
 
 static ct_status gpt_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     gpt *g = gpt_self(m);
-    if (padded_vocab(&g->cfg) > g->cfg.vocab_size) {
+    if (padded_vocab(&g->cfg) > g->cfg.vocab_size && !ct_module_ids_known_below(m, x, g->cfg.vocab_size)) {
         /* wte has rows up to the padding's end, so its own check would let padding ids through */
         int64_t bad = ct_op_embedding_find_invalid(x, g->cfg.vocab_size);
         if (bad >= 0)

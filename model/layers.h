@@ -28,6 +28,10 @@ bool ct_activation_is_fused(const ct_module *m);
 /* Flattens every dimension after the batch (nn.Flatten()). */
 ct_status ct_flatten_create(ct_module **out);
 ct_status ct_embedding_create(int64_t num_embeddings, int64_t embedding_dim, int64_t padding_idx, ct_module **out);
+/* The embedding m's ids come from the module that owns it, which makes them in [0, num_embeddings)
+ * itself (a GPT's positions, 0 .. T-1 with T <= n_positions checked at infer): its forward trusts them
+ * rather than reading them back to check (on a GPU, a wait for the device each forward). */
+void ct_embedding_trust_ids(ct_module *m);
 
 /* --- convolution and pooling ------------------------------------------------------------------- */
 typedef struct ct_conv2d_config {

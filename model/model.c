@@ -141,6 +141,11 @@ void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset) {
     model->step.sample_offset = sample_offset;
 }
 
+void ct_model_set_known_ids(ct_model *model, const ct_tensor *ids, int64_t min, int64_t max) {
+    model->step.known_ids = ids ? (struct ct_known_ids){ids->data, ids->dtype, ct_tensor_numel(ids), min, max}
+                                : (struct ct_known_ids){0};
+}
+
 void ct_model_set_grads_ready(ct_model *model, ct_grads_ready_fn fn, void *ctx) {
     model->step.grads_ready = fn;
     model->step.grads_ready_ctx = ctx;

@@ -49,6 +49,12 @@ void ct_model_zero_grad(ct_model *model);
 /* Sets what counter-based randomness (dropout) is keyed by for the next forward: the global step
  * and the global position of the batch's first sample. */
 void ct_model_set_step(ct_model *model, uint64_t step, int64_t sample_offset);
+/* Records that the integer ids of tensor ids (on the model's device) lie in [min, max] (the Trainer
+ * finds them on the host as it uploads a batch: trainer/device_batch.c), so that the layers given
+ * exactly those ids need not read them back to check them (ct_module_ids_known_below); ids NULL
+ * forgets the record. The caller keeps the record true: it forgets it before that memory is freed or
+ * written with other ids. */
+void ct_model_set_known_ids(ct_model *model, const ct_tensor *ids, int64_t min, int64_t max);
 /* Until called again with NULL, the backward of every module with parameters ends with fn(ctx, m):
  * the gradients of m's subtree, [m->grad_lo, m->grad_hi) of the flat buffer, got their last
  * contribution of this pass (unless a module whose backward runs later uses them too: shared

@@ -279,6 +279,12 @@ ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     return CT_OK;
 }
 
+bool ct_module_ids_known_below(const ct_module *m, const ct_tensor *ids, int64_t limit) {
+    const struct ct_known_ids *k = m->step_ctx ? &m->step_ctx->known_ids : NULL;
+    return k && k->data && k->data == ids->data && k->dtype == ids->dtype && k->numel == ct_tensor_numel(ids) &&
+           k->min >= 0 && k->max < limit;
+}
+
 /* Gradient checkpointing: the activations of m's descendants, made again from the input of its last
  * forward when the shared region holds another module's. Dropout's masks are keyed by the step
  * context, so the second forward makes the same activations only in the mode and step of the first:

@@ -41,6 +41,13 @@ typedef struct ct_step_ctx {
     int64_t sample_offset;  /* global position of row 0 of this batch in the epoch's order */
     ct_grads_ready_fn grads_ready; /* NULL: nobody listens */
     void *grads_ready_ctx;
+    /* Integer model inputs whose range the host knows (ct_model_set_known_ids): numel ids of dtype
+     * at data on the model's device, all in [min, max]. data NULL: none. */
+    struct ct_known_ids {
+        const void *data;
+        ct_dtype dtype;
+        int64_t numel, min, max;
+    } known_ids;
 } ct_step_ctx;
 
 /* Buffers placed after the tree is reserved, for two kinds of module whose descendants' buffers
@@ -211,6 +218,11 @@ ct_status ct_module_declare(ct_module *m, ct_param_store *ps);
 void ct_module_init(ct_module *m, ct_rng *rng);
 ct_status ct_module_reserve(ct_module *m, const ct_reserve_ctx *ctx);
 ct_status ct_module_forward(ct_module *m, const ct_tensor *x, ct_tensor *y);
+/* Whether every id of ids, given to m, is known to lie in [0, limit) without reading it: ids is the
+ * model input whose range the host recorded (ct_model_set_known_ids; same memory and count). A layer
+ * that must check its ids (an embedding) skips its device check then, which on a GPU would wait for
+ * the device; otherwise it checks as before. */
+bool ct_module_ids_known_below(const ct_module *m, const ct_tensor *ids, int64_t limit);
 ct_status ct_module_backward(ct_module *m, const ct_tensor *dy, ct_tensor *dx);
 void ct_module_destroy(ct_module *m);
 /* Marks m and its descendants as having no activation buffers (after a failed reserve). */

@@ -12,7 +12,10 @@
  * only after that zeroing. Both sides are kept for the largest batch, so a step allocates nothing.
  * The mask and the sample indices stay on the host, where the loop that reads them runs. Outputs come
  * back to the host only where host code reads them (metrics, kept predictions). On the CPU both are
- * the identity: no copy. */
+ * the identity: no copy. The range of integer features (token ids), found on the host during the copy,
+ * is recorded with the model (ct_model_set_known_ids), so that its embeddings need not read the ids
+ * back from the device to check them: a GPT step then has no wait for the host. */
+#include <stdint.h>
 #include <string.h>
 
 #include "trainer/trainer_impl.h"
@@ -50,6 +53,26 @@ static ct_status slot_reserve(ct_batch_slot *s, ct_device dev, size_t need) {
     return CT_OK;
 }
 
+/* The least and largest of an I64 or I32 tensor's values (numel > 0). */
+static void int_range(const ct_tensor *t, int64_t *lo, int64_t *hi) {
+    int64_t n = ct_tensor_numel(t), a = INT64_MAX, b = INT64_MIN;
+    if (t->dtype == CT_I64) {
+        const int64_t *v = t->data;
+        for (int64_t i = 0; i < n; i++) {
+            a = v[i] < a ? v[i] : a;
+            b = v[i] > b ? v[i] : b;
+        }
+    } else {
+        const int32_t *v = t->data;
+        for (int64_t i = 0; i < n; i++) {
+            a = v[i] < a ? v[i] : a;
+            b = v[i] > b ? v[i] : b;
+        }
+    }
+    *lo = a;
+    *hi = b;
+}
+
 ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const ct_batch **out) {
     if (on_host(t) || !host->features.data) {
         *out = host;
@@ -79,6 +102,11 @@ ct_status ct_trainer_prepare_inputs(ct_trainer *t, const ct_batch *host, const c
     p->device_batch.features = ct_tensor_view(s->on_device.data, f->dtype, dev, f->ndim, f->shape);
     if (labels)
         p->device_batch.labels = ct_tensor_view((char *)s->on_device.data + l_at, l->dtype, dev, l->ndim, l->shape);
+    /* token ids: their range, known here, spares an embedding the read-back of its check on the device */
+    int64_t lo, hi;
+    bool ids = (f->dtype == CT_I64 || f->dtype == CT_I32) && ct_tensor_numel(f) > 0;
+    if (ids) int_range(f, &lo, &hi);
+    ct_model_set_known_ids(t->model, ids ? &p->device_batch.features : NULL, ids ? lo : 0, ids ? hi : 0);
     *out = &p->device_batch;
     return CT_OK;
 }
@@ -100,6 +128,7 @@ ct_status ct_trainer_outputs_to_host(ct_trainer *t, const ct_tensor *outputs, ct
 }
 
 void ct_trainer_free_device_batch(ct_trainer *t) {
+    if (t->model) ct_model_set_known_ids(t->model, NULL, 0, 0); /* its memory goes */
     for (int i = 0; i < 2; i++) slot_free(&t->priv->batch_slots[i]);
     t->priv->batch_slot = 0;
     ct_tensor_free(&t->priv->host_outputs);

@@ -98,7 +98,7 @@ ct_status ct_fixture_gpt_build(const ct_fixture_gpt *o, ct_model *m) {
     c.n_layer = o->n_layer;
     ct_module *root;
     CT_TRY(ct_gpt_create(&c, &root));
-    ct_model_options mo = {.dtype = o->dtype, .max_batch = o->max_batch, .seed = o->seed};
+    ct_model_options mo = {.dtype = o->dtype, .device = o->device, .max_batch = o->max_batch, .seed = o->seed};
     return ct_model_build(m, root, &(ct_shape){.ndim = 1, .dims = {o->positions}}, &mo);
 }
 

@@ -70,7 +70,8 @@ ct_status ct_fixture_mlp_build(const ct_fixture_mlp *o, ct_model *m);
 typedef struct ct_fixture_gpt {
     int64_t vocab, padded_vocab; /* padded_vocab 0: none */
     int64_t positions, n_embd, n_head, n_layer;
-    ct_dtype dtype; /* CT_F32 (0, the default) or CT_F64 */
+    ct_dtype dtype;   /* CT_F32 (0, the default) or CT_F64 */
+    ct_device device; /* CT_CPU (all zero, the default) */
     int64_t max_batch;
     uint64_t seed;
 } ct_fixture_gpt;
