@@ -116,15 +116,18 @@ static ct_dataset *any_set(const ct_run *r) { return r->train ? r->train : r->n_
 
 /* A model as the config's "model" section describes it, for batches up to max_batch on dev. */
 static ct_status model_from_config(ct_run *r, int64_t max_batch, ct_device dev, ct_model *out) {
-    const json_t *section = ct_run_config_section(&r->config, "model");
+    json_t *section = ct_run_config_section(&r->config, "model");
     if (!section) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"model\" section", r->config.file);
-    json_t *spec = json_deep_copy(section);
-    if (!spec) return ct_error(CT_ERR_NOMEM, "out of memory");
-    const char *type = json_string_value(json_object_get(spec, "type"));
+    const char *type = json_string_value(json_object_get(section, "type"));
     const ct_dataset *ds = any_set(r);
     bool preset = type && (strcmp(type, "mlp") == 0 || strcmp(type, "cnn") == 0);
-    if (preset && !json_object_get(spec, "num_classes") && ds->spec.num_classes > 0)
-        json_object_set_new(spec, "num_classes", json_integer(ds->spec.num_classes));
+    /* filled into the config itself, which model.h5 and run_config.json record: the model reloads
+     * (ct_model_from_pretrained) without the data */
+    if (preset && !json_object_get(section, "num_classes") && ds->spec.num_classes > 0 &&
+        json_object_set_new(section, "num_classes", json_integer(ds->spec.num_classes)) != 0)
+        return ct_error(CT_ERR_NOMEM, "out of memory");
+    json_t *spec = json_deep_copy(section);
+    if (!spec) return ct_error(CT_ERR_NOMEM, "out of memory");
     ct_module *root;
     ct_status s = ct_run_config_annotate(&r->config, ct_module_from_json(spec, "model", &root));
     json_decref(spec);

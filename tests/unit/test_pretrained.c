@@ -1,6 +1,7 @@
 /* ct_model_from_pretrained: a model built in C from every kind of built-in layer (no JSON anywhere),
  * trained a few steps and saved by the Trainer, comes back in one call with the same outputs bit for
- * bit; so does a GPT (token ids in) and a model from a JSON preset; each layer's to_json reads back
+ * bit; so does a GPT (token ids in), a model from a JSON preset, and a run config's preset whose
+ * num_classes came from the data; each layer's to_json reads back
  * to the same spec. A saved model whose layer cannot describe itself, a missing directory and a
  * damaged file are errors naming what is wrong. */
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 #include "core/rng.h"
 #include "model/layers.h"
 #include "testlib.h"
+#include "trainer/run.h"
 #include "trainer/trainer.h"
 #include "trainer_fixture.h"
 
@@ -190,6 +192,49 @@ static void test_gpt_and_preset(void) {
     ct_model_free(&mlp);
 }
 
+/* A run config's preset whose num_classes the data gives: the config model.h5 records has it filled
+ * in, so the model reloads without the data. */
+static void test_preset_classes_from_data(void) {
+    ct_tensor x, y;
+    CHECK_OK(ct_tensor_alloc(&x, CT_F32, CT_CPU, 2, (int64_t[]){12, 5}));
+    CHECK_OK(ct_tensor_alloc(&y, CT_I64, CT_CPU, 1, (int64_t[]){12}));
+    for (int i = 0; i < 60; i++) ((float *)x.data)[i] = (float)((i * 37) % 11) / 5.0f - 1.0f;
+    for (int i = 0; i < 12; i++) ((int64_t *)y.data)[i] = i % 3;
+    ct_run_pieces pieces = {0};
+    CHECK_OK(ct_tensor_dataset_create(&x, &y, 3, &pieces.train));
+    char dir[1024], text[1400];
+    snprintf(dir, sizeof dir, "%s/preset_from_data", tmp_root);
+    snprintf(text, sizeof text, "{\"model\": {\"type\": \"mlp\", \"hidden\": [4]}, \"training_args\": "
+             "{\"output_dir\": \"%s\", \"max_steps\": 2, \"per_device_train_batch_size\": 4, "
+             "\"disable_tqdm\": true}}", dir);
+    ct_run_config rc;
+    CHECK_OK(ct_run_config_parse(text, "run.json", &rc));
+    ct_run r;
+    CHECK_OK(ct_run_resolve(&r, &rc, NULL, 0));
+    CHECK_OK(ct_run_build_with(&r, CT_RUN_TRAIN, NULL, &pieces));
+    ct_trainer t;
+    ct_trainer_setup setup = ct_run_setup(&r);
+    CHECK_OK(ct_trainer_init(&t, NULL, &r.args, &setup));
+    ct_train_output out = {0};
+    CHECK_OK(ct_trainer_train(&t, NULL, &out));
+    ct_train_output_free(&out);
+    CHECK_OK(ct_trainer_save_model(&t, dir));
+    ct_model back;
+    ct_status s = ct_model_from_pretrained(dir, NULL, &back);
+    CHECK(s == CT_OK, "the saved preset does not reload: %s", ct_last_error());
+    if (s == CT_OK) {
+        ct_tensor few = ct_tensor_rows(&x, 0, 4); /* within both models' batch */
+        same_outputs(&r.model, &back, &few, "mlp preset with num_classes from the data");
+        CHECK(back.out_shape.ndim == 1 && back.out_shape.dims[0] == 3, "the reloaded model scores %lld classes, not 3",
+              (long long)back.out_shape.dims[0]);
+        ct_model_free(&back);
+    }
+    ct_trainer_free(&t);
+    ct_run_free(&r);
+    ct_tensor_free(&x);
+    ct_tensor_free(&y);
+}
+
 /* A layer without to_json: the model saves (weights only) and from_pretrained says why it cannot. */
 static ct_status id_forward(ct_module *m, const ct_tensor *x, ct_tensor *y) {
     (void)m;
@@ -239,6 +284,7 @@ int main(void) {
     if (!(tmp_root = ct_fixture_tmp_root("ct_pretrained"))) return 1;
     test_c_model();
     test_gpt_and_preset();
+    test_preset_classes_from_data();
     test_errors();
     ct_fixture_cleanup();
     return ct_test_finish();
