@@ -50,6 +50,9 @@ ct_status ct_checkpoint_store_callback_state(const ct_callback_list *callbacks, 
  * orphaned temporaries of atomic writes; nothing else (leftovers.c). Only for the holder of
  * output_dir's lock (core/dir_lock.h): no other run writes there then. */
 ct_status ct_checkpoint_clean_leftovers(const char *output_dir);
+/* Whether the entry `name` of output_dir is such a leftover (what ct_checkpoint_clean_leftovers would
+ * clean): the run's own bookkeeping, not a file of anyone else's. */
+bool ct_checkpoint_is_leftover(const char *output_dir, const char *name);
 /* The checkpoint directories of dir, oldest first by step (*out and its strings are malloc'd; free
  * with ct_checkpoint_list_free). */
 ct_status ct_checkpoint_list(const char *dir, char ***out, int *n);

@@ -43,6 +43,10 @@ static int leftover_kind(const char *dir, const char *name) {
     return NONE;
 }
 
+bool ct_checkpoint_is_leftover(const char *output_dir, const char *name) {
+    return leftover_kind(output_dir, name) != NONE;
+}
+
 ct_status ct_checkpoint_clean_leftovers(const char *output_dir) {
     DIR *d = opendir(output_dir);
     if (!d) return errno == ENOENT ? CT_OK : ct_error(CT_ERR_IO, "cannot list '%s': %s", output_dir, strerror(errno));

@@ -3,7 +3,8 @@
  *
  * Rotation deletes only what it has proven to be one of the run's checkpoints: a directory (not a
  * symbolic link) right inside output_dir, named checkpoint-<step> as a save names one, holding a
- * ctrainer manifest. The best checkpoint it keeps is found among those by identity (the same
+ * ctrainer manifest, of a step the run has reached (a later one is an earlier run's, in an output_dir
+ * written into again with overwrite_output_dir). The best checkpoint it keeps is found among those by identity (the same
  * directory under any name). A best_model_checkpoint that names nothing (output_dir moved, or given
  * relative to another working directory) is found again by its step; one that names a directory
  * elsewhere (a run resumed into another output_dir) protects nothing in output_dir and licenses
@@ -169,6 +170,9 @@ static ct_status rotation_victims(const ct_checkpoint_snapshot *snap, char ***ou
     char **list;
     int n;
     CT_TRY(list_checkpoints(snap->args->output_dir, true, &list, &n));
+    /* A checkpoint of a later step than the run has reached is another run's (an output_dir written
+     * into again): neither deleted nor counted. */
+    while (n > 0 && path_step(list[n - 1]) > snap->state->global_step) free(list[--n]);
     const char *best = snap->state->best_model_checkpoint;
     /* The best checkpoint moves to the second-to-last place of the deletion order, so it goes last
      * but one: only the newest checkpoint outlives it. */

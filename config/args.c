@@ -96,7 +96,8 @@ typedef struct field_info {
     X(output_dir, STRING, S_STR, "\"trainer_output\"", NULL, NULL, 0, 0,                                               \
       "Directory for checkpoints, logs and the final model; a training run locks it (one run at a time).")             \
     X(overwrite_output_dir, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
-      "Write into an output_dir that already holds files (to continue from a checkpoint there).")                      \
+      "ctrainer train starts a fresh run (no resume) in an output_dir that holds files only when true, as "            \
+      "Hugging Face's example scripts; its files then replace those of the same names.")                               \
     X(do_train, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                               \
       "For scripts, as in Hugging Face (the Trainer does not read it): whether to train. ctrainer's "                  \
       "commands say what runs.")                                                                                       \

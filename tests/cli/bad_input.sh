@@ -18,7 +18,8 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
-       output_dir_stale_lock output_dir_leftovers output_dir_is_a_file
+       output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
+       predict_output_is_model predict_output_is_data
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -428,6 +429,30 @@ output_dir_leftovers)
   expect 0 "out/checkpoint-2.deleting: deleted, a leftover of a run that did not end cleanly" \
          "$ctrainer" train run.json || exit 1
   [ ! -e out/checkpoint-6.tmp ] && [ ! -e out/checkpoint-2.deleting ] || { ls out; echo "leftovers stayed"; exit 1; } ;;
+output_dir_not_empty)
+  # a fresh run into a directory of the user's: refused, nothing written; written into only when asked
+  mkdir out && echo "# my notes" >out/README.md
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "training_args.output_dir: 'out' already holds 1 entry \\('README.md'\\), which this run's files would replace; continue its run with --resume_from_checkpoint latest, write into it anyway with --overwrite_output_dir true, or choose another output_dir" \
+         "$ctrainer" train run.json || exit 1
+  [ "$(cat out/README.md)" = "# my notes" ] && [ "$(ls -A out)" = README.md ] || { ls -A out; echo "the refused run wrote into out"; exit 1; }
+  expect 0 "Saving model checkpoint to out|train_runtime" "$ctrainer" train run.json --overwrite_output_dir true ;;
+predict_output_is_model)
+  # predictions written over the model they come from would destroy it
+  checkpoint run
+  cp run/model.h5 kept.h5
+  expect 2 "ctrainer predict: --output run/model.h5 is 'run/model.h5', which this command reads; write the predictions to another file" \
+         "$ctrainer" predict "$tiny" --model run --output run/model.h5 --set data.test.limit=64 || exit 1
+  cmp -s run/model.h5 kept.h5 || { echo "the refused predict changed the model"; exit 1; } ;;
+predict_output_is_data)
+  csv_h5 data.h5
+  cp data.h5 kept.h5
+  printf '{"model": %s, "data": {"train": {"type": "hdf5", "path": "data.h5"}, "test": {"type": "hdf5", "path": "data.h5"}},\n "training_args": {"max_steps": 2, "per_device_train_batch_size": 8, "output_dir": "out", "save_strategy": "no", "report_to": []}}\n' \
+         "$mlp" >run.json
+  "$ctrainer" train run.json >train.log 2>&1 || { cat train.log; echo "training failed"; exit 1; }
+  expect 2 "ctrainer predict: --output \\./data.h5 is 'data.h5', which this command reads; write the predictions to another file" \
+         "$ctrainer" predict run.json --model out --output ./data.h5 || exit 1
+  cmp -s data.h5 kept.h5 || { echo "the refused predict changed the data"; exit 1; } ;;
 output_dir_is_a_file)
   echo "a file" >blocker
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'

@@ -12,7 +12,8 @@
  *     save with on_save_error "continue" forgets its step and leaves nothing on disk;
  *   - a resume that fails (another model; another gradient accumulation) changes nothing the
  *     snapshot points at;
- *   - rotation keeps the newest save_total_limit checkpoints, and the best one;
+ *   - rotation keeps the newest save_total_limit checkpoints, and the best one; checkpoints of later
+ *     steps than the run's (an earlier run's in the same output_dir) are not its own;
  *   - rotation deletes only what it proved to be the run's own checkpoints: never a symbolic link
  *     named like one (nor what it points at), a directory without a ctrainer manifest, a name a
  *     save does not write (checkpoint-02, checkpoint-+3) or a file; nothing is left half-deleted;
@@ -396,6 +397,33 @@ static void test_rotation(void) {
     run_free(&a);
 }
 
+/* A run writing into an output_dir that holds an earlier run's checkpoints of later steps: rotation
+ * neither deletes nor counts them, and keeps the run's own newest. */
+static void test_rotation_beyond_step(void) {
+    run old, a;
+    run_init(&old, "beyond", 7, 0);
+    for (int step = 10; step <= 11; step++) {
+        old.state.global_step = step;
+        CHECK_OK(save(&old));
+    }
+    run_init(&a, "beyond", 7, 0);
+    a.args.save_total_limit = 1;
+    for (int step = 1; step <= 3; step++) {
+        a.state.global_step = step;
+        CHECK_OK(save(&a));
+    }
+    char **list;
+    int n;
+    CHECK_OK(ct_checkpoint_list(a.args.output_dir, &list, &n));
+    CHECK(n == 3 && strstr(list[0], "checkpoint-3") && strstr(list[1], "checkpoint-10") &&
+              strstr(list[2], "checkpoint-11"),
+          "after rotation: %d checkpoints, %s .. %s (expected the run's 3 and the earlier run's 10 and 11)", n,
+          n ? list[0] : "-", n ? list[n - 1] : "-");
+    ct_checkpoint_list_free(list, n);
+    run_free(&a);
+    run_free(&old);
+}
+
 static ct_status finish(run *r) {
     ct_checkpoint_snapshot s;
     snapshot_of(r, &s);
@@ -683,6 +711,7 @@ int main(void) {
     test_failed_save();
     test_rotation();
     test_rotation_proves();
+    test_rotation_beyond_step();
     test_best_that_does_not_resolve();
     test_leftovers();
     ct_comm_free(comm);
