@@ -88,7 +88,7 @@ def children_seconds():
 
 def train(tmp, label, extra):
     out = os.path.join(tmp, label)
-    cmd = [ctrainer, "train", a.config, "--output_dir", out] + COMMON + extra
+    cmd = [ctrainer, "train", a.config, "--output_dir", out, "--overwrite_output_dir", "true"] + COMMON + extra
     t0, b0, c0 = time.time(), busy_seconds(), children_seconds()
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     wall = time.time() - t0

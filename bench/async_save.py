@@ -96,7 +96,8 @@ def run(cfg, d, variant, rep):
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     t0 = time.perf_counter()
-    p = subprocess.run([CTRAINER, "train", cfg, "--output_dir", out] + VARIANTS[variant], capture_output=True,
+    p = subprocess.run([CTRAINER, "train", cfg, "--output_dir", out, "--overwrite_output_dir", "true"]
+                       + VARIANTS[variant], capture_output=True,
                        text=True, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:

@@ -55,7 +55,8 @@ def train(tmp, label, ranks, threads):
         env["OMP_WAIT_POLICY"] = a.wait_policy
     out = os.path.join(tmp, label)
     cmd = (MPI if ranks > 1 else []) + [
-        ctrainer, "train", a.config, "--output_dir", out, "--num_train_epochs", str(a.epochs),
+        ctrainer, "train", a.config, "--output_dir", out, "--overwrite_output_dir", "true",
+        "--num_train_epochs", str(a.epochs),
         "--per_device_train_batch_size", str(GLOBAL_BATCH // ranks), "--eval_strategy", "no",
         "--save_strategy", "no", "--logging_steps", "100000", "--report_to", "none"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)

@@ -99,7 +99,8 @@ def ctrainer_run(a, model, steps, out_dir, cache_dir):
     """train_results.json of `ctrainer train` on the model's example config for `steps` steps."""
     config = os.path.join(root, "examples", "configs", f"fashion_mnist_{model}.json")
     cmd = [os.path.join(a.build, "ctrainer"), "train", config, "--device", a.device, "--max_steps", str(steps),
-           "--output_dir", out_dir, "--eval_strategy", "no", "--eval_on_start", "false", "--save_strategy", "no",
+           "--output_dir", out_dir, "--overwrite_output_dir", "true", "--eval_strategy", "no",
+           "--eval_on_start", "false", "--save_strategy", "no",
            "--logging_strategy", "no", "--set", "training_args.report_to=[]",
            "--set", f'data.train.cache="{cache_dir}/train.h5"', "--set", f'data.eval.cache="{cache_dir}/test.h5"',
            "--set", f'data.train.dir="{a.data}"', "--set", f'data.eval.dir="{a.data}"']

@@ -122,7 +122,7 @@ def median_step_ms(arrivals, what):
 def run_ctrainer(out_dir, train, val):
     out, err, arrivals, rss = run_timed(
         [ctrainer, "train", config_path, "--set", f'data.train.path="{train}"', "--set", f'data.eval.path="{val}"',
-         "--output_dir", out_dir, "--max_steps", str(a.warmup + a.steps + 1),
+         "--output_dir", out_dir, "--overwrite_output_dir", "true", "--max_steps", str(a.warmup + a.steps + 1),
          "--eval_strategy", "no", "--eval_on_start", "false", "--save_strategy", "no",
          "--logging_strategy", "steps", "--logging_steps", "1", "--set", "training_args.report_to=[]"], "{'loss'")
     results = json.load(open(os.path.join(out_dir, "train_results.json")))

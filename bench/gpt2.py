@@ -90,7 +90,8 @@ json.dump(config, open(config_path, "w"))
 
 def run_ctrainer(steps, profile=False):
     out = os.path.join(tmp, f"ct{steps}{'-profile' if profile else ''}")
-    cmd = [ctrainer, "train", config_path, "--output_dir", out, "--max_steps", str(steps), "--device", a.device]
+    cmd = [ctrainer, "train", config_path, "--output_dir", out, "--overwrite_output_dir", "true",
+           "--max_steps", str(steps), "--device", a.device]
     if gpu:
         cmd += ["--bf16", "true"]
     env = dict(os.environ, CTRAINER_OP_PROFILE="1") if profile else None

@@ -155,7 +155,7 @@ def mpirun_hosts(n, agent, argv):
 def train_step_ms(tmp, n, agent, label):
     out = os.path.join(tmp, label)
     mpirun_hosts(n, agent, [
-        ctrainer, "train", a.config, "--output_dir", out, "--max_steps", str(a.steps),
+        ctrainer, "train", a.config, "--output_dir", out, "--overwrite_output_dir", "true", "--max_steps", str(a.steps),
         "--per_device_train_batch_size", str(a.batch), "--eval_strategy", "no", "--save_strategy", "no",
         "--logging_steps", "100000", "--report_to", "none", "--log_level", "warning"])
     with open(os.path.join(out, "train_results.json")) as f:

@@ -47,6 +47,7 @@ def train(*overrides):
     try:
         t0 = time.monotonic()
         p = subprocess.run([ctrainer, "train", config, "--num_train_epochs", str(a.epochs), "--output_dir", out,
+                            "--overwrite_output_dir", "true",
                             "--disable_tqdm", "true", *overrides], env=env, capture_output=True, text=True)
         wall = time.monotonic() - t0
         if p.returncode != 0:

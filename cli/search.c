@@ -213,7 +213,7 @@ static void last_message(const char *log, char *buf, size_t cap) {
 
 /* argv of `ctrainer train` for trial t (strings owned by the list, freed by free_argv). */
 static char **trial_argv(const runner *r, const ct_hp_trial *t) {
-    int n = 3 + 2 * (r->o->n_sets + (int)json_object_size(t->params) + 1) + 1;
+    int n = 3 + 2 * (r->o->n_sets + (int)json_object_size(t->params) + 2) + 1;
     char **argv = calloc((size_t)n, sizeof *argv);
     if (!argv) return NULL;
     int k = 0;
@@ -229,6 +229,8 @@ static char **trial_argv(const runner *r, const ct_hp_trial *t) {
     json_t *dir = json_string(t->output_dir);
     if (ok) ok = dir && (argv[k++] = strdup("--set")) && (argv[k++] = ct_hp_assignment("training_args.output_dir", dir));
     json_decref(dir);
+    /* the trial's directory is the search's, made for it, with the trial's train.log already in it */
+    if (ok) ok = (argv[k++] = strdup("--overwrite_output_dir")) && (argv[k++] = strdup("true"));
     if (!ok) {
         for (int i = 0; i < n; i++) free(argv[i]);
         free(argv);
