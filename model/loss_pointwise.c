@@ -1,5 +1,8 @@
 /* Elementwise losses: mse, l1, huber and bce_with_logits, with PyTorch's formulas (backends/cpu/loss.c).
- * The target is a float tensor of the prediction's shape and dtype; count = number of elements. */
+ * The target is a float tensor of the prediction's shape and dtype, trailing dimensions of size 1
+ * aside: [rows] targets for [rows, 1] predictions are compared value by value, as Hugging Face's
+ * regression head squeezes both (PyTorch's MSELoss would broadcast them to [rows, rows]); count =
+ * number of elements. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,10 +21,22 @@ typedef struct pointwise_loss {
 
 static pointwise_loss *self(ct_loss *l) { return ct_container_of(l, pointwise_loss, base); }
 
+/* Whether a and b have the same shape once trailing dimensions of size 1 are dropped (the batch
+ * dimension kept): [rows] and [rows, 1] hold the same single value a row, and lie alike in memory. */
+static bool same_values_shape(const ct_tensor *a, const ct_tensor *b) {
+    int na = a->ndim, nb = b->ndim;
+    while (na > 1 && a->shape[na - 1] == 1) na--;
+    while (nb > 1 && b->shape[nb - 1] == 1) nb--;
+    if (na != nb) return false;
+    for (int i = 0; i < na; i++)
+        if (a->shape[i] != b->shape[i]) return false;
+    return true;
+}
+
 /* The tensors are described only for a message: the check runs for every batch, and for every row
  * of an evaluation (its per-row losses). */
 static ct_status check(const pointwise_loss *p, const ct_tensor *pred, const ct_tensor *target) {
-    bool dtype = target->dtype == pred->dtype, shape = ct_shape_eq(pred, target);
+    bool dtype = target->dtype == pred->dtype, shape = same_values_shape(pred, target);
     int64_t n = p->opts.pos_weight ? p->pos_weight.shape[0] : 1, last = pred->ndim ? pred->shape[pred->ndim - 1] : 1;
     bool broadcast = n == 1 || n == last;
     if (dtype && shape && broadcast) return CT_OK;

@@ -763,6 +763,28 @@ static void errors(void) {
     CHECK_ERR(ct_loss_forward(l, &z, &g64, &v), CT_ERR_DTYPE, "mse loss", "[8, 4] f64", "[8, 4] f32");
     CHECK_ERR(ct_loss_forward(l, &z, &zt, &v), CT_ERR_SHAPE, "mse loss", "[8, 5, 4]", "[8, 4]");
     CHECK_ERR(ct_loss_forward(l, &z, &y, &v), CT_ERR_DTYPE, "mse loss", "[8] i64");
+    {   /* one output a row: [8, 1] predictions against [8] targets value by value (Hugging Face's
+         * regression squeezes both), the same loss and gradient as [8] against [8]; [8, 4] stays refused */
+        ct_tensor p1 = ct_test_alloc(CT_F32, 2, (int64_t[]){8, 1}), t1 = ct_test_alloc(CT_F32, 1, (int64_t[]){8}),
+                  g1 = ct_test_alloc(CT_F32, 2, (int64_t[]){8, 1}), g0 = ct_test_alloc(CT_F32, 1, (int64_t[]){8});
+        fill_uniform(&p1, -2, 2);
+        fill_uniform(&t1, -2, 2);
+        ct_tensor p0 = ct_tensor_view(p1.data, CT_F32, CT_CPU, 1, (int64_t[]){8});
+        ct_loss_value v1, v0;
+        CHECK_OK(ct_loss_forward(l, &p1, &t1, &v1));
+        CHECK_OK(ct_loss_forward(l, &p0, &t1, &v0));
+        CHECK(v1.sum == v0.sum && v1.count == 8 && v0.count == 8, "mse [8, 1] against [8]: %g / %g, count %g",
+              v1.sum, v0.sum, v1.count);
+        double want = 0;
+        for (int i = 0; i < 8; i++) want += pow(ct_tensor_get(&p1, i) - ct_tensor_get(&t1, i), 2);
+        CHECK(fabs(v1.sum - want) <= 1e-6 * want, "mse [8, 1] against [8]: sum %.9g, expected %.9g", v1.sum, want);
+        CHECK_OK(ct_loss_backward(l, &p1, &t1, 1.0, &g1));
+        CHECK_OK(ct_loss_backward(l, &p0, &t1, 1.0, &g0));
+        CHECK(memcmp(g1.data, g0.data, 8 * sizeof(float)) == 0, "mse [8, 1] against [8]: another gradient");
+        CHECK_ERR(ct_loss_forward(l, &z, &t1, &v), CT_ERR_SHAPE, "mse loss", "[8] f32", "[8, 4] f32");
+        ct_tensor ts[] = {p1, t1, g1, g0};
+        for (int i = 0; i < 4; i++) ct_tensor_free(&ts[i]);
+    }
     ct_loss_free(l);
     double pw3[3] = {1, 2, 3};
     CHECK_OK(ct_bce_with_logits_loss_create(pw3, 3, &l));
