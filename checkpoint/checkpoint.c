@@ -280,9 +280,21 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     char dir[4096], path[4300];
     CT_TRY(ct_checkpoint_resolve(snap->args->output_dir, spec, dir, sizeof dir));
     snprintf(path, sizeof path, "%s/optimizer.h5", dir);
-    if (access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0) {
+        /* a run's output_dir (its final model) named in place of one of its checkpoints */
+        char **list;
+        int n;
+        if (ct_checkpoint_list(dir, &list, &n) == CT_OK && n > 0) {
+            ct_status s = ct_error(CT_ERR_STATE, "%s is a run's output_dir, not a checkpoint: resume from one of its "
+                                   "checkpoints ('%s' is the newest), or with --output_dir %s "
+                                   "--resume_from_checkpoint latest", dir, list[n - 1], dir);
+            ct_checkpoint_list_free(list, n);
+            return s;
+        }
+        ct_error_clear();
         return ct_error(CT_ERR_STATE, "%s was saved with save_only_model: it has no optimizer state to resume from",
                         dir);
+    }
     ct_train_progress p;
     json_t *progress_json = NULL;
     /* A run resumed on another number of processes has no file of its own: the position is global

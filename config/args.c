@@ -80,8 +80,9 @@ typedef enum storage {
 } storage;
 
 /* F_COUNT: "a count or a ratio"; written as a JSON integer when integral, as Hugging Face prints
- * them after __post_init__ turned them into ints. */
-enum { F_COUNT = 1 };
+ * them after __post_init__ turned them into ints. F_WHOLE: written so too, but never a ratio
+ * (eval_delay: a float of epochs or steps). */
+enum { F_COUNT = 1, F_WHOLE = 2 };
 
 typedef struct field_info {
     size_t offset, size;
@@ -146,7 +147,7 @@ typedef struct field_info {
       "When to evaluate: never, every eval_steps steps, at the end of each epoch, or continuously (eval_async).")     \
     X(eval_steps, REAL, S_F64, "null", NULL, NULL, F_COUNT, 0,                                                         \
       "Steps between evaluations (a value below 1 is a ratio of the run); null means logging_steps.")                  \
-    X(eval_delay, REAL, S_F64, "0", NULL, NULL, F_COUNT, 0,                                                            \
+    X(eval_delay, REAL, S_F64, "0", NULL, NULL, F_WHOLE, 0,                                                            \
       "Epochs or steps (by eval_strategy) to wait before the first evaluation.")                                       \
     X(eval_on_start, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Evaluate once before training, as a sanity check.")     \
     X(prediction_loss_only, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                   \
@@ -760,7 +761,7 @@ static ct_status row_json(const ct_training_args *a, int i, json_t **out) {
             *out = json_null();
         else if (!isfinite(v))
             return ct_error(CT_ERR_CONFIG, "%s: not a finite number (%g)", name, v);
-        else if ((f->flags & F_COUNT) && floor(v) == v && fabs(v) < 9e15)
+        else if ((f->flags & (F_COUNT | F_WHOLE)) && floor(v) == v && fabs(v) < 9e15)
             *out = json_integer((json_int_t)v);
         else
             *out = json_real(v);

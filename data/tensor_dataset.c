@@ -77,6 +77,12 @@ static ct_status copy_of(const ct_tensor *src, ct_tensor *dst) {
 
 ct_status ct_tensor_dataset_create(const ct_tensor *features, const ct_tensor *labels, int64_t num_classes,
                                    ct_dataset **out) {
+    CT_ASSERT(out);
+    *out = NULL;
+    if (!features || !labels)
+        return ct_error(CT_ERR_INVALID_ARG, "tensor dataset: %s is NULL; a tensor dataset needs features and labels "
+                        "[N, ...] (for predictions on data without labels, give labels of zeros and ignore them)",
+                        features ? "labels" : "features");
     if (features->ndim < 1 || labels->ndim < 1 || features->shape[0] != labels->shape[0])
         return ct_error(CT_ERR_SHAPE, "tensor dataset: features and labels need the same number of rows (%lld, %lld)",
                         (long long)(features->ndim ? features->shape[0] : -1),

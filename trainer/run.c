@@ -142,7 +142,12 @@ static ct_status build_model(ct_run *r) {
     int64_t max_batch = r->args.per_device_train_batch_size > r->args.per_device_eval_batch_size
                             ? r->args.per_device_train_batch_size
                             : r->args.per_device_eval_batch_size;
-    CT_TRY(model_from_config(r, max_batch, r->device, &r->model));
+    ct_status s = model_from_config(r, max_batch, r->device, &r->model);
+    if (s == CT_ERR_NOMEM) /* its activations are sized for the largest batch */
+        return ct_error_prefix(s, "a model for batches of %lld samples (training_args.per_device_%s_batch_size): ",
+                               (long long)max_batch,
+                               max_batch == r->args.per_device_train_batch_size ? "train" : "eval");
+    CT_TRY(s);
     r->model_built = true;
     /* "init_from": weights from a safetensors file over the initialisation (model/model_safetensors.h). */
     const json_t *init = ct_run_config_section(&r->config, "init_from");

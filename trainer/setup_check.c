@@ -3,7 +3,8 @@
  * (core/vtable.h), the model's batch size (grown to what the arguments ask for), each dataset's
  * samples against the model's input, every label of each dataset against the classes of the
  * model's outputs (for cross-entropy: a bad label in an evaluation set would otherwise end the run
- * after all of its training), and the loss against a sample's labels. Only host memory is
+ * after all of its training), and the loss and an evaluated set's metrics against a sample's labels.
+ * Only host memory is
  * touched: the loss is tried on a host copy of one sample's label and zero outputs, never on the
  * model's device. */
 #include <stdio.h>
@@ -44,8 +45,10 @@ static ct_status check_classes(const ct_trainer *t, const ct_dataset *ds, const 
 }
 
 /* The loss on zero outputs of the model's shape against the first sample's label: a label of the
- * wrong shape, dtype or range is the loss's error now. Host tensors only. */
-static ct_status check_labels(ct_trainer *t, ct_dataset *ds, const char *role) {
+ * wrong shape, dtype or range is the loss's error now; for a set that is evaluated, the metrics too
+ * (a regression metric on class labels, say, would otherwise end the run at its first evaluation),
+ * their state reset after. Host tensors only. */
+static ct_status check_labels(ct_trainer *t, ct_dataset *ds, const char *role, bool evaluated) {
     ct_tensor features = {0}, labels = {0}, out = {0};
     int64_t shape[CT_MAX_DIMS];
     int ndim;
@@ -62,6 +65,13 @@ static ct_status check_labels(ct_trainer *t, ct_dataset *ds, const char *role) {
             s = ct_loss_forward(t->loss, &out, &labels, &v);
             if (s != CT_OK) ct_error_prefix(s, "%s '%s' does not fit the loss and the model's outputs: ", role,
                                             ds->source);
+        }
+        if (s == CT_OK && evaluated) {
+            ct_eval_batch b = {.outputs = &out, .labels = &labels};
+            s = ct_metric_set_update(&t->metrics, &b);
+            ct_metric_set_reset(&t->metrics);
+            /* the metrics list is the config's to fix (exit 2) */
+            if (s != CT_OK) s = ct_error_prefix(CT_ERR_CONFIG, "%s '%s' does not fit the metrics: ", role, ds->source);
         }
     }
     ct_tensor_free(&features);
@@ -122,7 +132,7 @@ static ct_status check_dataset(ct_trainer *t, ct_dataset *ds, const char *role) 
     }
     CT_TRY(check_classes(t, ds, role));
     if (own_loss || ct_dataset_length(ds) == 0) return CT_OK;
-    return check_labels(t, ds, role);
+    return check_labels(t, ds, role, ds != t->train_dataset);
 }
 
 /* "eval_dataset 'val'" */

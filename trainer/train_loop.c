@@ -68,7 +68,14 @@ static ct_status determine_best(ct_trainer *t, const json_t *metrics, bool *is_n
     char key[CT_ARGS_NAME_MAX + 8];
     snprintf(key, sizeof key, "%s%s", strncmp(name, "eval_", 5) == 0 ? "" : "eval_", name);
     const json_t *v = json_object_get(metrics, key);
-    if (!json_is_number(v)) {
+    if (v && !json_is_number(v))
+        return ct_error(CT_ERR_CONFIG, "training_args.metric_for_best_model: '%s' is %s, not one number to compare "
+                        "evaluations by; name a scalar metric (for a per-class or matrix metric, one of its averages: "
+                        "f1_macro, ...)", key,
+                        json_is_array(v) ? "a list (per class, or a matrix)"
+                        : json_is_null(v) ? "NaN (null) in this evaluation"
+                                          : "not a number");
+    if (!v) {
         char avail[512] = "";
         const char *k;
         const json_t *x;
