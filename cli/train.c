@@ -267,6 +267,36 @@ static ct_status train(const cli_opts *o, ct_run *r, ct_trainer *t) {
     return s;
 }
 
+/* evaluate and predict build the model from the config given, then load --model's weights: a config
+ * whose model differs from the one they were saved with (another activation, say) would load them
+ * into another network without a word when the shapes agree. A warning names both specs (a
+ * num_classes only one of them states is the data's, and not compared). */
+static void warn_other_model(const char *model_dir, const ct_run_config *c) {
+    char file[4200];
+    snprintf(file, sizeof file, "%s/model.h5", model_dir);
+    json_t *saved = NULL, *given = json_deep_copy(ct_run_config_section(c, "model"));
+    ct_shape in;
+    ct_dtype dt;
+    if (given && ct_model_read_h5_architecture(file, &saved, &in, &dt) == CT_OK && saved) {
+        if (!json_object_get(saved, "num_classes") || !json_object_get(given, "num_classes")) {
+            json_object_del(saved, "num_classes");
+            json_object_del(given, "num_classes");
+        }
+        if (!json_equal(saved, given)) {
+            char *a = json_dumps(given, JSON_COMPACT | JSON_SORT_KEYS);
+            char *b = json_dumps(saved, JSON_COMPACT | JSON_SORT_KEYS);
+            ct_log_warning("the config's model %.300s is not the one %s was saved with, %.300s: its weights are loaded "
+                           "into the config's; evaluate with the config it was trained with (its run_config.json)",
+                           a ? a : "?", file, b ? b : "?");
+            free(a);
+            free(b);
+        }
+    }
+    ct_error_clear(); /* a file without the architecture: the load below says what is wrong */
+    json_decref(saved);
+    json_decref(given);
+}
+
 static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_trainer *t) {
     bool is_train = strcmp(o->command, "train") == 0;
     ct_trainer_setup setup = ct_run_setup(r);
@@ -274,7 +304,10 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_tra
     CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
     if (is_train) return train(o, r, t);
     /* else the config's init_from, loaded when the model was built */
-    if (o->model_dir) CT_TRY(ct_checkpoint_load_model(&r->model, o->model_dir));
+    if (o->model_dir) {
+        warn_other_model(o->model_dir, &r->config);
+        CT_TRY(ct_checkpoint_load_model(&r->model, o->model_dir));
+    }
     if (strcmp(o->command, "evaluate") == 0) {
         json_t *m;
         CT_TRY(ct_trainer_evaluate(t, NULL, "eval", &m));

@@ -50,7 +50,7 @@ static ct_status write_all(hid_t f, const ct_model *m, const ct_tensor *values, 
 
 ct_status ct_model_read_h5_architecture(const char *file, json_t **spec, ct_shape *in_shape, ct_dtype *in_dtype) {
     *spec = NULL;
-    if (access(file, R_OK) != 0) return ct_error(CT_ERR_IO, "cannot read '%s': %s", file, strerror(errno));
+    CT_TRY(ct_check_regular_file(file)); /* a FIFO would block HDF5's open */
     char *config = NULL, *shape = NULL, *dtype = NULL;
     ct_h5_lock();
     ct_h5_quiet();

@@ -19,7 +19,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
-       predict_output_is_model predict_output_is_data resume_from_output_dir
+       predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -453,6 +453,12 @@ predict_output_is_data)
   expect 2 "ctrainer predict: --output \\./data.h5 is 'data.h5', which this command reads; write the predictions to another file" \
          "$ctrainer" predict run.json --model out --output ./data.h5 || exit 1
   cmp -s data.h5 kept.h5 || { echo "the refused predict changed the data"; exit 1; } ;;
+evaluate_other_activation)
+  # weights of the same shapes load into another network: said, with both specs
+  checkpoint run
+  expect 0 "warning: the config's model \\{.*\"type\":\"tanh\".*\\} is not the one run/model.h5 was saved with, \\{.*\"type\":\"relu\".*\\}: its weights are loaded into the config's" \
+         "$ctrainer" evaluate "$tiny" --model run --set 'model.layers[2].type="tanh"' --set data.eval.small.limit=64 \
+         --set data.eval.other.limit=64 ;;
 resume_from_output_dir)
   checkpoint run
   expect 1 "run is a run's output_dir, not a checkpoint: resume from one of its checkpoints \\('run/checkpoint-4' is the newest\\), or with --output_dir run --resume_from_checkpoint latest" \

@@ -2,10 +2,11 @@
  * trained a few steps and saved by the Trainer, comes back in one call with the same outputs bit for
  * bit; so does a GPT (token ids in), a model from a JSON preset, and a run config's preset whose
  * num_classes came from the data; each layer's to_json reads back
- * to the same spec. A saved model whose layer cannot describe itself, a missing directory and a
- * damaged file are errors naming what is wrong. */
+ * to the same spec. A saved model whose layer cannot describe itself, a missing directory, a FIFO
+ * in place of model.h5 and a damaged file are errors naming what is wrong. */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint/pretrained.h"
 #include "core/rng.h"
@@ -252,7 +253,13 @@ static const ct_module_ops opaque_ops = {
 static void test_errors(void) {
     ct_model back;
     CHECK_ERR(ct_model_from_pretrained("/nonexistent-dir", NULL, &back), CT_ERR_IO,
-              "cannot read '/nonexistent-dir/model.h5'");
+              "/nonexistent-dir/model.h5: cannot open: No such file or directory");
+    /* a FIFO in place of model.h5 is refused, not opened (HDF5's open would wait for a writer) */
+    char fifo_dir[1024], fifo[1100];
+    snprintf(fifo_dir, sizeof fifo_dir, "%s/fifo", tmp_root);
+    snprintf(fifo, sizeof fifo, "%s/model.h5", fifo_dir);
+    CT_ASSERT(mkdir(fifo_dir, 0700) == 0 && mkfifo(fifo, 0600) == 0);
+    CHECK_ERR(ct_model_from_pretrained(fifo_dir, NULL, &back), CT_ERR_IO, "model.h5: cannot read: Is a FIFO");
     ct_module *seq, *lin, *opaque = calloc(1, sizeof *opaque);
     CHECK_OK(ct_sequential_create(&seq));
     CHECK_OK(ct_linear_create(4, 3, true, &lin));
