@@ -78,6 +78,12 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
                           "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
+    /* the epoch's length the position counts in (a resume with another training set size is refused) */
+    if (o && snap->batches_per_epoch > 0 &&
+        json_object_set_new(o, "batches_per_epoch", json_integer((json_int_t)snap->batches_per_epoch))) {
+        json_decref(o);
+        o = NULL;
+    }
     /* GradScaler's state_dict ("scale", "_growth_tracker") and the steps it skipped */
     if (o && p->has_scaler &&
         json_object_set_new(o, "grad_scaler",

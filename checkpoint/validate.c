@@ -5,7 +5,7 @@
  * checked here, in one place: its range, its agreement with the other files (the optimizer and the
  * scheduler stepped once per global step not skipped by nan_inf_policy; the position inside the
  * steps taken) and with this run's arguments (the global batch, gradient accumulation, the batches
- * of an epoch). Each message names the file and the key. */
+ * of an epoch, which a checkpoint records). Each message names the file and the key. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -64,6 +64,16 @@ static ct_status check_run(const ct_checkpoint_snapshot *snap, const ct_checkpoi
         return ct_error(CT_ERR_CONFIG,
                         "%s: the checkpoint was taken with gradient_accumulation_steps %lld, this run has %lld",
                         r->progress_file, (long long)ga, (long long)snap->args->gradient_accumulation_steps);
+    /* recorded since checkpoints knew it; an older one is judged by check_progress alone */
+    int64_t len = 0;
+    if (json_object_get(r->progress_json, "batches_per_epoch"))
+        CT_TRY(need_int(r, "batches_per_epoch", 1, INT64_MAX, &len));
+    if (len > 0 && snap->batches_per_epoch > 0 && len != snap->batches_per_epoch)
+        return ct_error(CT_ERR_CONFIG,
+                        "%s: the checkpoint was taken with %lld batches per epoch, this run has %lld (a training set "
+                        "of another size, or another dataloader_drop_last): its position would point at other "
+                        "samples; train on the new set in a fresh run from the checkpoint's weights instead",
+                        r->progress_file, (long long)len, (long long)snap->batches_per_epoch);
     return CT_OK;
 }
 

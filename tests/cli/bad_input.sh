@@ -20,6 +20,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
        predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
+       checkpoint_other_train_size
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -253,6 +254,11 @@ checkpoint_other_global_batch)
   checkpoint run
   expect 2 "rng_state_0.json: the checkpoint was taken with a global batch of 64 samples \\(per_device_train_batch_size x processes\\), this run has 32 \\(32 x 1\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --per_device_train_batch_size 32 ;;
+checkpoint_other_train_size)
+  # the position counts batches of an epoch of 256 samples (4 of 64); 512 would make it other samples
+  checkpoint run
+  expect 2 "rng_state_0.json: the checkpoint was taken with 4 batches per epoch, this run has 8 \\(a training set of another size, or another dataloader_drop_last\\)" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --set data.train.limit=512 ;;
 checkpoint_resigned_metadata)
   # the bytes check out (re-signed), what they say does not: the checkpoint's meaning is checked too
   checkpoint run

@@ -150,6 +150,8 @@ int main(void) {
         {"rng_state_0.json", "rank", one, "rng_state_0.json: rank: 1 is outside [0, 0]", NULL},
         {"rng_state_0.json", "world_size", world_three, "rng_state_0.json: global_batch_size", NULL},
         {"rng_state_0.json", "tr_loss", nan_text, "rng_state_0.json: tr_loss: nan with no step skipped", NULL},
+        {"rng_state_0.json", "batches_per_epoch", minus_five, "rng_state_0.json: batches_per_epoch: -5 is outside",
+         NULL},
         {"scheduler.json", "state.step", huge_step, "scheduler.json: state.step: 1000000000000000000",
          "global_step 3"},
     };
