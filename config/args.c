@@ -596,6 +596,15 @@ static bool text_is(const char *text, const char *const *words) {
 static const char *const true_words[] = {"true", "t", "yes", "y", "1", NULL};
 static const char *const false_words[] = {"false", "f", "no", "n", "0", NULL};
 
+/* Whether a command-line number is written as JSON and Hugging Face's argparse write them: digits, a
+ * sign, a point, an exponent; not strtod's hexadecimal, infinities or leading blanks. */
+static bool decimal_text(const char *t) {
+    if (!*t) return false;
+    for (; *t; t++)
+        if (!strchr("0123456789+-.eE", *t)) return false;
+    return true;
+}
+
 /* Parses text the way row i reads a command line into a JSON value (NULL + error when it cannot). */
 static ct_status parse_text(int i, const char *text, json_t **out) {
     const char *name = specs[i].name;
@@ -611,6 +620,7 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
         if (text_is(text, false_words)) *out = json_false();
         break;
     case CT_ARG_INT: {
+        if (!decimal_text(text)) break;
         char *end;
         errno = 0;
         long long v = strtoll(text, &end, 10);
@@ -627,6 +637,7 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
         break;
     }
     case CT_ARG_REAL: {
+        if (!decimal_text(text)) break;
         char *end;
         double d = strtod(text, &end);
         if (end != text && *end == '\0' && isfinite(d)) *out = json_real(d);

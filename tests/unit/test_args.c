@@ -152,6 +152,7 @@ static void test_set_text(void) {
     CHECK_MSG(ct_training_args_set(&a, "max_steps", "1.5"), "max_steps: expected an integer, got '1.5'");
     CHECK_MSG(ct_training_args_set(&a, "seed", "forty"), "seed: expected an integer, got 'forty'");
     CHECK_MSG(ct_training_args_set(&a, "seed", "12abc"), "seed: expected an integer, got '12abc'");
+    CHECK_MSG(ct_training_args_set(&a, "seed", "0x10"), "seed: expected an integer, got '0x10'");
     CHECK_MSG(ct_training_args_set(&a, "seed", "99999999999999999999999"),
               "seed: 99999999999999999999999 is not a 64-bit integer (they run from -9223372036854775808 to "
               "9223372036854775807)");
@@ -184,6 +185,8 @@ static void test_set_text(void) {
     CHECK_MSG(ct_training_args_set(&a, "learning_rate", "inf"), "learning_rate: expected a number, got 'inf'");
     CHECK_MSG(ct_training_args_set(&a, "learning_rate", "1e999"), "learning_rate: expected a number, got '1e999'");
     CHECK_MSG(ct_training_args_set(&a, "learning_rate", "0.1x"), "learning_rate: expected a number, got '0.1x'");
+    CHECK_MSG(ct_training_args_set(&a, "learning_rate", "0x10"), "learning_rate: expected a number, got '0x10'");
+    CHECK_MSG(ct_training_args_set(&a, "learning_rate", " 3"), "learning_rate: expected a number, got ' 3'");
     CHECK(a.learning_rate == 3e-4, "unchanged after bad text");
     CHECK_OK(ct_training_args_set(&a, "eval_steps", "null"));
     CHECK(a.eval_steps == 0, "eval_steps null is 0 (unset)");
