@@ -81,8 +81,9 @@ typedef enum storage {
 
 /* F_COUNT: "a count or a ratio"; written as a JSON integer when integral, as Hugging Face prints
  * them after __post_init__ turned them into ints. F_WHOLE: written so too, but never a ratio
- * (eval_delay: a float of epochs or steps). */
-enum { F_COUNT = 1, F_WHOLE = 2 };
+ * (eval_delay: a float of epochs or steps). F_POSITIVE: a 0 given is refused, not taken for null
+ * (which is stored as 0); validation refuses other values <= 0. */
+enum { F_COUNT = 1, F_WHOLE = 2, F_POSITIVE = 4 };
 
 typedef struct field_info {
     size_t offset, size;
@@ -114,7 +115,7 @@ typedef struct field_info {
     X(per_device_eval_batch_size, INT, S_I64, "8", NULL, NULL, 0, 0, "Evaluation samples per batch per process.")      \
     X(gradient_accumulation_steps, INT, S_I64, "1", NULL, NULL, 0, 0,                                                  \
       "Batches whose gradients are summed before each optimizer step.")                                                \
-    X(eval_accumulation_steps, INT, S_I64, "null", NULL, NULL, 0, 0,                                                   \
+    X(eval_accumulation_steps, INT, S_I64, "null", NULL, NULL, F_POSITIVE, 0,                                          \
       "Evaluation batches whose outputs are gathered before moving to the host; null means at the end. "               \
       "ctrainer keeps outputs on the host already, so only the value is checked (> 0).")                               \
     X(dataloader_drop_last, BOOL, S_BOOL, "false", NULL, NULL, 0, 0, "Drop the last incomplete batch of each epoch.")  \
@@ -232,7 +233,7 @@ typedef struct field_info {
     X(ddp_timeout, INT, S_I64, "1800", NULL, NULL, 0, 0,                                                               \
       "Seconds a process waits for the others in a collective, MPI's start or its end before the job ends with an "   \
       "error.")                                                                                                       \
-    X(ddp_bucket_cap_mb, INT, S_I64, "null", NULL, NULL, 0, 0,                                                         \
+    X(ddp_bucket_cap_mb, INT, S_I64, "null", NULL, NULL, F_POSITIVE, 0,                                                \
       "MiB of gradients per all-reduce bucket, sent while backward goes on; null means 25 (PyTorch's).")              \
     X(save_on_each_node, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                      \
       "In multi-node runs, write checkpoints from every node's main process, not only the first.")                    \
@@ -248,7 +249,7 @@ typedef struct field_info {
       "ctrainer: write checkpoints from an in-memory snapshot in the background; training waits for the copy only.")  \
     X(predict_with_generate, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                  \
       "Seq2Seq: predictions are generated continuations of each sample (the run config's generation section).")      \
-    X(generation_max_length, INT, S_I64, "null", NULL, NULL, 0, 0,                                                     \
+    X(generation_max_length, INT, S_I64, "null", NULL, NULL, F_POSITIVE, 0,                                            \
       "Seq2Seq: length of prompt plus generated tokens per sample; null means the generation section's max_new_tokens.") \
     X(seed, INT, S_I64, "42", NULL, NULL, 0, 0, "Seed of every random stream: initialisation, dropout, sampling.")     \
     X(full_determinism, BOOL, S_BOOL, "false", NULL, NULL, 0, 0,                                                       \
@@ -438,6 +439,10 @@ static ct_status set_row(ct_training_args *a, int i, const json_t *v, const char
         return CT_OK;
     }
     case S_I64:
+        if ((f->flags & F_POSITIVE) && json_is_number(v) && json_number_value(v) == 0) { /* not null's 0 */
+            char got[80];
+            return ct_error(CT_ERR_CONFIG, "%s: must be > 0, or null, got %s", where, json_str(v, got));
+        }
         if (json_is_integer(v)) {
             *(int64_t *)p = json_integer_value(v);
             return CT_OK;

@@ -622,13 +622,21 @@ static void release_activations(ct_trainer *t) {
 static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
     const ct_training_args *a = &t->args;
     int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
-    if (len <= 0) return ct_error(CT_ERR_CONFIG, "the training dataset gives no batches");
+    if (len <= 0)
+        return ct_error(CT_ERR_CONFIG, "the training dataset gives no batches%s",
+                        a->dataloader_drop_last ? " (dataloader_drop_last drops a batch smaller than "
+                                                  "per_device_train_batch_size x processes: is it larger than the set?)"
+                                                : "");
     int64_t updates_per_epoch = len / ga > 1 ? len / ga : 1, max_steps, epochs;
     if (a->max_steps > 0) {
         max_steps = a->max_steps;
         epochs = max_steps / updates_per_epoch + (max_steps % updates_per_epoch > 0);
     } else {
-        max_steps = (int64_t)ceil(a->num_train_epochs * (double)updates_per_epoch);
+        double steps = ceil(a->num_train_epochs * (double)updates_per_epoch);
+        if (!(steps < 9e18)) /* int64 */
+            return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: %g epochs of %lld steps are more steps "
+                            "than a run can count (2^63)", a->num_train_epochs, (long long)updates_per_epoch);
+        max_steps = (int64_t)steps;
         epochs = (int64_t)ceil(a->num_train_epochs);
     }
     if (max_steps <= 0) return ct_error(CT_ERR_CONFIG, "training_args.num_train_epochs: the run has no steps");

@@ -848,6 +848,18 @@ static void test_hf_parity_args(void) {
     ct_training_args_free(&a);
     CHECK_MSG(validate_text("{\"eval_accumulation_steps\": -2}"),
               "training_args.eval_accumulation_steps: must be > 0 batches (or null), got -2");
+    {   /* 0 is refused when given, not taken for null (which is stored as 0) */
+        ct_training_args z;
+        CHECK_MSG(args_from(&z, "{\"eval_accumulation_steps\": 0}"),
+                  "training_args.eval_accumulation_steps: must be > 0, or null, got 0");
+        ct_training_args_free(&z);
+        CHECK_MSG(args_from(&z, "{\"ddp_bucket_cap_mb\": 0}"),
+                  "training_args.ddp_bucket_cap_mb: must be > 0, or null, got 0");
+        ct_training_args_free(&z);
+        CHECK_OK(args_from(&z, "{\"ddp_bucket_cap_mb\": null}"));
+        CHECK(z.ddp_bucket_cap_mb == 0, "null ddp_bucket_cap_mb is stored as 0");
+        ct_training_args_free(&z);
+    }
     CHECK_MSG(validate_text("{\"label_smoothing_factor\": 1.5}"),
               "training_args.label_smoothing_factor: must lie in [0, 1], got 1.5");
     CHECK_OK(validate_text("{\"eval_accumulation_steps\": 4, \"label_smoothing_factor\": 0.1}"));
