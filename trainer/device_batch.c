@@ -14,7 +14,7 @@
  * back to the host only where host code reads them (metrics, kept predictions). On the CPU both are
  * the identity: no copy. The range of integer features (token ids), found on the host during the copy,
  * is recorded with the model (ct_model_set_known_ids), so that its embeddings need not read the ids
- * back from the device to check them: a GPT step then has no wait for the host. */
+ * back from the device to check them: a GPT step then has no wait for the device. */
 #include <stdint.h>
 #include <string.h>
 

@@ -4,9 +4,8 @@
  * samples against the model's input, every label of each dataset against the classes of the
  * model's outputs (for cross-entropy: a bad label in an evaluation set would otherwise end the run
  * after all of its training), and the loss and an evaluated set's metrics against a sample's labels.
- * Only host memory is
- * touched: the loss is tried on a host copy of one sample's label and zero outputs, never on the
- * model's device. */
+ * Only host memory is touched: the loss and the metrics are tried on a host copy of one sample's label
+ * and zero outputs, never on the model's device. */
 #include <stdio.h>
 #include <string.h>
 
