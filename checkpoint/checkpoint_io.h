@@ -57,7 +57,8 @@ ct_status ct_optimizer_snapshot_save_h5(const ct_optimizer_snapshot *snap, const
  * parameters. A different optimizer ("optimizer.h5 holds 'sgd' state, this run uses 'adamw'"), a
  * different layout (sizes) or a changed hyper-parameter that changes the meaning of the state
  * (adam_beta1/2, amsgrad; momentum, dampening) is CT_ERR_CONFIG naming it and both values;
- * learning_rate, weight_decay, adam_epsilon and nesterov may change. HDF5 converts f64 <-> f32.
+ * learning_rate, weight_decay, adam_epsilon and nesterov may change: the run's own values apply, and a
+ * warning names a changed rate (Hugging Face's resume would keep the checkpoint's). HDF5 converts f64 <-> f32.
  * A missing or corrupt file is CT_ERR_IO / CT_ERR_FORMAT naming it. On failure opt is unchanged. */
 ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file);
 /* The step count optimizer.h5 records, without loading anything (a resume checks it first). */

@@ -14,6 +14,7 @@
 #include "core/format/h5_image.h"
 #include "core/format/h5io.h"
 #include "core/fs.h"
+#include "core/log.h"
 
 #define JSON_FLAGS (JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(17))
 
@@ -127,10 +128,9 @@ typedef struct optim_load {
     ct_tensor tmp[CT_OPTIM_MAX_STATE];
     ct_tensor *dst[CT_OPTIM_MAX_STATE];
     int64_t step;
+    ct_optim_config saved; /* the configuration the file was written with */
 } optim_load;
 
-/* A hyper-parameter that changes what the state means: equal in the file and in this run, or
- * CT_ERR_CONFIG naming it. Values compare exactly (the JSON keeps 17 digits). */
 /* The shortest text that reads back as v (0.3, not 0.29999999999999999), so two values that differ
  * print differently and equal-looking ones are not shown as a difference. */
 static const char *shortest(double v, char *buf, size_t cap) {
@@ -141,6 +141,8 @@ static const char *shortest(double v, char *buf, size_t cap) {
     return buf;
 }
 
+/* A hyper-parameter that changes what the state means: equal in the file and in this run, or
+ * CT_ERR_CONFIG naming it. Values compare exactly (the JSON keeps 17 digits). */
 static ct_status same_setting(const char *file, const char *key, double saved, double now) {
     if (saved == now) return CT_OK;
     char a[32], b[32];
@@ -149,7 +151,24 @@ static ct_status same_setting(const char *file, const char *key, double saved, d
                     key, shortest(saved, a, sizeof a), key, shortest(now, b, sizeof b));
 }
 
-static ct_status check_config(hid_t f, const ct_optimizer *opt, const char *file) {
+/* A rate the state does not depend on (learning_rate, weight_decay, adam_epsilon): this run's value
+ * is used, and a change is said, since Hugging Face's resume would keep the checkpoint's. */
+static void note_changed_setting(const char *file, const char *key, double saved, double now) {
+    if (saved == now) return;
+    char a[32], b[32];
+    ct_log_warning("%s was saved with %s = %s; this resumed run uses its own %s = %s (Hugging Face's Trainer "
+                   "would keep the checkpoint's)",
+                   file, key, shortest(saved, a, sizeof a), key, shortest(now, b, sizeof b));
+}
+
+static void note_changed_settings(const char *file, const ct_optim_config *saved, const ct_optim_config *now) {
+    note_changed_setting(file, "learning_rate", saved->learning_rate, now->learning_rate);
+    note_changed_setting(file, "weight_decay", saved->weight_decay, now->weight_decay);
+    if (now->optim != CT_OPTIM_SGD) note_changed_setting(file, "adam_epsilon", saved->adam_epsilon, now->adam_epsilon);
+}
+
+/* Reads the file's configuration into *saved and refuses a change that alters what the state means. */
+static ct_status check_config(hid_t f, const ct_optimizer *opt, const char *file, ct_optim_config *saved_out) {
     char *text = NULL;
     ct_status s = ct_h5_read_string_attr(f, "config", &text);
     if (s != CT_OK) return ct_error_prefix(CT_ERR_FORMAT, "%s: ", file);
@@ -161,6 +180,7 @@ static ct_status check_config(hid_t f, const ct_optimizer *opt, const char *file
     s = ct_optim_config_from_json(obj, "config", &saved);
     json_decref(obj);
     if (s != CT_OK) return ct_error_prefix(CT_ERR_FORMAT, "%s: attribute ", file);
+    *saved_out = saved;
     const ct_optim_config *now = &opt->config;
     if (saved.optim != now->optim)
         return ct_error(CT_ERR_CONFIG, "%s holds '%s' state, this run uses '%s'", file, ct_optim_kind_name(saved.optim),
@@ -239,7 +259,7 @@ static ct_status read_optimizer(hid_t f, ct_optimizer *opt, const char *file, op
     CT_TRY(s);
     if (read_int_attr(f, "step", &ld->step) != CT_OK) return ct_error_prefix(CT_ERR_FORMAT, "%s: ", file);
     if (ld->step < 0) return ct_error(CT_ERR_FORMAT, "%s: step count %lld is negative", file, (long long)ld->step);
-    CT_TRY(check_config(f, opt, file));
+    CT_TRY(check_config(f, opt, file, &ld->saved));
 
     int n = ct_optimizer_state_count(opt);
     CT_ASSERT(n >= 0 && n <= CT_OPTIM_MAX_STATE);
@@ -295,6 +315,7 @@ ct_status ct_optimizer_load_h5(ct_optimizer *opt, const char *file) {
         /* The state goes where the optimizer keeps it (a device copy when it lives on a GPU). */
         for (int i = 0; s == CT_OK && i < ld.n; i++) s = ct_tensor_copy_to(ld.dst[i], &ld.tmp[i]);
         if (s == CT_OK) s = ct_optimizer_set_step_count(opt, ld.step); /* cannot fail: checked >= 0 above */
+        if (s == CT_OK) note_changed_settings(file, &ld.saved, &opt->config);
     }
     for (int i = 0; i < ld.n; i++) ct_tensor_free(&ld.tmp[i]);
     if (s != CT_OK) return ct_error_prefix(s, "load optimizer: ");

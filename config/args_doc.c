@@ -65,7 +65,12 @@ static const char differences_text[] =
     "best_global_step is set only under save_strategy `steps` and `epoch`; save_strategy `best` with eval_strategy "
     "`no` is accepted and never saves (a warning says so); a checkpoint's TrainerControl is recorded before on_save "
     "lowers should_save; a resume restores callback states and TrainerControl only with "
-    "restore_callback_states_from_checkpoint.\n";
+    "restore_callback_states_from_checkpoint.\n\n"
+    "One rule differs by choice: a resumed run trains with its own `learning_rate`, `weight_decay` and "
+    "`adam_epsilon`, and a warning names each that differs from the checkpoint's. HF's resume loads the "
+    "optimizer's param_groups and the scheduler's base_lrs from the checkpoint, so there a changed value is "
+    "silently ignored. A change the saved optimizer state depends on (adam_beta1, adam_beta2, amsgrad, momentum, "
+    "dampening, the optimizer) is refused with both values named.\n";
 
 char *ct_training_args_markdown(void) {
     char *text = NULL;

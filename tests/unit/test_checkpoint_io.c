@@ -268,6 +268,17 @@ static void expect_load(const char *label, const char *path, ct_optim_config cfg
     ct_params_free(&st.ps);
 }
 
+typedef struct load_call {
+    const char *label, *path;
+    ct_optim_config cfg;
+    ct_status want;
+} load_call;
+
+static void call_expect_load(void *arg) {
+    load_call *c = arg;
+    expect_load(c->label, c->path, c->cfg, 0, c->want, NULL, NULL);
+}
+
 static void optimizer_mismatches(void) {
     ct_optim_config adamw = config(CT_OPTIM_ADAMW, false, 0);
     ct_rng r;
@@ -284,12 +295,28 @@ static void optimizer_mismatches(void) {
     ct_optimizer_destroy(opt);
     ct_params_free(&st.ps);
 
-    /* Allowed changes: the learning rate, weight decay and epsilon. */
+    /* Allowed changes: the learning rate, weight decay and epsilon, each named in a warning (a
+     * Hugging Face resume would keep the checkpoint's); an unchanged or refused load warns of none. */
     ct_optim_config changed = adamw;
-    changed.learning_rate *= 3;
+    changed.learning_rate = 0.03;
     changed.weight_decay = 0.2;
     changed.adam_epsilon = 1e-6;
-    expect_load("new lr and weight decay", path, changed, 0, CT_OK, NULL, NULL);
+    load_call call = {"new lr and weight decay", path, changed, CT_OK};
+    char *err = ct_test_capture_stderr(call_expect_load, &call);
+    const char *named[] = {"learning_rate = 0.03", "weight_decay = 0.2", "adam_epsilon = 1e-06",
+                           "keep the checkpoint's"};
+    for (int i = 0; i < 4; i++)
+        CHECK(err && strstr(err, named[i]), "changed rates: the warnings lack '%s': %s", named[i], err ? err : "");
+    free(err);
+    call = (load_call){"same config", path, adamw, CT_OK};
+    err = ct_test_capture_stderr(call_expect_load, &call);
+    CHECK(err && !strstr(err, "saved with"), "an unchanged load warns: %s", err ? err : "");
+    free(err);
+    call = (load_call){"other beta2 with new lr", path, changed, CT_ERR_CONFIG};
+    call.cfg.adam_beta2 = 0.95;
+    err = ct_test_capture_stderr(call_expect_load, &call);
+    CHECK(err && !strstr(err, "saved with learning_rate"), "a refused load warns: %s", err ? err : "");
+    free(err);
 
     ct_optim_config other = config(CT_OPTIM_SGD, false, 0.9);
     expect_load("sgd from adamw", path, other, 0, CT_ERR_CONFIG, "holds 'adamw' state", "this run uses 'sgd'");
