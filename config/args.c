@@ -1050,6 +1050,8 @@ ct_status ct_training_args_validate_at(ct_training_args *a, const char *path) {
                    num_str(a->warmup_steps, b1));
     ct_scheduler_config scfg;
     CT_TRY(scheduler_config_at(a, path, &scfg));
+    /* The kwargs' values, now where the config names them, rather than when the trainer starts. */
+    CT_TRY(ct_scheduler_config_check(&scfg, path, a->learning_rate, a->max_steps > 0 ? a->max_steps : 0));
     if (!(a->eval_delay >= 0)) return bad(path, "eval_delay", "must be >= 0, got %s", num_str(a->eval_delay, b1));
     if (a->save_total_limit < 0)
         return bad(path, "save_total_limit", "must be >= 0 (0 or null keeps every checkpoint), got %lld",

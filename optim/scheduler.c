@@ -380,6 +380,16 @@ ct_status ct_scheduler_create(const ct_scheduler_config *cfg, double base_lr, in
     return create(cfg, base_lr, num_training_steps, "", out);
 }
 
+ct_status ct_scheduler_config_check(const ct_scheduler_config *cfg, const char *path, double base_lr,
+                                    int64_t num_training_steps) {
+    /* An unknown length stands in as one too long for any warmup or decay to overflow it. */
+    const int64_t unknown = INT64_C(1) << 40;
+    ct_scheduler *s = NULL;
+    CT_TRY(create(cfg, base_lr, num_training_steps > 0 ? num_training_steps : unknown, path ? path : "", &s));
+    ct_scheduler_destroy(s);
+    return CT_OK;
+}
+
 ct_status ct_scheduler_from_json(const json_t *obj, const char *path, double base_lr, int64_t num_training_steps,
                                  ct_scheduler **out) {
     *out = NULL;

@@ -112,6 +112,11 @@ int64_t ct_scheduler_warmup_steps(int64_t num_training_steps, int64_t warmup_ste
  * (warmup_ratio, lr_scheduler_kwargs.factor, ...); *out is NULL then. */
 ct_status ct_scheduler_create(const ct_scheduler_config *cfg, double base_lr, int64_t num_training_steps,
                               ct_scheduler **out);
+/* The checks of ct_scheduler_create before the run's length is known, with errors naming path.key
+ * (path may be NULL or ""): num_training_steps > 0 checks everything, 0 (unknown) all but what
+ * depends on it (a warmup_stable_decay that does not fit). Nothing is kept. */
+ct_status ct_scheduler_config_check(const ct_scheduler_config *cfg, const char *path, double base_lr,
+                                    int64_t num_training_steps);
 /* ct_scheduler_config_from_json + ct_scheduler_create, with errors naming path.key. */
 ct_status ct_scheduler_from_json(const json_t *obj, const char *path, double base_lr, int64_t num_training_steps,
                                  ct_scheduler **out);

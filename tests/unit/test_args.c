@@ -824,6 +824,26 @@ static void test_scheduler_config(void) {
     CHECK_OK(ct_training_args_set(&a, "lr_scheduler_kwargs", "{\"factor\": 0.5}"));
     CHECK_ERR(ct_training_args_scheduler_config(&a, &c), CT_ERR_CONFIG,
               "lr_scheduler_kwargs: unexpected key 'factor' for scheduler 'cosine_with_restarts'");
+
+    /* The kwargs' values are checked with the arguments, under their path; what needs the run's
+     * length only when max_steps gives it. */
+    CHECK_OK(ct_training_args_set(&a, "lr_scheduler_kwargs", "{\"num_cycles\": -1}"));
+    CHECK_ERR(ct_training_args_validate_at(&a, "training_args"), CT_ERR_CONFIG,
+              "training_args.lr_scheduler_kwargs.num_cycles: must be finite and > 0 (got -1)");
+    CHECK_OK(ct_training_args_set(&a, "lr_scheduler_type", "polynomial"));
+    CHECK_OK(ct_training_args_set(&a, "lr_scheduler_kwargs", "{\"lr_end\": 0.5}"));
+    CHECK_ERR(ct_training_args_validate_at(&a, "training_args"), CT_ERR_CONFIG,
+              "training_args.lr_scheduler_kwargs.lr_end: (0.5) must be smaller than the initial learning rate");
+    a.warmup_steps = 0;
+    a.warmup_ratio = 0;
+    CHECK_OK(ct_training_args_set(&a, "lr_scheduler_type", "warmup_stable_decay"));
+    CHECK_OK(ct_training_args_set(&a, "lr_scheduler_kwargs", "{\"num_decay_steps\": 50}"));
+    CHECK_OK(ct_training_args_validate_at(&a, "training_args"));
+    a.max_steps = 40;
+    CHECK_ERR(ct_training_args_validate_at(&a, "training_args"), CT_ERR_CONFIG,
+              "training_args.lr_scheduler_kwargs.num_decay_steps", "do not fit in the 40 training steps");
+    a.max_steps = 50;
+    CHECK_OK(ct_training_args_validate_at(&a, "training_args"));
     ct_training_args_free(&a);
 }
 
