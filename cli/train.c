@@ -303,7 +303,9 @@ static ct_status run_command(const cli_opts *o, ct_run *r, ct_comm *comm, ct_tra
     setup.comm = comm;
     CT_TRY(ct_trainer_init(t, NULL, &r->args, &setup));
     if (is_train) return train(o, r, t);
-    /* else the config's init_from, loaded when the model was built */
+    /* its results go to output_dir: not while another run writes there */
+    CT_TRY(ct_trainer_claim_output_dir(t));
+    /* the weights: --model's, else the config's init_from, loaded when the model was built */
     if (o->model_dir) {
         warn_other_model(o->model_dir, &r->config);
         CT_TRY(ct_checkpoint_load_model(&r->model, o->model_dir));

@@ -17,11 +17,16 @@
 #include "model/model_safetensors.h"
 #include "trainer/trainer_impl.h"
 
+static ct_status claim(void *ctx);
+
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir) { return ct_trainer_save_model_from(t, dir, NULL, NULL); }
 
 ct_status ct_trainer_save_model_from(ct_trainer *t, const char *dir, const ct_tensor *values, const ct_tensor *buffers) {
     if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
-    if (!dir) dir = t->args.output_dir;
+    if (!dir) {
+        CT_TRY(claim(t)); /* held already after training */
+        dir = t->args.output_dir;
+    }
     CT_TRY(ct_make_dirs(dir));
     char path[4096];
     const json_t *spec = t->config ? json_object_get(t->config, "model") : NULL;
@@ -73,6 +78,7 @@ ct_status ct_trainer_store_callback_state(ct_trainer *t) {
 
 ct_status ct_trainer_save_state(ct_trainer *t) {
     if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
+    CT_TRY(claim(t)); /* held already after training */
     CT_TRY(ct_make_dirs(t->args.output_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/trainer_state.json", t->args.output_dir);
@@ -162,6 +168,7 @@ void ct_trainer_log_metrics(ct_trainer *t, const char *split, const json_t *metr
 
 ct_status ct_trainer_save_metrics(ct_trainer *t, const char *split, const json_t *metrics) {
     if (!ct_trainer_is_world_process_zero(t)) return CT_OK;
+    CT_TRY(claim(t)); /* held already after training */
     CT_TRY(ct_make_dirs(t->args.output_dir));
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_results.json", t->args.output_dir, split);

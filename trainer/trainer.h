@@ -267,7 +267,13 @@ ct_status ct_trainer_default_predict(ct_trainer *t, ct_dataset *test_set, const 
 ct_status ct_trainer_default_log(ct_trainer *t, json_t *logs);
 double ct_trainer_default_floating_point_ops(ct_trainer *t, const ct_batch *b);
 
-/* Outputs, as Hugging Face writes them. */
+/* Outputs, as Hugging Face writes them. Every write into output_dir happens under its lock. */
+/* Collective with several processes: the world's process zero locks output_dir for the trainer's
+ * lifetime (core/dir_lock.h) and cleans what a dead run left there (ct_checkpoint_clean_leftovers),
+ * before any process reads a checkpoint or writes; when it fails (another run holds the directory),
+ * every process returns its error. Training claims it first; a program that only evaluates claims it
+ * before its work so that a busy directory fails early (the saves below would claim it otherwise). */
+ct_status ct_trainer_claim_output_dir(ct_trainer *t);
 /* Writes the model to dir/model.h5 (model/model_io.h) and the arguments to dir/training_args.json. */
 ct_status ct_trainer_save_model(ct_trainer *t, const char *dir);
 /* Writes output_dir/trainer_state.json. */

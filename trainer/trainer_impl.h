@@ -194,12 +194,6 @@ void ct_step_stats_logged(ct_trainer *t);
  * ExportableState), before trainer_state.json is written (ct_checkpoint_store_callback_state). */
 ct_status ct_trainer_store_callback_state(ct_trainer *t);
 
-/* Before training (trainer/outputs.c; collective with several processes): the world's process zero
- * locks output_dir for the trainer's lifetime (core/dir_lock.h) and cleans what a dead run left
- * there (ct_checkpoint_clean_leftovers), before any process reads a checkpoint or writes; when it
- * fails (another run holds the directory), every process returns its error. */
-ct_status ct_trainer_claim_output_dir(ct_trainer *t);
-
 /* Checkpoints (trainer/snapshot.c): *out = the snapshot of t's live state that every call of
  * checkpoint/ takes (pointers into t, no copy; checkpoint/snapshot.h). */
 void ct_trainer_checkpoint_snapshot(ct_trainer *t, ct_checkpoint_snapshot *out);

@@ -418,6 +418,15 @@ output_dir_in_use)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 1 "output_dir 'out' is in use by another run: pid $holder on host [^ ]+, started [0-9-]+ [0-9:]+ UTC \\(lock file out/.ctrainer.lock\\)" \
          "$ctrainer" train run.json || exit 1
+  # evaluate and predict write their results there too: refused before they evaluate
+  "$ctrainer" train run.json --output_dir m >/dev/null 2>&1 || { echo "training m failed"; exit 1; }
+  small='{"type": "fashion_mnist", "split": "test", "limit": 16}'
+  expect 1 "output_dir 'out' is in use by another run: pid $holder" \
+         "$ctrainer" evaluate run.json --model m --set "data.eval=$small" || exit 1
+  expect 1 "output_dir 'out' is in use by another run: pid $holder" \
+         "$ctrainer" predict run.json --model m --set "data.test=$small" --output p.h5 || exit 1
+  [ ! -e out/eval_results.json ] && [ ! -e out/test_results.json ] && [ ! -e p.h5 ] ||
+    { echo "a refused command wrote its results"; exit 1; }
   kill -0 "$holder" || { cat holder.log; echo "the run holding out ended"; exit 1; } ;;
 output_dir_stale_lock)
   # the lock file of a run that was killed: taken over with a warning that names it
