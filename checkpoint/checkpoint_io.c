@@ -250,16 +250,31 @@ ct_status ct_checkpoint_verify(const char *dir) {
     return s;
 }
 
-bool ct_checkpoint_has_manifest(const char *dir) {
+/* dir's manifest.json when it is a regular file of ctrainer's format, else NULL. */
+static json_t *read_our_manifest(const char *dir) {
     char path[4352];
     struct stat st;
     snprintf(path, sizeof path, "%s/" MANIFEST, dir);
-    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return false;
+    if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) return NULL;
     json_t *root = json_load_file(path, 0, NULL);
     const char *format = json_string_value(json_object_get(root, "format"));
-    bool ours = format && strcmp(format, MANIFEST_FORMAT) == 0;
+    if (format && strcmp(format, MANIFEST_FORMAT) == 0) return root;
+    json_decref(root);
+    return NULL;
+}
+
+bool ct_checkpoint_has_manifest(const char *dir) {
+    json_t *root = read_our_manifest(dir);
+    bool ours = root != NULL;
     json_decref(root);
     return ours;
+}
+
+bool ct_checkpoint_manifest_lists(const char *dir, const char *name) {
+    json_t *root = read_our_manifest(dir);
+    bool listed = root && (strcmp(name, MANIFEST) == 0 || json_object_get(json_object_get(root, "files"), name));
+    json_decref(root);
+    return listed;
 }
 
 ct_status ct_checkpoint_load_model(ct_model *m, const char *dir) {

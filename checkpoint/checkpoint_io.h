@@ -90,6 +90,9 @@ ct_status ct_checkpoint_verify(const char *dir);
  * checked against the files): what makes a directory one that ctrainer wrote, for rotation, which
  * deletes nothing else. */
 bool ct_checkpoint_has_manifest(const char *dir);
+/* Whether `name` is one of the files a saved model or checkpoint in dir is made of: dir's manifest of
+ * ctrainer's format itself, or a file it lists. */
+bool ct_checkpoint_manifest_lists(const char *dir, const char *name);
 /* The one reader of a saved model directory (a checkpoint-N, or a run's output_dir, whose saved model
  * has a manifest of its own files): verifies dir (ct_checkpoint_verify), then loads dir/model.h5 into
  * m, so that a flipped bit is an error naming the file instead of a model that evaluates to 1e36.

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/output_guard.h"
 #include "data/convert.h"
 #include "data/dataset.h"
 #include "data/tokenizer.h"
@@ -140,8 +141,11 @@ static int convert(int argc, char **argv) {
         return usage_error("--label-column, --header and --no-header apply to --csv only");
     if (!out) return usage_error("-o OUT.h5 is required");
 
-    ct_status s = csv ? ct_convert_csv_to_hdf5(csv, label_column, has_header, out, chunk, level)
-                      : ct_convert_idx_to_hdf5(images, labels, out, chunk, level);
+    const char *inputs[] = {csv, images, labels};
+    ct_status s = cli_check_output("-o", out, inputs, 3, NULL);
+    if (s == CT_OK)
+        s = csv ? ct_convert_csv_to_hdf5(csv, label_column, has_header, out, chunk, level)
+                : ct_convert_idx_to_hdf5(images, labels, out, chunk, level);
     if (s == CT_OK) s = describe(out);
     if (s != CT_OK) {
         fprintf(stderr, "ctrainer data convert: %s\n", ct_last_error());
@@ -204,7 +208,9 @@ static int tokenize(int argc, char **argv) {
     }
     if (o.val_output && !fraction_given) o.val_fraction = 0.1;
     ct_tokenize_result r;
-    ct_status s = ct_tokenize_files(&o, &r);
+    ct_status s = cli_check_output("--output", o.output, o.inputs, o.n_inputs, NULL);
+    if (s == CT_OK && o.val_output) s = cli_check_output("--val-output", o.val_output, o.inputs, o.n_inputs, NULL);
+    if (s == CT_OK) s = ct_tokenize_files(&o, &r);
     free(inputs);
     if (s != CT_OK) {
         /* The library's messages name the function; here the command already does. */

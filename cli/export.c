@@ -5,6 +5,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "cli/cli.h"
+#include "cli/output_guard.h"
 #include "config/run_config.h"
 #include "model/export.h"
 
@@ -25,7 +26,7 @@ static void usage(FILE *f) {
             "it rebuilds the same model.\n\n"
             "  --model DIR      the saved model (required)\n"
             "  --format F       the output format: safetensors (the default and only one)\n"
-            "  --output OUT_DIR where to write (created when missing; default DIR)\n"
+            "  --output OUT_DIR where to write (created when missing; default DIR; not another saved model's)\n"
             "  --dtype D        convert the weights to f32, f64, bf16 or f16 (default: as saved)\n"
             "  CONFIG           a run config whose \"model\" describes the model (default: the spec saved\n"
             "                   with it)\n");
@@ -83,6 +84,13 @@ int ct_cli_export(int argc, char **argv) {
             ct_run_config_free(&rc);
             return 2;
         }
+    }
+    /* Another saved model's directory keeps its own files: its model.safetensors is its weights. */
+    if (output && !cli_same_file(output, model) && ct_checkpoint_has_manifest(output)) {
+        fprintf(stderr, "ctrainer export: --output %s holds another saved model (its manifest.json), whose "
+                "model.safetensors and config.json this export would replace; choose another directory\n", output);
+        ct_run_config_free(&rc);
+        return 2;
     }
     /* the saved model checks out against its manifest before anything is read from it */
     ct_export_options o = {.model_dir = model, .output_dir = output, .model_spec = spec, .dtype = dtype,

@@ -1,5 +1,6 @@
 /* `ctrainer generate CONFIG --model DIR --prompt TEXT [...]`: continues prompts with a saved language
- * model. The model is the config's "model" section (a gpt) with DIR/model.h5's weights, built for the
+ * model. The model is the architecture DIR/model.h5 was saved with (the config's "model" section for
+ * a file that records none), with DIR/model.h5's weights, built for the
  * window it needs (the longest prompt plus max_new_tokens, at most n_positions); text goes through the
  * byte-level tokenizer (data/tokenizer.h). Generation settings come from the config's "generation"
  * section (Hugging Face's GenerationConfig names) and then the command line. Each prompt yields
@@ -13,6 +14,7 @@
 
 #include "checkpoint/checkpoint_io.h"
 #include "cli/cli.h"
+#include "cli/output_guard.h"
 #include "config/run_config.h"
 #include "core/json.h"
 #include "data/tokenizer.h"
@@ -42,10 +44,11 @@ static void usage(FILE *f) {
             "                         [--top_k K] [--top_p P] [--seed S] [--eos_token_id ID]\n"
             "                         [--num_return_sequences N] [--output FILE.json] [--set dotted.key=JSON ...]\n"
             "\n"
-            "Continues each prompt with the language model of CONFIG's \"model\" section and DIR/model.h5's\n"
-            "weights (DIR: an output_dir or a checkpoint). Settings: CONFIG's \"generation\" section, then\n"
-            "these options (Hugging Face's GenerationConfig names; greedy unless do_sample). Sampling is\n"
-            "seeded: the same seed gives the same text. Texts go to stdout, or to --output as JSON.\n");
+            "Continues each prompt with the language model saved in DIR/model.h5 (DIR: an output_dir or a\n"
+            "checkpoint; its architecture as saved, or CONFIG's \"model\" section for a file without one).\n"
+            "Settings: CONFIG's \"generation\" section, then these options (Hugging Face's GenerationConfig\n"
+            "names; greedy unless do_sample). Sampling is seeded: the same seed gives the same text. Texts go\n"
+            "to stdout, or to --output as JSON (never over a file the command reads).\n");
 }
 
 static bool parse_int(const char *s, int64_t *v) {
@@ -146,14 +149,13 @@ static ct_status settings(const gen_opts *o, const ct_run_config *c, ct_generati
     return ct_generation_config_check(g, "generate");
 }
 
-/* The config's model for windows of `window` tokens, with DIR/model.h5's weights. */
-static ct_status load_model(const gen_opts *o, const ct_run_config *c, int64_t longest, int64_t max_new, int64_t rows,
+/* m built from spec (a gpt; `from` names where the spec came from) for a window of the longest prompt
+ * plus max_new tokens. */
+static ct_status build_spec(const json_t *spec, const char *from, int64_t longest, int64_t max_new, int64_t rows,
                             ct_model *m) {
-    const json_t *spec = ct_run_config_section(c, "model");
-    if (!spec) return ct_error(CT_ERR_CONFIG, "%s: the run config has no \"model\" section", c->file);
     const char *type = json_string_value(json_object_get(spec, "type"));
     if (!type || strcmp(type, "gpt") != 0)
-        return ct_error(CT_ERR_CONFIG, "%s: model.type is '%s'; generate needs a language model (\"gpt\")", c->file,
+        return ct_error(CT_ERR_CONFIG, "%s: model.type is '%s'; generate needs a language model (\"gpt\")", from,
                         type ? type : "?");
     json_int_t n_positions = 1024; /* the gpt's default (model/gpt.c) */
     if (json_is_integer(json_object_get(spec, "n_positions")))
@@ -161,11 +163,34 @@ static ct_status load_model(const gen_opts *o, const ct_run_config *c, int64_t l
     int64_t window = longest + max_new < n_positions ? longest + max_new : n_positions;
     if (window < 1) window = 1;
     ct_module *root;
-    CT_TRY(ct_run_config_annotate((ct_run_config *)c, ct_module_from_json(spec, "model", &root)));
+    CT_TRY(ct_module_from_json(spec, "model", &root));
     ct_shape in = {.ndim = 1, .dims = {window}};
     ct_model_options opts = {.dtype = CT_F32, .device = CT_CPU, .max_batch = rows < 64 ? rows : 64};
-    CT_TRY(ct_model_build(m, root, &in, &opts));
-    ct_status s = ct_checkpoint_load_model(m, o->model_dir);
+    return ct_model_build(m, root, &in, &opts);
+}
+
+/* The model DIR/model.h5 was saved as (a model trained with other sizes than the config's, through
+ * --set model.n_embd, generates as it was trained), else the config's, with DIR/model.h5's weights. */
+static ct_status load_model(const gen_opts *o, const ct_run_config *c, int64_t longest, int64_t max_new, int64_t rows,
+                            ct_model *m) {
+    char file[4200];
+    snprintf(file, sizeof file, "%s/model.h5", o->model_dir);
+    json_t *saved = NULL;
+    ct_shape saved_in;
+    ct_dtype saved_dtype;
+    if (ct_model_read_h5_architecture(file, &saved, &saved_in, &saved_dtype) != CT_OK) saved = NULL;
+    ct_error_clear(); /* none recorded: the config's; a damaged file: the load below says so */
+    ct_status s;
+    if (saved) {
+        s = build_spec(saved, file, longest, max_new, rows, m);
+    } else {
+        const json_t *spec = ct_run_config_section(c, "model");
+        s = spec ? ct_run_config_annotate(c, build_spec(spec, c->file, longest, max_new, rows, m))
+                 : ct_error(CT_ERR_CONFIG, "%s: the run config has no \"model\" section", c->file);
+    }
+    json_decref(saved);
+    if (s != CT_OK) return s;
+    s = ct_checkpoint_load_model(m, o->model_dir);
     if (s != CT_OK) ct_model_free(m);
     return s;
 }
@@ -210,6 +235,10 @@ static ct_status run(const gen_opts *o) {
     CT_TRY(ct_run_config_load(o->config, &c));
     ct_status s = CT_OK;
     for (int i = 0; s == CT_OK && i < o->n_sets; i++) s = ct_run_config_set(&c, o->sets[i]);
+    char model_file[4200];
+    snprintf(model_file, sizeof model_file, "%s/model.h5", o->model_dir);
+    const char *inputs[] = {o->config, model_file};
+    if (s == CT_OK && o->output) s = cli_check_output("--output", o->output, inputs, 2, &c);
     ct_generation_config g;
     if (s == CT_OK) s = settings(o, &c, &g);
     const int64_t rows = o->n_prompts * o->num_return;

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/output_guard.h"
 #include "core/fs.h"
 #include "search/hp_search.h"
 #include "trainer/run.h"
@@ -43,7 +44,7 @@ typedef struct search_opts {
     const char *sets[MAX_SETS];
     int n_sets;
     int64_t n_trials;
-    bool have_n_trials, have_direction;
+    bool have_n_trials, have_direction, overwrite_output_dir;
     ct_hp_direction direction;
     ct_hp_method method;
     uint64_t seed;
@@ -53,7 +54,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ctrainer search CONFIG --space SPACE.json --n_trials N --direction maximize|minimize\n"
             "                       [--metric NAME] [--method random|grid] [--seed S] [--output DIR]\n"
-            "                       [--set dotted.key=JSON ...]\n"
+            "                       [--overwrite_output_dir true] [--set dotted.key=JSON ...]\n"
             "\n"
             "Runs N trials of CONFIG, each a fresh `ctrainer train` in DIR/trial-<k> with values drawn from\n"
             "SPACE.json, and reports the best. SPACE.json maps config keys (as --set takes them) to\n"
@@ -71,7 +72,9 @@ static void usage(FILE *f) {
             "  --method M       random (default: seeded draws) or grid (every combination, in order)\n"
             "  --seed S         the random draws' seed (default 42)\n"
             "  --output DIR     where trial-<k>/, search_results.json/.csv and best_config.json go\n"
-            "                   (default: the config's training_args.output_dir)\n"
+            "                   (default: the config's training_args.output_dir); a missing or empty\n"
+            "                   directory, unless --overwrite_output_dir true lets the search replace\n"
+            "                   what is there, as `ctrainer train` does\n"
             "  --set KEY=JSON   change the config for every trial, as `ctrainer train --set`\n"
             "DIR/best_config.json is the best trial's config (output_dir DIR/best): `ctrainer train` it.\n"
             "Exit code: 0 when a trial completed, 1 when none did, 2 for usage or configuration errors.\n");
@@ -141,6 +144,10 @@ static int parse(int argc, char **argv, search_opts *o) {
             o->seed = (uint64_t)n;
         } else if (strcmp(key, "--output") == 0) {
             o->output = value;
+        } else if (strcmp(key, "--overwrite_output_dir") == 0) {
+            if (strcmp(value, "true") != 0 && strcmp(value, "false") != 0)
+                return usage_error("--overwrite_output_dir expects true or false, got '%s'", value);
+            o->overwrite_output_dir = strcmp(value, "true") == 0;
         } else if (strcmp(key, "--set") == 0) {
             if (o->n_sets == MAX_SETS) return usage_error("too many --set");
             o->sets[o->n_sets++] = value;
@@ -354,6 +361,14 @@ static ct_status prepare(const search_opts *o, ct_run_config *base, ct_hp_space 
     else ct_hp_default_metric(&r.args, metric, mcap);
     snprintf(output, ocap, "%s", o->output ? o->output : r.args.output_dir);
     ct_run_free(&r);
+    /* Trials replace what their directories hold and the results replace an earlier search's. */
+    char first[256];
+    int64_t entries = o->overwrite_output_dir ? 0 : cli_dir_entries(output, first, sizeof first);
+    if (entries)
+        return ct_error(CT_ERR_CONFIG, "the search's output directory '%s' already holds %lld entr%s ('%s'%s), which "
+                        "its trials and results would replace; replace them with --overwrite_output_dir true, or "
+                        "choose another --output", output, (long long)entries, entries == 1 ? "y" : "ies", first,
+                        entries > 1 ? ", ..." : "");
     const json_t *data = ct_run_config_section(base, "data");
     if (strncmp(metric, "eval_", 5) == 0 && !json_object_get(data, "eval"))
         return ct_error(CT_ERR_CONFIG, "the objective %s needs an evaluation set, and the config's data has no \"eval\"%s",

@@ -15,7 +15,6 @@
  * As in HF's example scripts, the process that logs (should_log) shows info lines on stderr (the
  * "***** Running training *****" block, "Resuming from ..."), the others warnings only; log_level and
  * log_level_replica change that. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "checkpoint/checkpoint_io.h"
 #include "checkpoint/checkpoint.h"
 #include "cli/cli.h"
+#include "cli/output_guard.h"
 #include "core/dir_lock.h"
 #include "core/log.h"
 #include "core/ops/ops.h"
@@ -163,62 +163,23 @@ static ct_status load_run(const cli_opts *o, ct_run *r) {
  * is missing or empty (but for a run's lock and a killed run's leftovers), unless overwrite_output_dir
  * says to write into it anyway. */
 static ct_status fresh_output_dir(const ct_training_args *a) {
-    DIR *d = opendir(a->output_dir);
-    if (!d) return CT_OK; /* missing (made later), or not a directory: the Trainer says what is wrong */
-    char first[256] = "";
-    int64_t entries = 0;
-    for (struct dirent *e; (e = readdir(d));) {
-        /* the lock and what a killed run left are the Trainer's to judge (in use, stale, cleaned) */
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0 || strcmp(e->d_name, CT_DIR_LOCK_NAME) == 0 ||
-            ct_checkpoint_is_leftover(a->output_dir, e->d_name))
-            continue;
-        if (!entries++) snprintf(first, sizeof first, "%s", e->d_name);
-    }
-    closedir(d);
-    if (!entries) return CT_OK;
+    char first[256];
+    int64_t entries = cli_dir_entries(a->output_dir, first, sizeof first);
+    if (!entries) return CT_OK; /* missing (made later), or not a directory: the Trainer says what is wrong */
     return ct_error(CT_ERR_CONFIG, "training_args.output_dir: '%s' already holds %lld entr%s ('%s'%s), which this "
                     "run's files would replace; continue its run with --resume_from_checkpoint latest, write into "
                     "it anyway with --overwrite_output_dir true, or choose another output_dir", a->output_dir,
                     (long long)entries, entries == 1 ? "y" : "ies", first, entries > 1 ? ", ..." : "");
 }
 
-/* Whether path names the same file as `other` (other relative to base_dir unless absolute). */
-static bool same_file(const char *path, const char *base_dir, const char *other) {
-    char full[4096];
-    if (other[0] == '/' || !base_dir) snprintf(full, sizeof full, "%s", other);
-    else snprintf(full, sizeof full, "%s/%s", base_dir, other);
-    struct stat x, y;
-    return stat(path, &x) == 0 && stat(full, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
-/* The first string of the JSON value v (searched whole) that names the same file as path, or NULL. */
-static const char *names_file(const json_t *v, const char *path, const char *base_dir) {
-    const char *key;
-    const json_t *child;
-    size_t i;
-    if (json_is_string(v)) return same_file(path, base_dir, json_string_value(v)) ? json_string_value(v) : NULL;
-    const char *found = NULL;
-    if (json_is_object(v))
-        json_object_foreach((json_t *)v, key, child) if (!found) found = names_file(child, path, base_dir);
-    if (json_is_array(v))
-        json_array_foreach(v, i, child) if (!found) found = names_file(child, path, base_dir);
-    return found;
-}
-
 /* predict's --output may not be a file the command reads: the config, --model's model.h5, a data
  * file the config names, or the weights of its "init_from" (predictions written over them would
- * destroy them). An earlier predictions file is replaced, as asked. */
+ * destroy them); nor a file of a saved model. An earlier predictions file is replaced, as asked. */
 static ct_status output_not_an_input(const cli_opts *o, const ct_run_config *c) {
     char model_file[4200];
-    const char *hit = NULL;
     if (o->model_dir) snprintf(model_file, sizeof model_file, "%s/model.h5", o->model_dir);
-    if (same_file(o->output, NULL, o->config)) hit = o->config;
-    else if (o->model_dir && same_file(o->output, NULL, model_file)) hit = model_file;
-    else hit = names_file(ct_run_config_section(c, "data"), o->output, c->base_dir);
-    if (!hit) hit = names_file(ct_run_config_section(c, "init_from"), o->output, c->base_dir);
-    if (!hit) return CT_OK;
-    return ct_error(CT_ERR_CONFIG, "--output %s is '%s', which this command reads; write the predictions to another "
-                    "file", o->output, hit);
+    const char *inputs[] = {o->config, o->model_dir ? model_file : NULL};
+    return cli_check_output("--output", o->output, inputs, 2, c);
 }
 
 static ct_status report(ct_trainer *t, const char *split, json_t *metrics) {

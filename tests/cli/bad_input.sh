@@ -20,7 +20,8 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
        predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
-       checkpoint_other_train_size
+       checkpoint_other_train_size generate_output_is_input convert_output_is_input tokenize_output_is_input
+       export_into_other_model
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
 ctrainer=$1 case=$2
@@ -456,7 +457,7 @@ predict_output_is_model)
   # predictions written over the model they come from would destroy it
   checkpoint run
   cp run/model.h5 kept.h5
-  expect 2 "ctrainer predict: --output run/model.h5 is 'run/model.h5', which this command reads; write the predictions to another file" \
+  expect 2 "ctrainer predict: --output run/model.h5 is 'run/model.h5', which this command reads; write to another file" \
          "$ctrainer" predict "$tiny" --model run --output run/model.h5 --set data.test.limit=64 || exit 1
   cmp -s run/model.h5 kept.h5 || { echo "the refused predict changed the model"; exit 1; } ;;
 predict_output_is_data)
@@ -465,9 +466,51 @@ predict_output_is_data)
   printf '{"model": %s, "data": {"train": {"type": "hdf5", "path": "data.h5"}, "test": {"type": "hdf5", "path": "data.h5"}},\n "training_args": {"max_steps": 2, "per_device_train_batch_size": 8, "output_dir": "out", "save_strategy": "no", "report_to": []}}\n' \
          "$mlp" >run.json
   "$ctrainer" train run.json >train.log 2>&1 || { cat train.log; echo "training failed"; exit 1; }
-  expect 2 "ctrainer predict: --output \\./data.h5 is 'data.h5', which this command reads; write the predictions to another file" \
+  expect 2 "ctrainer predict: --output \\./data.h5 is 'data.h5', which this command reads; write to another file" \
          "$ctrainer" predict run.json --model out --output ./data.h5 || exit 1
   cmp -s data.h5 kept.h5 || { echo "the refused predict changed the data"; exit 1; } ;;
+generate_output_is_input)
+  # the texts never land on the model, the config, the data or another file of the saved model
+  checkpoint run
+  cp run/model.h5 kept.h5
+  cp "$tiny" tiny.json
+  expect 2 "ctrainer generate: --output run/model.h5 is 'run/model.h5', which this command reads; write to another file" \
+         "$ctrainer" generate "$tiny" --model run --prompt ab --output run/model.h5 || exit 1
+  expect 2 "ctrainer generate: --output tiny.json is 'tiny.json', which this command reads" \
+         "$ctrainer" generate tiny.json --model run --prompt ab --output tiny.json || exit 1
+  expect 2 "ctrainer generate: --output run/training_args.json is a file of the saved model in 'run' \\(its manifest.json lists it\\)" \
+         "$ctrainer" generate "$tiny" --model run --prompt ab --output run/training_args.json || exit 1
+  cmp -s run/model.h5 kept.h5 && cmp -s tiny.json "$tiny" || { echo "a refused generate changed its input"; exit 1; } ;;
+convert_output_is_input)
+  for ((i = 0; i < 16; i++)); do echo "$((i % 7)),$((i % 5)),$((i % 3))"; done >t.csv
+  cp t.csv kept.csv
+  expect 2 "ctrainer data convert: -o t.csv is 't.csv', which this command reads; write to another file" \
+         "$ctrainer" data convert --csv t.csv -o t.csv || exit 1
+  idx_images 4 2 2 16 >img.idx
+  idx_labels 4 >lab.idx
+  cp lab.idx kept.idx
+  expect 2 "ctrainer data convert: -o \\./lab.idx is 'lab.idx', which this command reads" \
+         "$ctrainer" data convert --images img.idx --labels lab.idx -o ./lab.idx || exit 1
+  cmp -s t.csv kept.csv && cmp -s lab.idx kept.idx || { echo "a refused convert changed its input"; exit 1; } ;;
+tokenize_output_is_input)
+  printf 'some text to tokenize\n' >a.txt
+  cp a.txt kept.txt
+  ln -s a.txt link.txt
+  expect 2 "ctrainer data tokenize: --output link.txt is 'a.txt', which this command reads" \
+         "$ctrainer" data tokenize --input a.txt --output link.txt || exit 1
+  expect 2 "ctrainer data tokenize: --val-output a.txt is 'a.txt', which this command reads" \
+         "$ctrainer" data tokenize --input a.txt --output t.bin --val-fraction 0.5 --val-output a.txt || exit 1
+  cmp -s a.txt kept.txt || { echo "a refused tokenize changed its input"; exit 1; }
+  [ ! -e t.bin ] || { echo "a refused tokenize wrote its training tokens"; exit 1; } ;;
+export_into_other_model)
+  # another run's model.safetensors is that run's weights
+  checkpoint run
+  mkdir other && cp -r run/checkpoint-2/. other/
+  cp other/model.h5 kept.h5
+  expect 2 "ctrainer export: --output other holds another saved model \\(its manifest.json\\)" \
+         "$ctrainer" export --model run --output other || exit 1
+  [ ! -e other/model.safetensors ] && cmp -s other/model.h5 kept.h5 || { echo "the refused export wrote"; exit 1; }
+  expect 0 "exported [0-9]+ tensors to run/model.safetensors" "$ctrainer" export --model run ;;
 evaluate_other_activation)
   # weights of the same shapes load into another network: said, with both specs
   checkpoint run

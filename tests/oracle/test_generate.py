@@ -185,6 +185,13 @@ def check_cli(tmp, config, c):
         check(g["generated_text"] == bytes(g["generated_ids"]).decode("utf-8", errors="replace"),
               f"prompt {i}: text = decoded ids (invalid UTF-8 replaced as Python does)")
         check_greedy(model, list(p.encode()), g["generated_ids"], c["n_positions"], f"greedy, prompt {i}")
+    # The model is the one saved, whatever sizes the config's "model" gives (a run trained with --set).
+    other = json.load(open(config))
+    other["model"].update({"n_embd": 2 * c["n_embd"], "n_layer": c["n_layer"] + 1})
+    other_path = os.path.join(tmp, "other_sizes.json")
+    json.dump(other, open(other_path, "w"))
+    again = generate(other_path, run_dir, *args, "--max_new_tokens", str(max_new))
+    check(again == greedy, "a config of other sizes: the saved model generates as before")
     # The config's generation section is read: max_new_tokens 7 without the option.
     default = generate(config, run_dir, "--prompt", prompts[0])
     check(len(default[0]["generated_ids"]) == 7, "generation.max_new_tokens from the config")

@@ -178,8 +178,14 @@ with tempfile.TemporaryDirectory() as d:
         again = load(os.path.join(out2, "search_results.json"))
         check(draws(again) == params, f"the same seed draws the same values: {draws(again)} vs {params}")
         check(not os.path.exists(os.path.join(out2, "best_config.json")), "no best config without a complete trial")
+        # a second search into the same directory replaces the first one's results only when told to
         p = run("search", cfg, "--space", space_file2, "--n_trials", "3", "--direction", "minimize", "--seed",
                 str(seed + 1), "--output", out2)
+        check(p.returncode == 2 and f"the search's output directory '{out2}' already holds" in p.stderr
+              and "--overwrite_output_dir true" in p.stderr, f"a second search: exit {p.returncode}: {p.stderr}")
+        check(load(os.path.join(out2, "search_results.json")) == again, "the refused search changed the results")
+        p = run("search", cfg, "--space", space_file2, "--n_trials", "3", "--direction", "minimize", "--seed",
+                str(seed + 1), "--output", out2, "--overwrite_output_dir", "true")
         other = load(os.path.join(out2, "search_results.json"))
         check(all(a != b for a, b in zip(draws(other), params)), "another seed, other draws")
     else:
