@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "callbacks/callback.h"
 #include "callbacks/pyrepr.h"
@@ -22,6 +23,23 @@ typedef struct jsonl_cb {
     FILE *f;
 } jsonl_cb;
 
+/* Appending goes only to a new or empty file, or to one whose first line is a JSON object: an earlier
+ * run's events. Anything else (the run's config, its data, a model) would be damaged by the lines. */
+static ct_status check_appendable(const char *path) {
+    FILE *f;
+    if (access(path, F_OK) != 0) return CT_OK; /* a new file */
+    CT_TRY(ct_fopen_read(path, &f));           /* a regular file, readable */
+    char line[65536];
+    bool empty = !fgets(line, sizeof line, f);
+    fclose(f);
+    json_t *first = empty ? NULL : json_loads(line, JSON_DISABLE_EOF_CHECK, NULL);
+    bool events = empty || json_is_object(first);
+    json_decref(first);
+    if (events) return CT_OK;
+    return ct_error(CT_ERR_CONFIG, "JsonlCallback: %s exists and is not a JSON-lines file (its first line is not a "
+                    "JSON object); the callback appends only to its own event files: give it another path", path);
+}
+
 /* A relative path is taken inside output_dir (created if needed), where the run's other files are. */
 static ct_status open_file(jsonl_cb *j, const ct_training_args *args) {
     if (j->f) return CT_OK;
@@ -32,6 +50,7 @@ static ct_status open_file(jsonl_cb *j, const ct_training_args *args) {
     if (n < 0 || (size_t)n >= sizeof j->path)
         return ct_error(CT_ERR_INVALID_ARG, "JsonlCallback: the path %s%s%s is too long",
                         inside ? args->output_dir : "", inside ? "/" : "", j->given);
+    CT_TRY(check_appendable(j->path));
     j->f = fopen(j->path, "a");
     if (!j->f) return ct_error(CT_ERR_IO, "%s: cannot open for appending: %s", j->path, strerror(errno));
     return CT_OK;

@@ -213,6 +213,43 @@ static void test_jsonl(void) {
     if (r) fclose(r);
     CHECK(n == 2, "relative output_dir: 2 lines in out/log.jsonl, got %d", n);
     CHECK(stat("out/out", &sb) != 0, "relative output_dir: no out/out directory");
+
+    /* An existing file is appended to only when it holds events already (its first line a JSON
+     * object) or nothing: a config, data or model named by mistake is refused and left as it was. */
+    static const struct {
+        const char *name, *text;
+        size_t binary_len; /* 0: strlen(text) */
+        bool refused;
+    } files[] = {{"config.json", "{\n  \"model\": {}\n}\n", 0, true},
+                 {"data.h5", "\x89HDF\r\n\x1a\n\x00\x00\x01", 11, true},
+                 {"notes.txt", "step 1: fine\n", 0, true},
+                 {"array.jsonl", "[1, 2]\n", 0, true},
+                 {"empty.jsonl", "", 0, false},
+                 {"events.jsonl", "{\"loss\": 1.0, \"step\": 1}\n", 0, false}};
+    for (size_t i = 0; i < CT_ARRAY_LEN(files); i++) {
+        char file[64];
+        snprintf(file, sizeof file, "out/%s", files[i].name);
+        FILE *w = fopen(file, "wb");
+        size_t len = files[i].binary_len ? files[i].binary_len : strlen(files[i].text);
+        CHECK(w && fwrite(files[i].text, 1, len, w) == len && fclose(w) == 0, "write %s", file);
+        CHECK_OK(ct_jsonl_callback_create(files[i].name, &j));
+        CHECK_OK(ct_callback_list_add(&l, j));
+        a.logs = l3;
+        ct_status fs = ct_callbacks_fire(&l, CT_ON_TRAIN_BEGIN, &a);
+        if (fs == CT_OK) fs = ct_callbacks_fire(&l, CT_ON_LOG, &a);
+        ct_callback_list_free(&l);
+        if (files[i].refused) {
+            CHECK(fs == CT_ERR_CONFIG && strstr(ct_last_error(), file) &&
+                      strstr(ct_last_error(), "is not a JSON-lines file"),
+                  "%s: %s: %s", file, ct_status_str(fs), ct_last_error());
+            CHECK(stat(file, &sb) == 0 && (size_t)sb.st_size == len, "%s: changed (%lld bytes)", file,
+                  (long long)sb.st_size);
+        } else {
+            CHECK(fs == CT_OK, "%s: %s", file, ct_last_error());
+            CHECK(stat(file, &sb) == 0 && (size_t)sb.st_size > len, "%s: nothing appended", file);
+        }
+        remove(file);
+    }
     remove("out/log.jsonl");
     rmdir("out");
     CHECK(chdir(cwd) == 0, "chdir back");
