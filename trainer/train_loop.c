@@ -688,9 +688,12 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     double runtime = ct_monotonic_seconds() - t->priv->train_start_time;
     double train_loss = L->total_loss / (t->state.global_step > 0 ? (double)t->state.global_step : 0.001);
     json_t *m = json_object();
-    ct_trainer_speed_metrics(m, "train", runtime,
-                  (double)max_steps * (double)(a->per_device_train_batch_size * ga * t->world_size),
-                  (double)max_steps);
+    /* Hugging Face's num_train_samples: the steps' samples under max_steps, else the set's samples
+     * times num_train_epochs (what the epochs would see, counted in samples) */
+    double samples = a->max_steps > 0
+                         ? (double)max_steps * (double)(a->per_device_train_batch_size * ga * t->world_size)
+                         : (double)ct_dataset_length(t->train_dataset) * a->num_train_epochs;
+    ct_trainer_speed_metrics(m, "train", runtime, samples, (double)max_steps);
     throughput_metrics(t, m, runtime);
     json_object_set_new(m, "total_flos", json_real(t->state.total_flos));
     json_object_set_new(m, "train_loss", json_real(train_loss));

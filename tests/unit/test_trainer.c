@@ -628,7 +628,7 @@ static void test_outputs(void) {
     a.eval_strategy = CT_INTERVAL_EPOCH;
     a.num_train_epochs = 2;
     run r;
-    CHECK_OK(run_start(&r, &a, 100, CT_F32, 0, NULL));
+    CHECK_OK(run_start(&r, &a, 95, CT_F32, 0, NULL)); /* 10 batches an epoch, the last one short */
     CHECK_OK(ct_trainer_train(&r.t.base, NULL, &r.out));
     CHECK_OK(ct_trainer_save_model(&r.t.base, NULL));
     CHECK_OK(ct_trainer_save_state(&r.t.base));
@@ -637,6 +637,13 @@ static void test_outputs(void) {
                           "train_loss", "epoch", NULL};
     for (int i = 0; keys[i]; i++)
         CHECK(json_is_number(json_object_get(r.out.metrics, keys[i])), "train metrics lack %s", keys[i]);
+    /* Hugging Face counts an epoch-based run's samples as the set's size times num_train_epochs (190),
+     * not its steps' full batches (200) */
+    double per_step = json_number_value(json_object_get(r.out.metrics, "train_samples_per_second")) /
+                      json_number_value(json_object_get(r.out.metrics, "train_steps_per_second"));
+    double want = 190.0 / (double)r.t.base.state.max_steps;
+    CHECK(fabs(per_step - want) <= 1e-3 * want, "samples per step %g, want 95 x 2 epochs / %lld steps = %g", per_step,
+          (long long)r.t.base.state.max_steps, want);
     char path[1024];
     snprintf(path, sizeof path, "%s/trainer_state.json", a.output_dir);
     json_error_t err;
