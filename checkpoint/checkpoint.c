@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,6 +80,10 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
                           "last_logged_step", (json_int_t)p->last_logged_step, "grad_norm", hex_double(p->grad_norm),
                           "has_grad_norm", p->has_grad_norm, "learning_rate", hex_double(p->learning_rate),
                           "nan_inf_skipped", (json_int_t)p->nan_inf_skipped);
+    if (o && p->run_id[0] && json_object_set_new(o, "run_id", json_string(p->run_id))) {
+        json_decref(o);
+        o = NULL;
+    }
     /* the epoch's length the position counts in (a resume with another training set size is refused) */
     if (o && snap->batches_per_epoch > 0 &&
         json_object_set_new(o, "batches_per_epoch", json_integer((json_int_t)snap->batches_per_epoch))) {
@@ -178,6 +184,33 @@ static ct_status read_evals(const json_t *o, const char *file, const char *dir, 
 
 /* Parses rng_state_<rank>.json into *p and returns its JSON in *json (the caller's reference); what
  * the values mean is ct_checkpoint_validate's to check. */
+void ct_train_progress_new_run_id(char *id) {
+    unsigned char bytes[CT_RUN_ID_LEN / 2];
+    if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes) {
+        /* no entropy source: the clock, the process and the address space's layout tell runs apart */
+        uint64_t mix = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&mix;
+        for (size_t i = 0; i < sizeof bytes; i++) {
+            mix = mix * 6364136223846793005ULL + 1442695040888963407ULL;
+            bytes[i] = (unsigned char)(mix >> 56);
+        }
+    }
+    for (size_t i = 0; i < sizeof bytes; i++) snprintf(id + 2 * i, 3, "%02x", bytes[i]);
+}
+
+/* The optional "run_id" (absent from checkpoints of earlier versions: left empty). */
+static ct_status read_run_id(const json_t *o, const char *file, char *id) {
+    const json_t *v = json_object_get(o, "run_id");
+    id[0] = '\0';
+    if (!v) return CT_OK;
+    const char *text = json_string_value(v);
+    size_t n = text ? strlen(text) : 0;
+    if (!text || n == 0 || n > CT_RUN_ID_LEN || strspn(text, "0123456789abcdef") != n)
+        return ct_error(CT_ERR_FORMAT, "%s: \"run_id\" must be a string of 1 to %d hexadecimal digits", file,
+                        CT_RUN_ID_LEN);
+    memcpy(id, text, n + 1);
+    return CT_OK;
+}
+
 static ct_status read_progress(const char *file, ct_train_progress *p, json_t **json) {
     json_error_t err;
     FILE *f;
@@ -210,6 +243,7 @@ static ct_status read_progress(const char *file, ct_train_progress *p, json_t **
     if (s == CT_OK) s = read_double(o, file, "grad_norm", &v.grad_norm);
     if (s == CT_OK) s = read_double(o, file, "learning_rate", &v.learning_rate);
     if (s == CT_OK) s = read_scaler(json_object_get(o, "grad_scaler"), file, &v);
+    if (s == CT_OK) s = read_run_id(o, file, v.run_id);
     if (s != CT_OK) {
         json_decref(o);
         return s;

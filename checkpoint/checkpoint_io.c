@@ -324,6 +324,37 @@ ct_status ct_checkpoint_commit(const char *tmp, const char *dir) {
     return ct_remove_tree(old);
 }
 
+bool ct_checkpoint_run_id(const char *dir, char *id, size_t cap) {
+    char file[4400];
+    snprintf(file, sizeof file, "%s/rng_state_0.json", dir);
+    FILE *f = NULL;
+    json_t *o = NULL;
+    if (ct_fopen_read(file, &f) == CT_OK) {
+        o = json_loadf(f, 0, NULL);
+        fclose(f);
+    }
+    ct_error_clear();
+    const char *v = json_string_value(json_object_get(o, "run_id"));
+    bool found = v && strlen(v) < cap;
+    snprintf(id, cap, "%s", found ? v : "");
+    json_decref(o);
+    return found;
+}
+
+/* A warning when output_dir's checkpoints come from more than one run (written into again with
+ * overwrite_output_dir): "latest" is the highest step, which may be the other run's. */
+static void warn_other_runs(char **list, int n, int chosen) {
+    char mine[64], other[64];
+    if (!ct_checkpoint_run_id(list[chosen], mine, sizeof mine)) return;
+    for (int i = 0; i < n; i++) {
+        if (i == chosen || !ct_checkpoint_run_id(list[i], other, sizeof other) || strcmp(mine, other) == 0) continue;
+        ct_log_warning("resume_from_checkpoint 'latest' is %s, the highest step, but %s was saved by another run "
+                       "(the output_dir was written into again): name the checkpoint to resume from if that is not "
+                       "the run to continue", list[chosen], list[i]);
+        return;
+    }
+}
+
 ct_status ct_checkpoint_find_latest(const char *output_dir, char *out, size_t cap) {
     char **list;
     int n;
@@ -340,6 +371,7 @@ ct_status ct_checkpoint_find_latest(const char *output_dir, char *out, size_t ca
             else {
                 memcpy(out, list[i], strlen(list[i]) + 1);
                 s = CT_OK;
+                warn_other_runs(list, n, i);
             }
             break;
         }

@@ -90,6 +90,10 @@ ct_status ct_checkpoint_verify(const char *dir);
  * checked against the files): what makes a directory one that ctrainer wrote, for rotation, which
  * deletes nothing else. */
 bool ct_checkpoint_has_manifest(const char *dir);
+/* The run identity recorded in checkpoint dir's progress file (rng_state_0.json; see
+ * ct_train_progress.run_id) into id; false (id "") when it records none: saved before runs had one,
+ * by save_only_model, or unreadable. Never blocks on a FIFO. */
+bool ct_checkpoint_run_id(const char *dir, char *id, size_t cap);
 /* Whether `name` is one of the files a saved model or checkpoint in dir is made of: dir's manifest of
  * ctrainer's format itself, or a file it lists. */
 bool ct_checkpoint_manifest_lists(const char *dir, const char *name);

@@ -3,13 +3,14 @@
  *
  * Rotation deletes only what it has proven to be one of the run's checkpoints: a directory (not a
  * symbolic link) right inside output_dir, named checkpoint-<step> as a save names one, holding a
- * ctrainer manifest, of a step the run has reached (a later one is an earlier run's, in an output_dir
- * written into again with overwrite_output_dir). The best checkpoint it keeps is found among those by identity (the same
- * directory under any name). A best_model_checkpoint that names nothing (output_dir moved, or given
- * relative to another working directory) is found again by its step; one that names a directory
- * elsewhere (a run resumed into another output_dir) protects nothing in output_dir and licenses
- * nothing either: the end-of-training clean-up of save_total_limit 1 then keeps every checkpoint
- * and says why. A victim is first renamed to `<dir>.deleting`, so that a crash never leaves part of
+ * ctrainer manifest, saved by the run (its progress file names the run's identity; one saved before
+ * runs had one must be of a step the run has reached), so that another run's checkpoints, in an
+ * output_dir written into again with overwrite_output_dir, are left alone. The best checkpoint it
+ * keeps is found among those by identity (the same directory under any name). A
+ * best_model_checkpoint that names nothing (output_dir moved, or given relative to another working
+ * directory) is found again by its step; one that names a directory elsewhere (a run resumed into
+ * another output_dir) protects nothing in output_dir and licenses nothing either: the
+ * end-of-training clean-up of save_total_limit 1 then keeps every checkpoint and says why. A victim is first renamed to `<dir>.deleting`, so that a crash never leaves part of
  * a checkpoint under a checkpoint's name; the run that next locks output_dir deletes what a crash
  * left (leftovers.c). */
 #include <dirent.h>
@@ -22,6 +23,7 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/checkpoint_async.h"
 #include "checkpoint/checkpoint_impl.h"
+#include "checkpoint/checkpoint_io.h"
 #include "core/fs.h"
 #include "core/log.h"
 
@@ -160,6 +162,31 @@ void ct_checkpoint_rederive_best(char *best, size_t cap, const char *output_dir,
     snprintf(best, cap, "%s", found);
 }
 
+/* Whether the checkpoint at path was saved by this run: its progress file names the run's identity.
+ * One saved before runs had an identity counts as the run's when its step is one the run has reached
+ * (a later one is another run's, in an output_dir written into again with overwrite_output_dir). */
+static bool of_this_run(const ct_checkpoint_snapshot *snap, const char *path) {
+    char id[64];
+    if (ct_checkpoint_run_id(path, id, sizeof id)) return strcmp(id, snap->progress->run_id) == 0;
+    return path_step(path) <= snap->state->global_step;
+}
+
+/* output_dir's checkpoints that rotation may delete, oldest first: the run's own (another run's are
+ * neither deleted nor counted). */
+static ct_status own_checkpoints(const ct_checkpoint_snapshot *snap, char ***out, int *n_out) {
+    char **list;
+    int n;
+    CT_TRY(list_checkpoints(snap->args->output_dir, true, &list, &n));
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        if (of_this_run(snap, list[i])) list[kept++] = list[i];
+        else free(list[i]);
+    }
+    *out = list;
+    *n_out = kept;
+    return CT_OK;
+}
+
 /* Hugging Face's _sorted_checkpoints + _rotate_checkpoints over output_dir's own checkpoints: the
  * ones to delete, oldest first (*out as ct_checkpoint_list's; *n 0 when none). */
 static ct_status rotation_victims(const ct_checkpoint_snapshot *snap, char ***out, int *n_out) {
@@ -169,10 +196,7 @@ static ct_status rotation_victims(const ct_checkpoint_snapshot *snap, char ***ou
     if (limit <= 0) return CT_OK;
     char **list;
     int n;
-    CT_TRY(list_checkpoints(snap->args->output_dir, true, &list, &n));
-    /* A checkpoint of a later step than the run has reached is another run's (an output_dir written
-     * into again): neither deleted nor counted. */
-    while (n > 0 && path_step(list[n - 1]) > snap->state->global_step) free(list[--n]);
+    CT_TRY(own_checkpoints(snap, &list, &n));
     const char *best = snap->state->best_model_checkpoint;
     /* The best checkpoint moves to the second-to-last place of the deletion order, so it goes last
      * but one: only the newest checkpoint outlives it. */
@@ -252,7 +276,7 @@ ct_status ct_checkpoint_finish(ct_checkpoint_snapshot *snap) {
     if (snap->rank != 0 || snap->args->save_total_limit != 1 || !best[0]) return CT_OK;
     char **list;
     int n;
-    CT_TRY(list_checkpoints(snap->args->output_dir, true, &list, &n));
+    CT_TRY(own_checkpoints(snap, &list, &n));
     int b = find_best(best, list, n);
     if (b < 0) {
         if (n > 0)

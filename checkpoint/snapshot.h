@@ -29,6 +29,8 @@
 /* Where the training loop stands, and the values it carries between optimizer steps: what a
  * checkpoint needs, besides the model, optimizer, scheduler and trainer state, for the resumed run to
  * log exactly what the uninterrupted one would have (rng_state_<rank>.json). */
+#define CT_RUN_ID_LEN 32
+
 typedef struct ct_train_progress {
     int64_t epoch;        /* the epoch in progress */
     int64_t next_batch;   /* its next global batch */
@@ -49,7 +51,14 @@ typedef struct ct_train_progress {
      * best_global_step exists only for steps and epoch); tells a "best" save that it is the best.
      * Not saved: a resumed run's next best is found after its own evaluations. */
     int64_t best_step;
+    /* The run's identity: random hex digits drawn when a run starts fresh, kept by its resumptions, in
+     * every checkpoint it saves; rotation deletes only checkpoints of the same run. Empty in a
+     * checkpoint written before runs had one. */
+    char run_id[CT_RUN_ID_LEN + 1];
 } ct_train_progress;
+
+/* Fills id (CT_RUN_ID_LEN + 1 bytes) with a new run identity. */
+void ct_train_progress_new_run_id(char *id);
 
 /* An evaluation eval_async's evaluator accepted whose result is not in log_history yet (finished
  * but not taken, running, or waiting). A checkpoint keeps its step, epoch and weights, and the

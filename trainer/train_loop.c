@@ -645,6 +645,9 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_train_progress *L0 = &t->priv->progress;
     t->priv->batches_per_epoch = len;
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
+    /* a fresh run's identity (a resumed one keeps its checkpoint's, which one written before runs had
+     * one lacks) */
+    if (!L0->run_id[0]) ct_train_progress_new_run_id(L0->run_id);
     /* a fresh run's loss scale, or a resumed one's that was taken without scaling (HF starts a new
      * GradScaler where a checkpoint has no scaler state) */
     if (t->priv->scaling && !L0->has_scaler) {

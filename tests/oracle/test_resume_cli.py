@@ -379,9 +379,29 @@ def compare(ref, out, label):
                 d = diff_h5(w, g)
             elif name == "trainer_state.json":
                 d = diff_json(strip_state(load_json(w)), strip_state(load_json(g)))
+            elif name == "rng_state_0.json":
+                # the same state; the identity is each run's own (compared below)
+                d = diff_json(without_run_id(load_json(w)), without_run_id(load_json(g)))
             else:
                 d = diff_json(load_json(w), load_json(g))
             check(not d, f"{label}: checkpoint-{step}/{name}: {d}")
+    # One run, however often interrupted and resumed: one identity in all its checkpoints (rotation
+    # deletes only the checkpoints of the run's own identity).
+    ids = run_ids(out)
+    check(len(ids) <= 1 and all(isinstance(i, str) and re.fullmatch("[0-9a-f]{32}", i) for i in ids),
+          f"{label}: the checkpoints' run_id: {sorted(map(str, ids))}, expected one of 32 hex digits")
+
+
+def run_ids(out):
+    """The run_id values of out's whole checkpoints."""
+    return {load_json(os.path.join(path, "rng_state_0.json")).get("run_id") for path in checkpoints(out).values()
+            if not verify(path) and os.path.exists(os.path.join(path, "rng_state_0.json"))}
+
+
+def without_run_id(progress):
+    progress = dict(progress)
+    progress.pop("run_id", None)
+    return progress
 
 
 def first_step(run, step_of, max_steps):
@@ -519,6 +539,7 @@ def main():
         again = os.path.join(d, "uninterrupted.again")
         if Run(cfg, again).wait() == 0:
             compare(ref, again, "a second uninterrupted run")  # determinism itself, before resume
+            check(not (run_ids(ref) & run_ids(again)), "two fresh runs have one run_id")
         check_all_whole(ref, "uninterrupted")
         dt = step_seconds(run, step_of)
         E = epoch_end[0] if epoch_end else 24

@@ -147,6 +147,7 @@ static void run_init(run *r, const char *name, int64_t hidden, int steps) {
                                       .has_grad_norm = true,
                                       .learning_rate = ct_scheduler_lr(r->sched),
                                       .nan_inf_skipped = steps / 3};
+    ct_train_progress_new_run_id(r->progress.run_id); /* every run its own, as a fresh run draws one */
 }
 
 static void run_free(run *r) {
@@ -192,7 +193,7 @@ static bool same_progress(const ct_train_progress *a, const ct_train_progress *b
            same_double(a->tr_loss, b->tr_loss) && same_double(a->total_loss, b->total_loss) &&
            a->last_logged_step == b->last_logged_step && same_double(a->grad_norm, b->grad_norm) &&
            a->has_grad_norm == b->has_grad_norm && same_double(a->learning_rate, b->learning_rate) &&
-           a->nan_inf_skipped == b->nan_inf_skipped;
+           a->nan_inf_skipped == b->nan_inf_skipped && strcmp(a->run_id, b->run_id) == 0;
 }
 
 /* Deep copies of what the run's tensors hold now. */
@@ -397,11 +398,13 @@ static void test_rotation(void) {
     run_free(&a);
 }
 
-/* A run writing into an output_dir that holds an earlier run's checkpoints of later steps: rotation
- * neither deletes nor counts them, and keeps the run's own newest. */
+/* A run writing into an output_dir that holds an earlier run's checkpoints of later steps, saved
+ * before runs had an identity: rotation neither deletes nor counts them, and keeps the run's own
+ * newest. */
 static void test_rotation_beyond_step(void) {
     run old, a;
     run_init(&old, "beyond", 7, 0);
+    old.progress.run_id[0] = '\0';
     for (int step = 10; step <= 11; step++) {
         old.state.global_step = step;
         CHECK_OK(save(&old));
@@ -428,6 +431,57 @@ static ct_status finish(run *r) {
     ct_checkpoint_snapshot s;
     snapshot_of(r, &s);
     return ct_checkpoint_finish(&s);
+}
+
+typedef struct latest_call {
+    const char *dir;
+    char found[4200];
+    ct_status s;
+} latest_call;
+
+static void call_find_latest(void *arg) {
+    latest_call *c = arg;
+    c->s = ct_checkpoint_find_latest(c->dir, c->found, sizeof c->found);
+}
+
+/* A run written into the output_dir of another (overwrite_output_dir): rotation deletes only its own
+ * checkpoints, whatever their steps; a checkpoint it saved over one of the other run's is its own. */
+static void test_rotation_other_run(void) {
+    run old, a;
+    run_init(&old, "other_run", 7, 0);
+    for (int step = 1; step <= 6; step++) {
+        old.state.global_step = step;
+        CHECK_OK(save(&old));
+    }
+    run_init(&a, "other_run", 7, 0);
+    a.args.save_total_limit = 1;
+    for (int step = 2; step <= 4; step += 2) {
+        a.state.global_step = step;
+        CHECK_OK(save(&a));
+    }
+    CHECK_OK(finish(&a));
+    char **list;
+    int n;
+    CHECK_OK(ct_checkpoint_list(a.args.output_dir, &list, &n));
+    static const char *const want[] = {"checkpoint-1", "checkpoint-3", "checkpoint-4", "checkpoint-5", "checkpoint-6"};
+    bool same = n == 5;
+    for (int i = 0; same && i < n; i++) {
+        char base[64];
+        ct_path_base_name(list[i], base, sizeof base);
+        same = strcmp(base, want[i]) == 0;
+    }
+    CHECK(same, "after rotation: %d checkpoints, %s .. %s (expected the other run's 1, 3, 5, 6 and the run's 4)", n,
+          n ? list[0] : "-", n ? list[n - 1] : "-");
+    ct_checkpoint_list_free(list, n);
+    /* "latest" is still the highest step, with a warning that another run saved some of them */
+    latest_call call = {.dir = a.args.output_dir, .found = "", .s = CT_OK};
+    char *err = ct_test_capture_stderr(call_find_latest, &call);
+    CHECK(call.s == CT_OK && strstr(call.found, "/checkpoint-6") && err &&
+              strstr(err, "checkpoint-6, the highest step, but ") && strstr(err, "was saved by another run"),
+          "latest: %s (%s), warnings: %s", call.found, ct_status_str(call.s), err ? err : "");
+    free(err);
+    run_free(&a);
+    run_free(&old);
 }
 
 static void path_in(char *out, size_t cap, const run *r, const char *name) {
@@ -712,6 +766,7 @@ int main(void) {
     test_rotation();
     test_rotation_proves();
     test_rotation_beyond_step();
+    test_rotation_other_run();
     test_best_that_does_not_resolve();
     test_leftovers();
     ct_comm_free(comm);
