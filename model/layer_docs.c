@@ -18,7 +18,9 @@
 static const ct_layer_key_doc no_keys[] = {END};
 
 static const ct_layer_key_doc sequential_keys[] = {
-    {"layers", "list of layers", "required", "The layers, applied in order; each is a spec of this page."},
+    {"layers", "list of layers", "required",
+     "The layers, applied in order; each is a spec of this page. A layer's optional `\"name\"` (letters, digits, "
+     "`_`; what a layer named in C saves as) replaces its index in its parameters' names (`fc1.weight`)."},
     END};
 
 static const ct_layer_key_doc residual_keys[] = {
@@ -123,7 +125,8 @@ static const struct {
     ct_layer_doc doc;
 } docs[] = {
     {"sequential",
-     {"Layers applied one after the other (nn.Sequential); parameters named `<index>.<name>`.",
+     {"Layers applied one after the other (nn.Sequential); parameters named `<index>.<name>`, or "
+      "`<layer name>.<name>` for a named layer.",
       "{\"type\": \"sequential\", \"layers\": [{\"type\": \"flatten\"}, {\"type\": \"linear\", \"out_features\": 10}]}",
       sequential_keys}},
     {"residual",

@@ -11,6 +11,7 @@
 #include "checkpoint/pretrained.h"
 #include "core/rng.h"
 #include "model/layers.h"
+#include "core/util.h"
 #include "testlib.h"
 #include "trainer/run.h"
 #include "trainer/trainer.h"
@@ -23,14 +24,15 @@ static const char *tmp_root;
 static ct_module *every_layer(void) {
     ct_module *seq, *m, *inner;
     CT_ASSERT(ct_sequential_create(&seq) == CT_OK);
-#define ADD(expr)                                                                                  \
+#define ADD_NAMED(expr, name)                                                                      \
     do {                                                                                           \
         CT_ASSERT((expr) == CT_OK);                                                                \
-        CT_ASSERT(ct_module_add_child(seq, m, NULL) == CT_OK);                                     \
+        CT_ASSERT(ct_module_add_child(seq, m, name) == CT_OK);                                     \
     } while (0)
+#define ADD(expr) ADD_NAMED(expr, NULL)
     ct_conv2d_config c = {.in_channels = 0, .out_channels = 4, .kernel = {3, 3}, .stride = {1, 1}, .padding = {1, 1},
                           .dilation = {1, 1}, .bias = true};
-    ADD(ct_conv2d_create(&c, &m));
+    ADD_NAMED(ct_conv2d_create(&c, &m), "conv1"); /* named as a PyTorch module's attribute would be */
     ADD(ct_batchnorm2d_create(0, 1e-5, 0.1, true, &m));
     ADD(ct_activation_create(CT_ACT_RELU, &m));
     ct_pool2d_config p = {.kernel = {2, 2}, .stride = {2, 2}, .dilation = {1, 1}, .count_include_pad = true};
@@ -38,15 +40,16 @@ static ct_module *every_layer(void) {
     ct_pool2d_config a = {.kernel = {2, 2}, .stride = {1, 1}, .padding = {1, 1}, .count_include_pad = false};
     ADD(ct_avgpool2d_create(&a, &m));
     ADD(ct_flatten_create(&m));
-    ADD(ct_linear_create(0, 12, true, &m));
+    ADD_NAMED(ct_linear_create(0, 12, true, &m), "fc1");
     ADD(ct_layernorm_create(12, 1e-5, true, false, &m));
     ADD(ct_activation_create(CT_ACT_GELU_TANH, &m));
     ADD(ct_dropout_create(0.25, &m));
     CT_ASSERT(ct_linear_create(12, 12, false, &inner) == CT_OK);
     ADD(ct_residual_create(inner, &m));
     ADD(ct_activation_create(CT_ACT_SIGMOID, &m));
-    ADD(ct_linear_create(0, 3, true, &m));
+    ADD_NAMED(ct_linear_create(0, 3, true, &m), "head");
 #undef ADD
+#undef ADD_NAMED
     return seq;
 }
 
@@ -112,6 +115,13 @@ static void test_c_model(void) {
     int64_t idx[4] = {0, 5, 10, 15};
     CHECK_OK(ct_dataset_get_batch(ds, idx, 4, NULL, &x, &y));
     same_outputs(&m, &back, &x, "output_dir");
+    /* Children named in C keep their names: the same parameter names, in the same order. */
+    bool same_names = m.params.count == back.params.count;
+    for (int i = 0; same_names && i < m.params.count; i++)
+        same_names = strcmp(m.params.items[i].name, back.params.items[i].name) == 0;
+    CHECK(same_names && strcmp(m.params.items[0].name, "conv1.weight") == 0,
+          "parameter names after reload: %s ... (%d), before: %s ... (%d)", back.params.items[0].name,
+          back.params.count, m.params.items[0].name, m.params.count);
     /* The specs the layers give are what their readers take: the reloaded model says the same. */
     json_t *ja, *jb;
     CHECK_OK(ct_module_to_json(m.root, &ja));
@@ -286,8 +296,52 @@ static void test_errors(void) {
     ct_model_free(&m);
 }
 
+/* A sequence's "name" in a layer spec (what a C-named child saves as): the parameters take it; a bad,
+ * numeric or repeated name is refused naming the layer. */
+static void test_named_layers_json(void) {
+    static const struct {
+        const char *name_a, *name_b, *error;
+    } cases[] = {{"fc1", "out", NULL},
+                 {"fc1", "fc1", "model.layers[2].name: 'fc1' names layer 0 too"},
+                 {"fc1", "2", "model.layers[2].name: '2' is a number"},
+                 {"fc.1", "out", "model.layers[0].name: expected a name of 1 to"},
+                 {"", "out", "model.layers[0].name: expected a name of 1 to"}};
+    for (size_t i = 0; i < CT_ARRAY_LEN(cases); i++) {
+        json_t *spec = json_pack("{s:s, s:[{s:s, s:i, s:s}, {s:s}, {s:s, s:i, s:s}]}", "type", "sequential", "layers",
+                                 "type", "linear", "out_features", 4, "name", cases[i].name_a, "type", "relu", "type",
+                                 "linear", "out_features", 2, "name", cases[i].name_b);
+        ct_module *root = NULL;
+        ct_status s = ct_module_from_json(spec, "model", &root);
+        if (cases[i].error) {
+            CHECK(s == CT_ERR_CONFIG && strstr(ct_last_error(), cases[i].error), "case %zu: %s: %s", i,
+                  ct_status_str(s), ct_last_error());
+        } else {
+            ct_model m;
+            CHECK_OK(s);
+            if (s == CT_OK && ct_model_build(&m, root, &(ct_shape){.ndim = 1, .dims = {3}},
+                                             &(ct_model_options){.max_batch = 2}) == CT_OK) {
+                CHECK(m.params.count == 4 && strcmp(m.params.items[0].name, "fc1.weight") == 0 &&
+                          strcmp(m.params.items[3].name, "out.bias") == 0,
+                      "named layers' parameters: %s ... %s", m.params.items[0].name, m.params.items[3].name);
+                json_t *again;
+                CHECK_OK(ct_module_to_json(m.root, &again));
+                json_t *layers = json_object_get(again, "layers");
+                const char *n0 = json_string_value(json_object_get(json_array_get(layers, 0), "name")),
+                           *n2 = json_string_value(json_object_get(json_array_get(layers, 2), "name"));
+                CHECK(n0 && strcmp(n0, "fc1") == 0 && n2 && strcmp(n2, "out") == 0 &&
+                          !json_object_get(json_array_get(layers, 1), "name"),
+                      "to_json: the names are not given back (only the named layers have one)");
+                json_decref(again);
+                ct_model_free(&m);
+            }
+        }
+        json_decref(spec);
+    }
+}
+
 int main(void) {
     ct_test_begin("test_pretrained");
+    test_named_layers_json();
     if (!(tmp_root = ct_fixture_tmp_root("ct_pretrained"))) return 1;
     test_c_model();
     test_gpt_and_preset();
