@@ -33,6 +33,8 @@ ct_status ct_model_from_pretrained(const char *dir, const ct_pretrained_options 
     if (s != CT_OK) {
         ct_model_free(out);
         memset(out, 0, sizeof *out);
+        return s;
     }
-    return s;
+    ct_model_train(out, false); /* in evaluation mode, as Hugging Face's from_pretrained returns it */
+    return CT_OK;
 }

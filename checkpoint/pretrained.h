@@ -18,8 +18,10 @@ typedef struct ct_pretrained_options {
     uint64_t seed;     /* dropout's key, as ct_model_options.seed */
 } ct_pretrained_options;
 
-/* Builds *out from dir (o NULL: the defaults above). The model is ready for ct_model_forward or a
- * Trainer (ct_trainer_setup.model); free it with ct_model_free. Errors name dir and the file: no
+/* Builds *out from dir (o NULL: the defaults above). The model is ready for ct_model_forward, in
+ * evaluation mode (dropout off, batch norms on their running statistics) as Hugging Face's
+ * from_pretrained returns one, or for a Trainer (ct_trainer_setup.model; training switches it to
+ * training mode); free it with ct_model_free. Errors name dir and the file: no
  * model.h5, no architecture in it, an unknown layer type (register it first), a manifest that does
  * not match, a missing or mis-shaped tensor. On failure *out needs no freeing. */
 ct_status ct_model_from_pretrained(const char *dir, const ct_pretrained_options *o, ct_model *out);

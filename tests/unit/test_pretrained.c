@@ -110,6 +110,7 @@ static void test_c_model(void) {
     train_and_save(&m, ds, "c_model", dir, sizeof dir);
     ct_model back;
     CHECK_OK(ct_model_from_pretrained(dir, NULL, &back));
+    CHECK(!back.root->training, "from_pretrained returned a model in training mode (dropout on)");
     ct_tensor x, y;
     CHECK_OK(ct_dataset_alloc_batch(ds, 4, &x, &y));
     int64_t idx[4] = {0, 5, 10, 15};
