@@ -104,7 +104,7 @@ typedef struct ct_training_args {
     double eval_steps;         /* 0 = unset: logging_steps, as HF */
     double eval_delay;         /* 0: epochs or steps (by eval_strategy) before the first evaluation */
     bool eval_on_start;        /* false */
-    bool prediction_loss_only; /* false: evaluation and prediction compute the loss only */
+    bool prediction_loss_only; /* true: evaluation and prediction compute the loss only */
     unsigned include_for_metrics; /* CT_INCLUDE_* bits: what compute_metrics receives besides outputs */
     bool batch_eval_metrics;   /* false */
     /* saving */

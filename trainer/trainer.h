@@ -113,7 +113,9 @@ typedef struct ct_trainer_ops {
      * the data has no labels), *outputs (a view valid until the next forward). While neither this
      * nor compute_loss is overridden, the evaluator does the default's work itself: the model's
      * forward, and the loss as the sum of the per-row losses it needs for the standard error
-     * (trainer/eval_loss.c), one pass over the outputs where the default and that took two. */
+     * (trainer/eval_loss.c), one pass over the outputs where the default and that took two. An
+     * override's batches get per-row losses (the loss's standard error) only while the rows add up to
+     * the loss it returns. */
     ct_status (*prediction_step)(ct_trainer *t, const ct_batch *b, bool prediction_loss_only, ct_loss_value *loss,
                                  ct_tensor *outputs);
     /* Evaluates on eval_set (NULL: every configured evaluation set, each prefixed

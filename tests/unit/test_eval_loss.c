@@ -31,6 +31,15 @@ static ct_status hook_prediction_step(ct_trainer *t, const ct_batch *b, bool los
 }
 static const ct_trainer_ops hook_ops = {.size = sizeof(ct_trainer_ops), .prediction_step = hook_prediction_step};
 
+/* An override whose loss is its own (ten times the default's): the per-row losses do not explain it. */
+static ct_status scaled_prediction_step(ct_trainer *t, const ct_batch *b, bool loss_only, ct_loss_value *loss,
+                                        ct_tensor *outputs) {
+    CT_TRY(ct_trainer_default_prediction_step(t, b, loss_only, loss, outputs));
+    loss->sum *= 10;
+    return CT_OK;
+}
+static const ct_trainer_ops scaled_ops = {.size = sizeof(ct_trainer_ops), .prediction_step = scaled_prediction_step};
+
 /* Calls of the ops that pass over the outputs, from the profile's table: the loss's forward and its
  * per-row pass (cross-entropy's or an elementwise loss's), and the token values. */
 typedef struct op_calls {
@@ -214,6 +223,20 @@ static void test_classifier(void) {
     c.loss = NULL;
     c.metrics = "[\"accuracy\", \"f1_macro\"]";
     compare("classifier", &c, (op_calls){0, batches, 0}, batches, false);
+    /* a prediction_step with a loss of its own: its eval_loss, and no interval the rows would make
+     * around another loss */
+    op_calls calls;
+    char err[2048];
+    json_t *plain = evaluate(&c, NULL, &calls, err, sizeof err), *scaled = evaluate(&c, &scaled_ops, &calls, err,
+                                                                                          sizeof err);
+    double l0 = json_number_value(json_object_get(plain, "eval_loss")),
+           l1 = json_number_value(json_object_get(scaled, "eval_loss"));
+    CHECK(plain && scaled && fabs(l1 - 10 * l0) <= 1e-9 * fabs(l1), "scaled loss: eval_loss %.17g, 10 x %.17g", l1, l0);
+    CHECK(json_object_get(plain, "eval_loss_stderr") && scaled && !json_object_get(scaled, "eval_loss_stderr") &&
+              !json_object_get(scaled, "eval_loss_ci_low") && json_object_get(scaled, "eval_accuracy"),
+          "scaled loss: the loss's stderr and interval are not left out (or the metrics are missing)");
+    json_decref(plain);
+    json_decref(scaled);
     ct_model_free(&m);
     ct_dataset_free(d);
 }
