@@ -125,7 +125,7 @@ typedef struct field_info {
       "The optimizer: AdamW (adamw_torch or adamw), Adam with L2 penalty (adam) or SGD (sgd).")                        \
     X(learning_rate, REAL, S_F64, "5e-05", NULL, NULL, 0, 0, "The initial (peak) learning rate.")                      \
     X(weight_decay, REAL, S_F64, "0.0", NULL, NULL, 0, 0,                                                              \
-      "Weight decay for all parameters except biases and normalization weights.")                                      \
+      "Weight decay for all parameters but biases and LayerNorm weights (a BatchNorm's weight is decayed).")           \
     X(adam_beta1, REAL, S_F64, "0.9", NULL, NULL, 0, 0, "Beta1 of Adam and AdamW.")                                    \
     X(adam_beta2, REAL, S_F64, "0.999", NULL, NULL, 0, 0, "Beta2 of Adam and AdamW.")                                  \
     X(adam_epsilon, REAL, S_F64, "1e-08", NULL, NULL, 0, 0, "Epsilon of Adam and AdamW.")                              \

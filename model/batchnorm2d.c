@@ -46,7 +46,8 @@ static ct_status declare(ct_module *m, ct_param_store *ps) {
     batchnorm2d *b = self(m);
     int64_t c = b->num_features;
     if (b->affine) {
-        CT_TRY(ct_params_declare(ps, m, "weight", 1, &c, CT_PARAM_NO_DECAY, &b->weight, &b->dweight));
+        /* decayed: Hugging Face exempts biases and LayerNorm's parameters only (ALL_LAYERNORM_LAYERS) */
+        CT_TRY(ct_params_declare(ps, m, "weight", 1, &c, 0, &b->weight, &b->dweight));
         CT_TRY(ct_params_declare(ps, m, "bias", 1, &c, CT_PARAM_NO_DECAY, &b->bias, &b->dbias));
     }
     CT_TRY(ct_params_declare(ps, m, "running_mean", 1, &c, CT_PARAM_BUFFER, &b->running_mean, NULL));

@@ -17,7 +17,7 @@
 #include "model/module.h"
 
 typedef enum ct_param_flags {
-    CT_PARAM_NO_DECAY = 1, /* biases and norm weights: excluded from weight decay, as Hugging Face does */
+    CT_PARAM_NO_DECAY = 1, /* biases and LayerNorm weights: excluded from weight decay, as Hugging Face does */
     CT_PARAM_BUFFER = 2,   /* not trainable: no gradient, not seen by optimizers */
 } ct_param_flags;
 

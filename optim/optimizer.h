@@ -2,8 +2,8 @@
  *
  * An optimizer steps over a model's FLAT parameter and gradient buffers (model/params.h). At creation
  * it splits the trainable parameters into groups the way Hugging Face's Trainer does: parameters
- * without CT_PARAM_NO_DECAY get the configured weight decay, those with it (biases, norm weights) get
- * none. Buffers (CT_PARAM_BUFFER) live in another flat buffer and are never seen. A group is a list
+ * without CT_PARAM_NO_DECAY get the configured weight decay, those with it (biases, LayerNorm
+ * weights) get none. Buffers (CT_PARAM_BUFFER) live in another flat buffer and are never seen. A group is a list
  * of (offset, count) ranges of the flat buffers, built once; ranges cover exactly the parameters'
  * elements, so the alignment padding between parameters is never read or written and stays zero.
  *

@@ -161,7 +161,9 @@ static void batchnorm_stats(void) {
     const ct_param *pw = ct_params_find(&model.params, "weight"), *pb = ct_params_find(&model.params, "bias");
     const ct_param *rm = ct_params_find(&model.params, "running_mean");
     const ct_param *rv = ct_params_find(&model.params, "running_var");
-    CHECK(pw && pb && (pw->flags & CT_PARAM_NO_DECAY) && (pb->flags & CT_PARAM_NO_DECAY), "weight/bias are no-decay");
+    /* Hugging Face's get_decay_parameter_names: a BatchNorm2d's weight is decayed, its bias is not */
+    CHECK(pw && pb && !(pw->flags & CT_PARAM_NO_DECAY) && (pb->flags & CT_PARAM_NO_DECAY),
+          "weight decayed, bias no-decay");
     CHECK(rm && rv, "running_mean and running_var exist");
     if (!pw || !pb || !rm || !rv) return;
     for (int64_t i = 0; i < c; i++) {
