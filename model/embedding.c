@@ -41,7 +41,7 @@ static ct_status infer(ct_module *m, const ct_shape *in, ct_shape *out) {
 static ct_status declare(ct_module *m, ct_param_store *ps) {
     embedding *e = self(m);
     int64_t shape[2] = {e->num_embeddings, e->dim};
-    return ct_params_declare(ps, m, "weight", 2, shape, 0, &e->weight, &e->dweight);
+    return ct_params_declare(ps, m, "weight", 2, shape, CT_PARAM_EMBEDDING, &e->weight, &e->dweight);
 }
 
 static void init(ct_module *m, ct_rng *rng) {

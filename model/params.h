@@ -19,6 +19,8 @@
 typedef enum ct_param_flags {
     CT_PARAM_NO_DECAY = 1, /* biases and LayerNorm weights: excluded from weight decay, as Hugging Face does */
     CT_PARAM_BUFFER = 2,   /* not trainable: no gradient, not seen by optimizers */
+    CT_PARAM_EMBEDDING = 4, /* an embedding's table: left out of the FLOPs per token, as Hugging Face's
+                             * num_parameters(exclude_embeddings=True) leaves nn.Embedding's weight out */
 } ct_param_flags;
 
 typedef struct ct_param {

@@ -218,8 +218,16 @@ ct_status ct_trainer_prediction_step(ct_trainer *t, const ct_batch *b, bool pred
                       "prediction_step");
 }
 
+/* Hugging Face's PreTrainedModel.floating_point_ops: 6 x the parameters but the embeddings' x the
+ * input's elements (its tokens, for a language model; every feature of a sample otherwise). */
 double ct_trainer_default_floating_point_ops(ct_trainer *t, const ct_batch *b) {
-    return 6.0 * (double)ct_params_count(&t->model->params) * (double)b->rows;
+    const ct_param_store *ps = &t->model->params;
+    double weights = 0;
+    for (int i = 0; i < ps->count; i++)
+        if (!(ps->items[i].flags & (CT_PARAM_BUFFER | CT_PARAM_EMBEDDING))) weights += (double)ps->items[i].numel;
+    int64_t rows = b->features.ndim > 0 ? b->features.shape[0] : 0;
+    double per_row = rows > 0 ? (double)ct_tensor_numel(&b->features) / (double)rows : 0;
+    return 6.0 * weights * per_row * (double)b->rows;
 }
 
 double ct_trainer_floating_point_ops(ct_trainer *t, const ct_batch *b) {

@@ -128,7 +128,8 @@ typedef struct ct_trainer_ops {
     /* Adds "epoch" (and "step") to logs, appends them to log_history and fires on_log. Takes logs. */
     ct_status (*log)(ct_trainer *t, json_t *logs);
     /* Floating-point operations of one training batch (forward + backward); feeds total_flos.
-     * Default: Hugging Face's estimate, 6 x parameters x samples. */
+     * Default: Hugging Face's estimate, 6 x the parameters but the embeddings' x the input's elements
+     * (tokens for a language model). */
     double (*floating_point_ops)(ct_trainer *t, const ct_batch *b);
     /* Hugging Face's compute_metrics: called on the main process after each evaluation and
      * prediction pass with every output and label of the set in dataset order (p->metrics is NULL

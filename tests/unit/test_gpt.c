@@ -202,6 +202,9 @@ static void names_and_init(bool bias) {
         }
         bool no_decay = (p->flags & CT_PARAM_NO_DECAY) != 0;
         CHECK(no_decay == (is_bias || is_norm), "%s: weight decay flag %d", p->name, no_decay);
+        /* the token and position tables: out of the FLOPs per token (HF's exclude_embeddings) */
+        bool table = strcmp(p->name, "transformer.wte.weight") == 0 || strcmp(p->name, "transformer.wpe.weight") == 0;
+        CHECK(((p->flags & CT_PARAM_EMBEDDING) != 0) == table, "%s: embedding flag %u", p->name, p->flags);
     }
     ct_model_free(&model);
 }

@@ -641,6 +641,13 @@ static void test_outputs(void) {
      * not its steps' full batches (200) */
     double per_step = json_number_value(json_object_get(r.out.metrics, "train_samples_per_second")) /
                       json_number_value(json_object_get(r.out.metrics, "train_steps_per_second"));
+    /* total_flos as Hugging Face's PreTrainedModel counts it: 6 x parameters x the input's elements
+     * (the 190 samples' features) */
+    double flos = json_number_value(json_object_get(r.out.metrics, "total_flos"));
+    double elems = 190.0 * (double)ct_shape_numel(&r.t.base.train_dataset->spec.feature_shape);
+    double want_flos = 6.0 * (double)ct_params_count(&r.t.base.model->params) * elems;
+    CHECK(fabs(flos - want_flos) <= 1e-12 * want_flos, "total_flos %.17g, want 6 x %lld x %g = %.17g", flos,
+          (long long)ct_params_count(&r.t.base.model->params), elems, want_flos);
     double want = 190.0 / (double)r.t.base.state.max_steps;
     CHECK(fabs(per_step - want) <= 1e-3 * want, "samples per step %g, want 95 x 2 epochs / %lld steps = %g", per_step,
           (long long)r.t.base.state.max_steps, want);
