@@ -82,8 +82,9 @@ typedef enum storage {
 /* F_COUNT: "a count or a ratio"; written as a JSON integer when integral, as Hugging Face prints
  * them after __post_init__ turned them into ints. F_WHOLE: written so too, but never a ratio
  * (eval_delay: a float of epochs or steps). F_POSITIVE: a 0 given is refused, not taken for null
- * (which is stored as 0); validation refuses other values <= 0. */
-enum { F_COUNT = 1, F_WHOLE = 2, F_POSITIVE = 4 };
+ * (which is stored as 0); validation refuses other values <= 0. F_NULL_OFF: a null given means 0, the
+ * setting off, as Hugging Face's None does for a row whose default is not null (max_grad_norm). */
+enum { F_COUNT = 1, F_WHOLE = 2, F_POSITIVE = 4, F_NULL_OFF = 8 };
 
 typedef struct field_info {
     size_t offset, size;
@@ -129,8 +130,8 @@ typedef struct field_info {
     X(adam_beta1, REAL, S_F64, "0.9", NULL, NULL, 0, 0, "Beta1 of Adam and AdamW.")                                    \
     X(adam_beta2, REAL, S_F64, "0.999", NULL, NULL, 0, 0, "Beta2 of Adam and AdamW.")                                  \
     X(adam_epsilon, REAL, S_F64, "1e-08", NULL, NULL, 0, 0, "Epsilon of Adam and AdamW.")                              \
-    X(max_grad_norm, REAL, S_F64, "1.0", NULL, NULL, 0, 0,                                                             \
-      "Clip gradients to this global L2 norm; 0 disables clipping.")                                                   \
+    X(max_grad_norm, REAL, S_F64, "1.0", NULL, NULL, F_NULL_OFF, 0,                                                    \
+      "Clip gradients to this global L2 norm; 0 (or null, as Hugging Face's None) disables clipping.")                 \
     X(label_smoothing_factor, REAL, S_F64, "0.0", NULL, NULL, 0, 0,                                                    \
       "Label smoothing of the default cross-entropy loss (0 = none); a loss section sets its own "                     \
       "label_smoothing instead.")                                                                                      \
@@ -414,6 +415,10 @@ static ct_status wrong_type(int i, const json_t *v, const char *where) {
 static ct_status set_row(ct_training_args *a, int i, const json_t *v, const char *where) {
     const field_info *f = &infos[i];
     void *p = field(a, i);
+    if (json_is_null(v) && (f->flags & F_NULL_OFF) && f->st == S_F64) {
+        *(double *)p = 0;
+        return CT_OK;
+    }
     if (json_is_null(v) && is_nullable(i)) {
         switch (f->st) {
         case S_TRIBOOL: {
@@ -615,7 +620,7 @@ static ct_status parse_text(int i, const char *text, json_t **out) {
     const char *name = specs[i].name;
     *out = NULL;
     char want[480];
-    if (is_nullable(i) && (strcmp(text, "null") == 0 || strcmp(text, "None") == 0)) {
+    if ((is_nullable(i) || (infos[i].flags & F_NULL_OFF)) && (strcmp(text, "null") == 0 || strcmp(text, "None") == 0)) {
         *out = json_null();
         return CT_OK;
     }

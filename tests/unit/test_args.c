@@ -861,6 +861,16 @@ static void test_hf_parity_args(void) {
     CHECK(a.include_for_metrics == (CT_INCLUDE_INPUTS | CT_INCLUDE_LOSS), "include_for_metrics inputs,loss");
     CHECK_MSG(ct_training_args_set(&a, "include_for_metrics", "input"),
               "include_for_metrics: unknown value 'input', did you mean 'inputs'? (allowed: inputs, loss)");
+    /* max_grad_norm null: no clipping, as Hugging Face's None (its default stays 1.0) */
+    CHECK(a.max_grad_norm == 1.0, "max_grad_norm default %g", a.max_grad_norm);
+    CHECK_OK(ct_training_args_set(&a, "max_grad_norm", "null"));
+    CHECK(a.max_grad_norm == 0, "max_grad_norm null -> %g, want 0 (off)", a.max_grad_norm);
+    {
+        ct_training_args n;
+        CHECK_OK(args_from(&n, "{\"max_grad_norm\": null}"));
+        CHECK(n.max_grad_norm == 0, "max_grad_norm: null in JSON -> %g", n.max_grad_norm);
+        ct_training_args_free(&n);
+    }
     /* do_eval follows an evaluation strategy, as __post_init__ sets it */
     CHECK_OK(ct_training_args_set(&a, "eval_strategy", "epoch"));
     CHECK_OK(ct_training_args_validate(&a));
