@@ -66,11 +66,28 @@ static const char differences_text[] =
     "`no` is accepted and never saves (a warning says so); a checkpoint's TrainerControl is recorded before on_save "
     "lowers should_save; a resume restores callback states and TrainerControl only with "
     "restore_callback_states_from_checkpoint.\n\n"
-    "One rule differs by choice: a resumed run trains with its own `learning_rate`, `weight_decay` and "
+    "Rules that differ by choice:\n\n"
+    "- **A resumed run's rates.** A resumed run trains with its own `learning_rate`, `weight_decay` and "
     "`adam_epsilon`, and a warning names each that differs from the checkpoint's. HF's resume loads the "
     "optimizer's param_groups and the scheduler's base_lrs from the checkpoint, so there a changed value is "
     "silently ignored. A change the saved optimizer state depends on (adam_beta1, adam_beta2, amsgrad, momentum, "
-    "dampening, the optimizer) is refused with both values named.\n";
+    "dampening, the optimizer) is refused with both values named.\n"
+    "- **train_loss of a resumed run.** ctrainer's checkpoints carry the sum of the losses already logged, so a "
+    "resumed run's train_loss is the uninterrupted run's. HF starts that sum at 0 on resume and still divides by "
+    "the whole global_step, so its train_loss counts only the steps after the resume.\n"
+    "- **dataloader_drop_last in evaluation.** ctrainer drops a short last batch in training only; evaluation "
+    "and prediction see every sample once, so their numbers do not depend on the batch size or the number of "
+    "processes. HF's get_eval_dataloader drops the short last batch too.\n"
+    "- **The loss of a gradient-accumulation step** is the sum of its micro-batches' losses divided by the "
+    "step's count (every micro-batch, every process), whatever the model. HF does so only for a model whose "
+    "forward takes num_items_in_batch (`model_accepts_loss_kwargs`); for another, it averages the micro-batches' "
+    "means, which weighs a short last micro-batch more.\n"
+    "- **report_to** defaults to `none`, as transformers 5 does; 4.51's `all` reports to every integration "
+    "installed.\n"
+    "- **A NaN or infinite loss** stops the run with an error naming the step (`nan_inf_policy` `error`; `skip` "
+    "drops the step's update, `stop` saves the last good step). HF trains on, its weights then NaN "
+    "(logging_nan_inf_filter only keeps such losses out of the logged average).\n"
+    "- **A run of no steps** (`num_train_epochs` 0) is refused at the start; HF runs a training of no steps.\n";
 
 char *ct_training_args_markdown(void) {
     char *text = NULL;
