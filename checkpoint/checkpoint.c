@@ -84,6 +84,12 @@ char *ct_checkpoint_progress_text(const ct_checkpoint_snapshot *snap) {
         json_decref(o);
         o = NULL;
     }
+    /* the shuffle the position counts in (a resume with another one is refused) */
+    if (o && snap->args->data_seed >= 0 &&
+        json_object_set_new(o, "data_seed", json_integer((json_int_t)snap->args->data_seed))) {
+        json_decref(o);
+        o = NULL;
+    }
     /* the epoch's length the position counts in (a resume with another training set size is refused) */
     if (o && snap->batches_per_epoch > 0 &&
         json_object_set_new(o, "batches_per_epoch", json_integer((json_int_t)snap->batches_per_epoch))) {

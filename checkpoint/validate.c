@@ -64,6 +64,19 @@ static ct_status check_run(const ct_checkpoint_snapshot *snap, const ct_checkpoi
         return ct_error(CT_ERR_CONFIG,
                         "%s: the checkpoint was taken with gradient_accumulation_steps %lld, this run has %lld",
                         r->progress_file, (long long)ga, (long long)snap->args->gradient_accumulation_steps);
+    /* the sampler's seed (data_seed, else seed): another one shuffles the interrupted epoch otherwise,
+     * and the position would skip samples never trained on and repeat others, unless that epoch is to
+     * start again (ignore_data_skip); the epochs after it may take any order. Recorded since
+     * checkpoints knew it. */
+    int64_t data_seed = -1;
+    if (json_object_get(r->progress_json, "data_seed")) CT_TRY(need_int(r, "data_seed", 0, INT64_MAX, &data_seed));
+    if (data_seed >= 0 && snap->args->data_seed >= 0 && data_seed != snap->args->data_seed &&
+        !r->progress->epoch_done && !snap->args->ignore_data_skip)
+        return ct_error(CT_ERR_CONFIG,
+                        "%s: the checkpoint's epoch was shuffled with data seed %lld (data_seed, else seed), this run "
+                        "has %lld: its position would skip samples and repeat others; resume with the same seed, or "
+                        "with ignore_data_skip true to start the interrupted epoch again in the new order",
+                        r->progress_file, (long long)data_seed, (long long)snap->args->data_seed);
     /* recorded since checkpoints knew it; an older one is judged by check_progress alone */
     int64_t len = 0;
     if (json_object_get(r->progress_json, "batches_per_epoch"))

@@ -20,7 +20,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
        predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
-       checkpoint_other_train_size generate_output_is_input convert_output_is_input tokenize_output_is_input
+       checkpoint_other_train_size checkpoint_other_data_seed generate_output_is_input convert_output_is_input tokenize_output_is_input
        export_into_other_model
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
@@ -260,6 +260,16 @@ checkpoint_other_train_size)
   checkpoint run
   expect 2 "rng_state_0.json: the checkpoint was taken with 4 batches per epoch, this run has 8 \\(a training set of another size, or another dataloader_drop_last\\)" \
          "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint latest --set data.train.limit=512 ;;
+checkpoint_other_data_seed)
+  # checkpoint-2 is inside an epoch shuffled with seed 42: data_seed 7 would reorder the rest of it
+  checkpoint run
+  cp -r run/checkpoint-2 kept
+  expect 2 "rng_state_0.json: the checkpoint's epoch was shuffled with data seed 42 \\(data_seed, else seed\\), this run has 7: its position would skip samples and repeat others" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-2 --data_seed 7 || exit 1
+  diff -r run/checkpoint-2 kept >/dev/null || { echo "the refused resume changed the checkpoint"; exit 1; }
+  # starting the interrupted epoch again in the new order is allowed
+  expect 0 "train_loss" "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-2 \
+         --seed 7 --ignore_data_skip true ;;
 checkpoint_resigned_metadata)
   # the bytes check out (re-signed), what they say does not: the checkpoint's meaning is checked too
   checkpoint run
