@@ -56,7 +56,7 @@ static void usage(FILE *f) {
 int main(int argc, char **argv) {
     /* CT_CPU_ISA names the kernels' level for every command (core/ops/ops.h); a wrong one is an
      * error before anything runs, not a silent run on another path */
-    if (ct_cpu_isa_check() != CT_OK) {
+    if (ct_cpu_isa_check() != CT_OK || ct_num_threads_check() != CT_OK) {
         fprintf(stderr, "ctrainer: %s\n", ct_last_error());
         return 2;
     }

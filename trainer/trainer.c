@@ -462,6 +462,7 @@ ct_status ct_trainer_init(ct_trainer *t, const ct_trainer_ops *ops, const ct_tra
     memset(t, 0, sizeof *t);
     /* a CT_CPU_ISA the CPU cannot honour is the user's mistake, not a reason to run another path */
     CT_TRY(ct_cpu_isa_check());
+    CT_TRY(ct_num_threads_check()); /* before libgomp fails at the first parallel region */
     t->ops = ops;
     t->world_size = 1;
     if (!(t->priv = calloc(1, sizeof *t->priv))) return ct_error(CT_ERR_NOMEM, "trainer: out of memory");

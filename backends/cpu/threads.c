@@ -5,6 +5,7 @@
  * spinning against each other. */
 #include <cblas.h>
 #include <omp.h>
+#include <unistd.h>
 #if defined(__SSE2__)
 /* MXCSR's flush-to-zero (SSE) and denormals-are-zero bits; every x86-64 CPU has them, so the
  * baseline build sets them too (the macros only read and write MXCSR). */
@@ -21,6 +22,17 @@ void ct_set_num_threads(int n) {
 }
 
 int ct_get_num_threads(void) { return omp_get_max_threads(); }
+
+ct_status ct_num_threads_check(void) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    long limit = cpus > 16 ? 16 * cpus : 256;
+    int asked = omp_get_max_threads();
+    if (asked <= limit) return CT_OK;
+    return ct_error(CT_ERR_CONFIG,
+                    "OMP_NUM_THREADS asks for %d threads on a machine of %ld CPUs (at most %ld are accepted: more "
+                    "threads than CPUs only wait for each other); set it to %ld or fewer",
+                    asked, cpus, limit, cpus > 0 ? cpus : 1);
+}
 
 bool ct_set_flush_denormal(bool on) {
 #if defined(__SSE2__)

@@ -28,6 +28,10 @@ extern "C" {
 /* Number of threads used by OpenMP loops and OpenBLAS (0 = leave as the environment set it). */
 void ct_set_num_threads(int n);
 int ct_get_num_threads(void);
+/* CT_ERR_CONFIG naming OMP_NUM_THREADS when it asks for more threads than any use of this machine
+ * takes (16 per CPU, at least 256): each takes a stack, and a team of tens of thousands makes
+ * libgomp fail or crash at the first parallel region instead of saying why. */
+ct_status ct_num_threads_check(void);
 
 /* Flushes denormal floats to zero in this thread and every OpenMP worker (torch.set_flush_denormal).
  * Training wants it: optimizer moments of rarely-active units decay into the denormal range, where

@@ -17,7 +17,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        checkpoint_other_optimizer checkpoint_other_global_batch checkpoint_is_a_file evaluate_corrupt_model
        evaluate_other_model evaluate_flipped_byte predict_flipped_byte export_flipped_byte init_from_not_safetensors
        init_from_nan_weights checkpoint_resigned_metadata checkpoint_resume_other_output_dir
-       env_omp_threads_garbage env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
+       env_omp_threads_garbage env_omp_threads_huge env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
        predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
        checkpoint_other_train_size checkpoint_other_data_seed generate_output_is_input convert_output_is_input tokenize_output_is_input
@@ -377,6 +377,12 @@ env_omp_threads_garbage)
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
   expect 0 "libgomp: Invalid value for environment variable OMP_NUM_THREADS" \
          env OMP_NUM_THREADS=lots "$ctrainer" train run.json ;;
+env_omp_threads_huge)
+  # a team of 100000 threads: refused with the reason, before libgomp crashes creating it
+  run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
+  expect 2 "ctrainer: OMP_NUM_THREADS asks for 100000 threads on a machine of [0-9]+ CPUs \\(at most [0-9]+ are accepted" \
+         env OMP_NUM_THREADS=100000 "$ctrainer" train run.json || exit 1
+  [ ! -e out ] || { echo "the refused run made its output_dir"; exit 1; } ;;
 env_cpu_isa_unknown)
   # a level name that is none (the instruction sets go by x86-64 level): refused before anything
   # runs or is written, rather than a run on another path than the one asked for
