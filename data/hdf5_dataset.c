@@ -86,6 +86,7 @@ typedef struct h5_dataset {
     int64_t num_classes;
     const char *classes_from; /* for messages: where num_classes came from */
     bool labels_scanned;      /* num_classes is max label + 1 of every label, read at open */
+    bool negative_labels;     /* the scan met a negative label (a loss's ignore_index, or a mistake) */
     row_ref *refs;            /* get_batch's sorted indices, guarded by the HDF5 lock */
     int64_t refs_cap;
 } h5_dataset;
@@ -427,8 +428,10 @@ static ct_status label_row(const h5_dataset *d, const void *src, int64_t row, in
     for (int64_t i = 0; i < n; i++)
         if (!label_fits(&d->lab, src, i)) return label_too_large(d->base.source, &d->lab, src, i, row);
     KIND_SWITCH(d->lab.kind, const T *s = src; for (int64_t i = 0; i < n; i++) dst[i] = (int64_t)s[i])
+    /* a negative label is no class: it is the loss's ignore_index or the data's mistake, which the
+     * Trainer's check against the loss tells apart (check_labels) */
     for (int64_t i = 0; i < n; i++)
-        if (dst[i] < 0 || dst[i] >= d->num_classes) {
+        if (dst[i] >= d->num_classes) {
             char at[64] = "";
             if (d->lab.rank == 2) snprintf(at, sizeof at, ", element %lld", (long long)i);
             return ct_error(
@@ -440,7 +443,8 @@ static ct_status label_row(const h5_dataset *d, const void *src, int64_t row, in
     return CT_OK;
 }
 
-/* max label + 1, block by block without caching; a negative label is an error here. */
+/* max label + 1, block by block without caching; negative labels are no classes (noted for
+ * check_labels, which judges them against the loss's ignore_index). */
 static ct_status scan_num_classes(h5_dataset *d) {
     h5_array *a = &d->lab;
     void *buf = malloc(a->block_bytes);
@@ -457,10 +461,7 @@ static ct_status scan_num_classes(h5_dataset *d) {
                 break;
             }
             KIND_SWITCH(a->kind, v = (int64_t)((const T *)buf)[i])
-            if (v < 0)
-                s = ct_error(CT_ERR_FORMAT,
-                             "%s: label %lld of sample %lld in dataset '%s' is negative; expected class ids >= 0",
-                             d->base.source, (long long)v, (long long)(first + i / a->row_numel), a->name);
+            if (v < 0) d->negative_labels = true;
             if (v > max) max = v;
         }
     }
@@ -688,7 +689,7 @@ static ct_status ds_get_batch(ct_dataset *ds, const int64_t *indices, int64_t n,
  * computed from every label at open (max label + 1) that fits the rule needs no second pass. */
 static ct_status check_label_rows(h5_dataset *d, int64_t first, int64_t n, const ct_label_rule *rule) {
     h5_array *a = &d->lab;
-    if (d->int_labels && d->labels_scanned && d->num_classes <= rule->classes)
+    if (d->int_labels && d->labels_scanned && !d->negative_labels && d->num_classes <= rule->classes)
         return CT_OK;
     int64_t per = a->row_numel;
     size_t lrow = (size_t)per * a->esize;
