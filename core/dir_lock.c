@@ -116,7 +116,7 @@ ct_status ct_dir_lock_acquire(const char *dir, const char *what, ct_dir_lock **o
     char path[4200], why[4400];
     if (snprintf(path, sizeof path, "%s/" CT_DIR_LOCK_NAME, dir) >= (int)sizeof path)
         return ct_error(CT_ERR_INVALID_ARG, "%s '%s': path too long", what, dir);
-    if (ct_make_dirs(dir) != CT_OK) return not_locked(what, dir, ct_last_error());
+    if (ct_make_dirs(dir) != CT_OK) return ct_error_prefix(CT_ERR_IO, "%s '%s': ", what, dir);
     for (int tries = 0; tries < MAX_TRIES; tries++) {
         /* O_NOFOLLOW: a link planted at the name is refused, never followed to a file elsewhere */
         int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);

@@ -25,10 +25,12 @@ typedef struct ct_dir_lock ct_dir_lock;
 /* Locks dir (made if missing) for this process; `what` names it in messages ("output_dir").
  * Held by someone else: CT_ERR_STATE "output_dir 'DIR' is in use by another run: pid P on host H,
  * started T (lock file DIR/.ctrainer.lock); ...". A symbolic link or anything but a regular file at
- * the lock file's name: CT_ERR_STATE naming it (never followed, never replaced). Where no lock can be
- * taken at all (dir cannot be made, the lock file cannot be created, a file system without locks),
+ * the lock file's name: CT_ERR_STATE naming it (never followed, never replaced). A directory that
+ * cannot be made (under a file, a dangling link, a name too long) is CT_ERR_IO naming it: nothing
+ * could be written there, and a run would find out only at its first save. Where no lock can be
+ * taken in a directory that exists (the lock file cannot be created, a file system without locks),
  * CT_OK with *out NULL after a warning saying that the directory is not locked and why: the caller
- * goes on (writing into such a directory fails on its own, and reports it). */
+ * goes on. */
 ct_status ct_dir_lock_acquire(const char *dir, const char *what, ct_dir_lock **out);
 
 /* Deletes the lock file (when its name still leads to this lock's file) and releases the lock.

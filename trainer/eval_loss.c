@@ -15,6 +15,8 @@
  * A prediction_step or compute_loss hook keeps the hooks' path (evaluate.c): an override may weigh
  * or compute its loss its own way. Errors read as the default hooks' would ("prediction_step:
  * compute_loss: ..."), since these are those hooks' steps. */
+#include <math.h>
+
 #include "trainer/trainer_impl.h"
 
 static ct_status as_default_hooks(ct_status s) {
@@ -63,4 +65,14 @@ ct_status ct_eval_row_losses(ct_trainer *t, const ct_batch *b, const ct_batch *d
     }
     for (int64_t i = 0; i < n; i++) *loss = ct_loss_value_add(*loss, rows[i]);
     return CT_OK;
+}
+
+bool ct_eval_rows_explain(const ct_loss_value *rows, int64_t n, ct_loss_value loss) {
+    double sum = 0, size = 0, count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        sum += rows[i].sum;
+        size += fabs(rows[i].sum);
+        count += rows[i].count;
+    }
+    return count == loss.count && fabs(sum - loss.sum) <= 1e-5 * fmax(1.0, size);
 }

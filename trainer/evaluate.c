@@ -84,18 +84,6 @@ static void free_full_batch(eval_run *r) {
     r->full_indices = NULL;
 }
 
-/* Whether the per-row values add up to the batch's loss, to rounding: a prediction_step override
- * that computes its loss its own way (a weight, a penalty) gives a loss they do not explain. */
-static bool rows_explain(const ct_loss_value *rows, int64_t n, ct_loss_value loss) {
-    double sum = 0, size = 0, count = 0;
-    for (int64_t i = 0; i < n; i++) {
-        sum += rows[i].sum;
-        size += fabs(rows[i].sum);
-        count += rows[i].count;
-    }
-    return count == loss.count && fabs(sum - loss.sum) <= 1e-5 * fmax(1.0, size);
-}
-
 /* Per-row (sum, count) of the trainer's loss over the real rows, for the loss metric's standard
  * error. from_rows (the default hooks): the rows give the batch's loss too (trainer/eval_loss.c).
  * Otherwise only with the default compute_loss (an override may weigh rows its own way), and only
@@ -111,7 +99,7 @@ static ct_status row_losses(ct_trainer *t, eval_run *r, const ct_batch *b, const
         ct_tensor o = ct_tensor_rows(outputs, 0, db->valid), y = ct_tensor_rows(&db->labels, 0, db->valid);
         /* one pass over the batch (on a GPU, one copy back rather than one per row) */
         if (db->valid > 0) CT_TRY(ct_loss_forward_rows(t->loss, &o, &y, rows));
-        if (!rows_explain(rows, db->valid, eb->loss)) return CT_OK;
+        if (!ct_eval_rows_explain(rows, db->valid, eb->loss)) return CT_OK;
     }
     if (!r->sample_loss.data || eb->loss.count <= 0) return CT_OK;
     double *l = r->sample_loss.data, *w = r->sample_weight.data;

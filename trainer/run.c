@@ -123,7 +123,16 @@ static ct_status model_from_config(ct_run *r, int64_t max_batch, ct_device dev, 
     bool preset = type && (strcmp(type, "mlp") == 0 || strcmp(type, "cnn") == 0);
     /* filled into the config itself, which model.h5 and run_config.json record: the model reloads
      * (ct_model_from_pretrained) without the data */
-    if (preset && !json_object_get(section, "num_classes") && ds->spec.num_classes > 0 &&
+    const char *source = ds->source[0] ? ds->source : "the first dataset";
+    if (preset && !json_object_get(section, "num_classes") && ds->spec.num_classes <= 0)
+        return ct_run_config_annotate(
+            &r->config,
+            ct_dataset_length((ct_dataset *)ds) == 0
+                ? ct_error(CT_ERR_CONFIG, "model.num_classes: the data it is counted from (%s) holds no samples",
+                           source)
+                : ct_error(CT_ERR_CONFIG, "model.num_classes: not given, and the labels of %s are not class ids to "
+                           "count it from; give it (the number of outputs, for a regression)", source));
+    if (preset && !json_object_get(section, "num_classes") &&
         json_object_set_new(section, "num_classes", json_integer(ds->spec.num_classes)) != 0)
         return ct_error(CT_ERR_NOMEM, "out of memory");
     json_t *spec = json_deep_copy(section);

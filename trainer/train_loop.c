@@ -619,11 +619,34 @@ static void release_activations(ct_trainer *t) {
         ct_log_warning("after training, the model's buffers could not be laid out again: %s", ct_last_error());
 }
 
+/* The run's identity (ct_train_progress.run_id): a resumed run keeps its checkpoint's, a fresh one
+ * (or one resumed from a checkpoint written before runs had one) draws it; every process takes
+ * process zero's, so that each rank's progress file names the same run. */
+static ct_status agree_run_id(ct_trainer *t, char *id) {
+    if (t->rank == 0 && !id[0]) ct_train_progress_new_run_id(id);
+    if (t->world_size <= 1) return CT_OK;
+    int64_t words = (CT_RUN_ID_LEN + 7) / 8;
+    ct_tensor w;
+    CT_TRY(ct_tensor_alloc(&w, CT_I64, CT_CPU, 1, &words));
+    memset(w.data, 0, (size_t)words * 8);
+    memcpy(w.data, id, strlen(id));
+    ct_comm_set_label(t->comm, "the run's identity from rank 0");
+    ct_status s = ct_comm_broadcast(t->comm, &w, 0);
+    if (s == CT_OK) {
+        memcpy(id, w.data, CT_RUN_ID_LEN);
+        id[CT_RUN_ID_LEN] = '\0';
+    }
+    ct_tensor_free(&w);
+    return s;
+}
+
 static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_train_output *out) {
     const ct_training_args *a = &t->args;
     int64_t len = ct_loader_num_batches(loader), ga = a->gradient_accumulation_steps;
     if (len <= 0)
-        return ct_error(CT_ERR_CONFIG, "the training dataset gives no batches%s",
+        return ct_error(CT_ERR_CONFIG, "the training dataset%s%s gives no batches (%lld samples)%s",
+                        t->train_dataset->source[0] ? " " : "", t->train_dataset->source,
+                        (long long)ct_dataset_length(t->train_dataset),
                         a->dataloader_drop_last ? " (dataloader_drop_last drops a batch smaller than "
                                                   "per_device_train_batch_size x processes: is it larger than the set?)"
                                                 : "");
@@ -645,9 +668,7 @@ static ct_status train(ct_trainer *t, ct_loader *loader, const char *resume, ct_
     ct_train_progress *L0 = &t->priv->progress;
     t->priv->batches_per_epoch = len;
     if (resume) CT_TRY(ct_trainer_resume(t, resume));
-    /* a fresh run's identity (a resumed one keeps its checkpoint's, which one written before runs had
-     * one lacks) */
-    if (!L0->run_id[0]) ct_train_progress_new_run_id(L0->run_id);
+    CT_TRY(agree_run_id(t, L0->run_id));
     /* a fresh run's loss scale, or a resumed one's that was taken without scaling (HF starts a new
      * GradScaler where a checkpoint has no scaler state) */
     if (t->priv->scaling && !L0->has_scaler) {

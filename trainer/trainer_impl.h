@@ -132,6 +132,9 @@ bool ct_eval_loss_from_rows(const ct_trainer *t, const ct_batch *db);
 ct_status ct_eval_forward(ct_trainer *t, const ct_batch *db, ct_tensor *outputs);
 ct_status ct_eval_row_losses(ct_trainer *t, const ct_batch *b, const ct_batch *db, const ct_tensor *outputs,
                              const ct_token_values *tokens, ct_loss_value *rows, ct_loss_value *loss);
+/* Whether n rows' (sum, count) add up to a batch's loss, to rounding: a prediction_step override that
+ * computes its loss its own way (a weight, a penalty) gives one they do not explain. */
+bool ct_eval_rows_explain(const ct_loss_value *rows, int64_t n, ct_loss_value loss);
 /* predict_with_generate (trainer/generate_outputs.c): the run config's "generation" section with
  * generation_max_length applied for prompts of prompt_len tokens; and every sample's continuation,
  * [N, max_new_tokens] int64 padded with -100, on the world's process zero ([0, M] elsewhere). */

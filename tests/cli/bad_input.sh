@@ -421,10 +421,15 @@ env_hdf5_cache_garbage)
   run_config run.json "$mlp" '{"type": "hdf5", "path": "data.h5"}'
   expect 0 "train_loss" env CTRAINER_HDF5_CACHE_MB=much "$ctrainer" train run.json ;;
 output_dir_under_a_file)
+  # nothing could be saved there: refused before the first step, not found out at the first save
   echo "a file" >blocker
   run_config run.json "$mlp" '{"type": "fashion_mnist", "split": "train", "limit": 64}'
-  expect 1 "cannot create directory 'blocker/out': Not a directory" \
-         "$ctrainer" train run.json --output_dir blocker/out ;;
+  expect 1 "ctrainer train: output_dir 'blocker/out': cannot create directory 'blocker/out': Not a directory" \
+         "$ctrainer" train run.json --output_dir blocker/out --save_strategy no || exit 1
+  "$ctrainer" train run.json --output_dir blocker/out --save_strategy no 2>&1 | grep -q "train_loss" &&
+    { echo "the run trained into a directory it could not make"; exit 1; }
+  ln -s nowhere/deeper dangling
+  expect 1 "ctrainer train: output_dir 'dangling': " "$ctrainer" train run.json --output_dir dangling ;;
 output_dir_in_use)
   # a run that trains until it is killed holds out; a second run on out is refused at its start
   printf '{"model": %s, "data": {"train": {"type": "fashion_mnist", "split": "train", "limit": 64}},\n "training_args": {"max_steps": 100000000, "per_device_train_batch_size": 8, "output_dir": "out", "save_strategy": "no", "report_to": []}}\n' \

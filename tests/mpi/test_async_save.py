@@ -124,7 +124,18 @@ def same_checkpoints(label, sync_out, async_out):
                 continue
             ps, pa = os.path.join(ds, name), os.path.join(da, name)
             bs, ba = open(ps, "rb").read(), open(pa, "rb").read()
-            if name in ("training_args.json", "run_config.json"):
+            if name.startswith("rng_state_"):
+                # the same progress; the identity is each run's own, one for all its ranks
+                js, ja = json.loads(bs), json.loads(ba)
+                for side, d, j in (("sync", ds, js), ("async", da, ja)):
+                    with open(os.path.join(d, "rng_state_0.json")) as f0:
+                        check(j.get("run_id") is not None and j.get("run_id") == json.load(f0).get("run_id"),
+                              f"{label}: {c}/{name}: the {side} run's ranks name other runs")
+                js.pop("run_id", None)
+                ja.pop("run_id", None)
+                check(js == ja, f"{label}: {c}/{name} differs beyond the run's identity")
+                content_files += 1
+            elif name in ("training_args.json", "run_config.json"):
                 js, ja = json.loads(bs), json.loads(ba)
                 check(normalized(js) == normalized(ja), f"{label}: {c}/{name} differs beyond save_async")
                 if name == "training_args.json":
@@ -135,7 +146,7 @@ def same_checkpoints(label, sync_out, async_out):
                 ms, ma = json.loads(bs)["files"], json.loads(ba)["files"]
                 check(sorted(ms) == sorted(ma), f"{label}: {c}: the manifests list other files")
                 for f in ms:
-                    if f in ma and f not in ("training_args.json", "run_config.json"):
+                    if f in ma and f not in ("training_args.json", "run_config.json") and not f.startswith("rng_"):
                         check(ms[f]["size"] == ma[f]["size"], f"{label}: {c}: {f}: other size in the manifest")
                         if not f.endswith(".h5") or bs_h5_equal(ds, da, f):
                             check(ms[f]["crc32"] == ma[f]["crc32"], f"{label}: {c}: {f}: other checksum")

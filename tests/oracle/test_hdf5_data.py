@@ -2,8 +2,11 @@
 source data (Fashion-MNIST IDX pixels and labels decoded here with numpy; random CSV files written
 here), chunked by the requested rows, deflate-compressed at the requested level, with int64 labels
 and a num_classes attribute for class ids, float32 labels otherwise. Runtime errors exit 1 with a
-file:line:column message and leave no output behind."""
+file:line:column message and leave no output behind. Also sets `ctrainer train` cannot count
+classes from (no samples, float labels), refused naming the file, and labels of the loss's
+ignore_index, which train."""
 import gzip
+import json
 import os
 import subprocess
 import sys
@@ -144,6 +147,38 @@ def csv_errors(d):
     check(rc == 2 and "no label column 'zz'" in msg and "'a', 'b'" in msg, f"exit {rc}: {msg!r}")
 
 
+def unusable_sets(d):
+    """Sets a preset cannot count its classes from, named as such: a file of no samples (with
+    num_classes given: no batches, the file named), float labels (a regression: give num_classes);
+    and labels of a loss's ignore_index, which train."""
+    x = RNG.random((16, 3)).astype("f4")
+    files = {"empty": (np.zeros((0, 3), "f4"), np.zeros((0,), "i8")), "floats": (x, RNG.random(16)),
+             "ignored": (x, np.where(np.arange(16) == 5, -100, np.arange(16) % 3).astype("i8"))}
+    for name, (feat, lab) in files.items():
+        with h5py.File(os.path.join(d, name + ".h5"), "w") as f:
+            f["features"], f["labels"] = feat, lab
+
+    def train(name, *extra):
+        cfg = {"model": {"type": "mlp", "hidden": [4]}, "data": {"train": {"type": "hdf5", "path": name + ".h5"}},
+               "training_args": {"max_steps": 1, "per_device_train_batch_size": 8, "save_strategy": "no",
+                                 "output_dir": os.path.join(d, "out_" + name + str(len(extra))), "report_to": []}}
+        path = os.path.join(d, name + ".json")
+        with open(path, "w") as f:
+            json.dump(cfg, f)
+        p = subprocess.run([CTRAINER, "train", path, *extra], capture_output=True, text=True)
+        return p.returncode, p.stderr
+
+    rc, err = train("empty")
+    check(rc == 2 and "model.num_classes: the data it is counted from (" in err and "empty.h5) holds no samples" in err,
+          f"an empty set: exit {rc}: {err[-300:]!r}")
+    rc, err = train("empty", "--set", "model.num_classes=3")
+    check(rc == 2 and "empty.h5 gives no batches (0 samples)" in err, f"an empty set, classes given: {err[-300:]!r}")
+    rc, err = train("floats")
+    check(rc == 2 and "are not class ids to count it from; give it" in err, f"float labels: exit {rc}: {err[-300:]!r}")
+    rc, err = train("ignored")
+    check(rc == 0, f"labels of ignore_index -100: exit {rc}: {err[-300:]!r}")
+
+
 if not os.access(CTRAINER, os.X_OK):
     check(False, f"{CTRAINER} not found")
 else:
@@ -151,4 +186,5 @@ else:
         fashion_mnist(tmp)
         csv_files(tmp)
         csv_errors(tmp)
+        unusable_sets(tmp)
 finish()

@@ -167,7 +167,7 @@ static void test_stale_files(void) {
     ct_dir_lock_release(a.lock);
 }
 
-/* What is not a lock file is refused and left alone; a directory that cannot be made is a warning. */
+/* What is not a lock file is refused and left alone; a directory that cannot be made is an error. */
 static void test_refusals(void) {
     char dir[512], file[600], target[600];
     snprintf(dir, sizeof dir, "%s/odd", root);
@@ -192,13 +192,21 @@ static void test_refusals(void) {
     free(err);
     CHECK(exists(file), "the directory at the lock's name was removed");
     rmdir(file);
-    /* under a regular file: nothing can be written there, so nothing to protect; a warning says so */
-    char under[700];
+    /* under a regular file, or behind a dangling link: nothing can be written there, which the run
+     * learns now rather than at its first save */
+    char under[700], dangling[700], target_of[720];
     snprintf(under, sizeof under, "%s/out", target);
     err = acquire(&a, under);
-    CHECK(a.status == CT_OK && !a.lock && strstr(err, "is not locked") && strstr(err, "Not a directory"),
+    CHECK(a.status == CT_ERR_IO && !a.lock && strstr(a.message, under) && strstr(a.message, "Not a directory"),
           "directory that cannot be made: %s %s", a.message, err);
     free(err);
+    snprintf(dangling, sizeof dangling, "%s.dangling", dir);
+    snprintf(target_of, sizeof target_of, "%s.nowhere/deeper", dir);
+    CT_ASSERT(symlink(target_of, dangling) == 0);
+    err = acquire(&a, dangling);
+    CHECK(a.status == CT_ERR_IO && !a.lock && strstr(a.message, dangling), "a dangling link: %s %s", a.message, err);
+    free(err);
+    unlink(dangling);
 }
 
 int main(void) {
