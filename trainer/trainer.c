@@ -413,6 +413,11 @@ static ct_status init(ct_trainer *t, const ct_training_args *args, const ct_trai
                             t->eval_names[i][0] ? " '" : "", t->eval_names[i], t->eval_names[i][0] ? "'" : "",
                             t->eval_datasets[i] ? t->eval_datasets[i]->source : "(none)");
     }
+    /* Hugging Face refuses this in Trainer.__init__; a trainer built only to evaluate or predict
+     * (ctrainer evaluate with a training config) never reaches the strategy */
+    if (t->train_dataset && (args->eval_strategy != CT_INTERVAL_NO || args->eval_on_start) && t->n_eval == 0)
+        return ct_error(CT_ERR_CONFIG, "training_args.eval_strategy: is '%s' but no evaluation dataset was given; "
+                        "give one, or set eval_strategy 'no'", ct_interval_name(args->eval_strategy));
     t->priv->test_dataset = in->test_dataset;
     if (t->priv->test_dataset) CT_TRY(ct_dataset_check(t->priv->test_dataset));
     t->config = in->config ? json_incref(in->config) : NULL;

@@ -715,6 +715,17 @@ static void test_failed_init(void) {
                                                   .eval_names = {"val"}}),
               CT_ERR_FORMAT, "evaluation set 'val'", "has no samples");
     ct_trainer_free(&t);
+    /* an evaluation strategy with no set to evaluate, as Hugging Face's __init__ refuses it; a trainer
+     * that only evaluates or predicts never reaches the strategy */
+    ct_dataset *train = ct_fixture_small_data(16, 1);
+    a.eval_strategy = CT_INTERVAL_STEPS;
+    CHECK_ERR(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m, .train_dataset = train}),
+              CT_ERR_CONFIG, "training_args.eval_strategy: is 'steps' but no evaluation dataset was given");
+    ct_trainer_free(&t);
+    CHECK_OK(ct_trainer_init(&t, NULL, &a, &(ct_trainer_setup){.model = &m}));
+    ct_trainer_free(&t);
+    a.eval_strategy = CT_INTERVAL_NO;
+    ct_dataset_free(train);
     char file[600];
     snprintf(file, sizeof file, "%s/a_file", tmp_root);
     FILE *f = fopen(file, "w");
