@@ -442,6 +442,10 @@ static ct_status check_sections(const ct_run_config *c) {
 /* Parses text (a copy is kept) with `name` and `base_dir` for messages and relative paths. */
 static ct_status parse_as(const char *text, const char *name, const char *base_dir, ct_run_config *out) {
     memset(out, 0, sizeof *out);
+    /* invisible in an editor and in jansson's "near '...'": named as what it is */
+    if (strncmp(text, "\xef\xbb\xbf", 3) == 0)
+        return ct_error(CT_ERR_CONFIG, "%s:1:1: the file starts with a UTF-8 byte-order mark, which JSON does not "
+                        "allow; save it without one", name);
     json_error_t err;
     json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &err);
     if (!root) return syntax_error(text, name, &err);

@@ -8,7 +8,7 @@
 # config on Fashion-MNIST for two steps first.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key
+cases=(config_empty config_not_object config_no_model config_no_data config_duplicate_key config_bom
        env_cpu_isa_unknown env_cpu_gemm_unknown env_cpu_gemm_library_missing
        idx_truncated idx_not_idx idx_labels_as_images hdf5_no_dataset hdf5_truncated hdf5_label_out_of_range
        hdf5_eval_label_beyond_model hdf5_test_label_beyond_model hdf5_float_labels idx_label_beyond_model
@@ -115,6 +115,10 @@ config_no_data)
 config_duplicate_key)
   printf '{"model": {"type": "mlp"},\n "model": {"type": "mlp", "hidden": [8]}}\n' >dup.json
   expect 2 "dup.json:2:2: duplicate object key near '\"model\"'" "$ctrainer" train dup.json ;;
+config_bom)
+  printf '\xef\xbb\xbf{"model": {"type": "mlp"}}\n' >bom.json
+  expect 2 "bom.json:1:1: the file starts with a UTF-8 byte-order mark, which JSON does not allow; save it without one" \
+         "$ctrainer" train bom.json ;;
 # --- data ---
 idx_truncated)
   { idx_images 100 28 28 100; } >img.idx
