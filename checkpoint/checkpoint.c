@@ -269,6 +269,24 @@ static int64_t dir_step(const char *dir) {
     return *end || end == name + strlen(PREFIX) || n < 0 ? -1 : (int64_t)n;
 }
 
+/* A resume from a checkpoint older than output_dir's newest: the run will save over the later ones as
+ * it reaches their steps, as Hugging Face's does; said, since their contents are then gone. */
+static void warn_later_checkpoints(const char *output_dir, int64_t step) {
+    char **list;
+    int n;
+    if (ct_checkpoint_list(output_dir, &list, &n) != CT_OK) {
+        ct_error_clear();
+        return;
+    }
+    int later = 0;
+    for (int i = 0; i < n; i++) later += dir_step(list[i]) > step;
+    if (later)
+        ct_log_warning("output_dir '%s' holds %d checkpoint%s of later steps than %lld (the newest: %s): a "
+                       "checkpoint this run saves at such a step replaces the one there",
+                       output_dir, later, later == 1 ? "" : "s", (long long)step, list[n - 1]);
+    ct_checkpoint_list_free(list, n);
+}
+
 ct_status ct_checkpoint_save_failed(ct_checkpoint_snapshot *snap, int64_t step, const char *dir, const char *tmp,
                                     const char *prev_best, bool own, ct_status s) {
     char why[2048], newest[4096];
@@ -424,6 +442,7 @@ ct_status ct_checkpoint_resume(ct_checkpoint_snapshot *snap, const char *spec) {
     /* Info: printed where the log level lets it (the main process by default), as HF's logger.info. */
     ct_log_info("Resuming from %s: step %lld, epoch %lld, batch %lld%s", dir, (long long)st.global_step,
                 (long long)p.epoch, (long long)p.next_batch, p.epoch_done ? " (epoch done)" : "");
+    if (snap->rank == 0) warn_later_checkpoints(snap->args->output_dir, st.global_step);
     return CT_OK;
 }
 

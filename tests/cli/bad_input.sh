@@ -20,7 +20,7 @@ cases=(config_empty config_not_object config_no_model config_no_data config_dupl
        env_omp_threads_garbage env_omp_threads_huge env_hdf5_cache_garbage output_dir_under_a_file output_dir_in_use
        output_dir_stale_lock output_dir_leftovers output_dir_is_a_file output_dir_not_empty
        predict_output_is_model predict_output_is_data resume_from_output_dir evaluate_other_activation
-       checkpoint_other_train_size checkpoint_other_data_seed generate_output_is_input convert_output_is_input tokenize_output_is_input
+       checkpoint_other_train_size checkpoint_other_data_seed checkpoint_resume_earlier generate_output_is_input convert_output_is_input tokenize_output_is_input
        export_into_other_model
        config_fifo hdf5_fifo idx_device tokens_fifo checkpoint_manifest_fifo evaluate_model_fifo init_from_fifo)
 if [ "${1:-}" = --list ]; then printf '%s\n' "${cases[@]}"; exit 0; fi
@@ -274,6 +274,11 @@ checkpoint_other_data_seed)
   # starting the interrupted epoch again in the new order is allowed
   expect 0 "train_loss" "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-2 \
          --seed 7 --ignore_data_skip true ;;
+checkpoint_resume_earlier)
+  # checkpoint-4 exists: a run resumed from checkpoint-2 saves its own step 4 over it, and says so first
+  checkpoint run
+  expect 0 "warning: output_dir 'run' holds 1 checkpoint of later steps than 2 \\(the newest: run/checkpoint-4\\): a checkpoint this run saves at such a step replaces the one there" \
+         "$ctrainer" "${resume[@]}" --output_dir run --resume_from_checkpoint run/checkpoint-2 ;;
 checkpoint_resigned_metadata)
   # the bytes check out (re-signed), what they say does not: the checkpoint's meaning is checked too
   checkpoint run
