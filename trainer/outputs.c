@@ -13,6 +13,7 @@
 #include "core/dir_lock.h"
 #include "core/fs.h"
 #include "core/json.h"
+#include "core/log.h"
 #include "model/model_io.h"
 #include "model/model_safetensors.h"
 #include "trainer/trainer_impl.h"
@@ -63,7 +64,14 @@ static ct_status claim(void *ctx) {
     if (p->output_lock && strcmp(ct_dir_lock_dir(p->output_lock), dir) == 0) return CT_OK; /* trained before */
     ct_dir_lock_release(p->output_lock); /* another output_dir than the last training's */
     p->output_lock = NULL;
-    CT_TRY(ct_dir_lock_acquire(dir, "output_dir", &p->output_lock));
+    ct_status s = ct_dir_lock_acquire(dir, "output_dir", &p->output_lock);
+    /* a directory that cannot be made: said at the start, not at the first save; on_save_error
+     * 'continue' asked to train on without checkpoints, so it trains on with a warning */
+    if (s == CT_ERR_IO && t->args.on_save_error == CT_SAVE_ERROR_CONTINUE) {
+        ct_log_warning("%s: training goes on (on_save_error 'continue'), but nothing can be saved", ct_last_error());
+        return CT_OK;
+    }
+    CT_TRY(s);
     /* unlocked (nothing can be written there): another run could be writing what looks left over */
     return p->output_lock ? ct_checkpoint_clean_leftovers(dir) : CT_OK;
 }
