@@ -104,9 +104,12 @@ static ct_status validate(idx_dataset *d, const char *images_path, const char *l
     int64_t max_label = -1;
     for (int64_t i = 0; i < n; i++) {
         int64_t v = (int64_t)ct_tensor_get(&d->labels, i);
-        if (v < 0 || (num_classes > 0 && v >= num_classes))
+        if (v < 0)
+            return ct_error(CT_ERR_FORMAT, "%s: label %lld at position %lld is negative; class ids start at 0",
+                            labels_path, (long long)v, (long long)i);
+        if (num_classes > 0 && v >= num_classes)
             return ct_error(CT_ERR_FORMAT, "%s: label %lld at position %lld is outside [0, %lld)", labels_path,
-                            (long long)v, (long long)i, (long long)(num_classes > 0 ? num_classes : INT64_MAX));
+                            (long long)v, (long long)i, (long long)num_classes);
         if (v > max_label) max_label = v;
     }
     ct_sample_spec *sp = &d->base.spec;

@@ -172,6 +172,16 @@ static void idx_dataset(void) {
     CHECK_ERR(ct_idx_dataset_create(img, "/nonexistent/labels.idx", 0, 0, &ds), CT_ERR_IO, "/nonexistent/labels.idx");
     write_idx(lab, false, 0x08, 3, ishape, pixels, (size_t)(n * h * w), 1, 0);
     CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 0, &ds), CT_ERR_FORMAT, lab, "rank 1");
+    /* int32 labels can be negative: said as such, with or without declared classes */
+    int32_t *signed_labels = calloc((size_t)n, sizeof *signed_labels);
+    signed_labels[n / 2] = -1;
+    int64_t all = n;
+    write_idx(lab, false, 0x0C, 1, &all, signed_labels, (size_t)n * 4, 4, 0);
+    char at[80];
+    snprintf(at, sizeof at, "label -1 at position %lld is negative; class ids start at 0", (long long)(n / 2));
+    CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 0, &ds), CT_ERR_FORMAT, lab, at);
+    CHECK_ERR(ct_idx_dataset_create(img, lab, 0, 6, &ds), CT_ERR_FORMAT, lab, at);
+    free(signed_labels);
     unlink(img);
     unlink(lab);
     free(pixels);
