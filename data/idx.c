@@ -92,6 +92,16 @@ ct_status ct_idx_read(const char *path, ct_tensor *out) {
         goto done;
     }
     if ((s = read_data(f, path, bytes, &out->data)) != CT_OK) goto done;
+    /* data past what the header describes: a wrong header (a shape too small) or another file's
+     * bytes; either way the samples read would not be the file's */
+    unsigned char extra;
+    if (gzread(f, &extra, 1) == 1) {
+        ct_host_free(out->data);
+        out->data = NULL;
+        s = ct_error(CT_ERR_FORMAT, "%s: more data than the IDX header describes (%zu bytes); a wrong header, or "
+                     "another file's bytes appended", path, bytes);
+        goto done;
+    }
     *out = ct_tensor_view(out->data, dt, CT_CPU, ndim, shape);
     /* IDX stores multi-byte elements big-endian. */
     size_t es = ct_dtype_size(dt);

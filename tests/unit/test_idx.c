@@ -1,5 +1,5 @@
-/* IDX reading: round trips of random raw and gzip'd files of every supported type, truncated and
- * corrupt files rejected by name, and the real Fashion-MNIST files (60000 + 10000, ten balanced classes).
+/* IDX reading: round trips of random raw and gzip'd files of every supported type, truncated,
+ * overlong and corrupt files rejected by name, and the real Fashion-MNIST files (60000 + 10000, ten balanced classes).
  * The IDX dataset on top: samples equal the files' data, files that disagree are rejected by name,
  * and subsets (max_*_samples) keep the first n samples. */
 #include <stdlib.h>
@@ -65,6 +65,11 @@ static void round_trips(void) {
             write_idx(path, gz, kinds[k].type, 3, shape, want.data, ct_tensor_nbytes(&want),
                       ct_dtype_size(kinds[k].dt), 16 + ct_tensor_nbytes(&want) / 2);
             CHECK_ERR(ct_idx_read(path, &got), CT_ERR_FORMAT, path, "truncated");
+            /* A header that describes less than the file holds (2 of the 3 columns). */
+            int64_t smaller[3] = {shape[0], shape[1], 2};
+            write_idx(path, gz, kinds[k].type, 3, smaller, want.data, ct_tensor_nbytes(&want),
+                      ct_dtype_size(kinds[k].dt), 0);
+            CHECK_ERR(ct_idx_read(path, &got), CT_ERR_FORMAT, path, "more data than the IDX header describes");
             ct_tensor_free(&want);
         }
     /* A header claiming far more than the file holds is an error before anything that size is
