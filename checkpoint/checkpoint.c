@@ -188,8 +188,6 @@ static ct_status read_evals(const json_t *o, const char *file, const char *dir, 
     return CT_OK;
 }
 
-/* Parses rng_state_<rank>.json into *p and returns its JSON in *json (the caller's reference); what
- * the values mean is ct_checkpoint_validate's to check. */
 void ct_train_progress_new_run_id(char *id) {
     unsigned char bytes[CT_RUN_ID_LEN / 2];
     if (getrandom(bytes, sizeof bytes, 0) != (ssize_t)sizeof bytes) {
@@ -217,6 +215,8 @@ static ct_status read_run_id(const json_t *o, const char *file, char *id) {
     return CT_OK;
 }
 
+/* Parses rng_state_<rank>.json into *p and returns its JSON in *json (the caller's reference); what
+ * the values mean is ct_checkpoint_validate's to check. */
 static ct_status read_progress(const char *file, ct_train_progress *p, json_t **json) {
     json_error_t err;
     FILE *f;
